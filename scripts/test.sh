@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the whole sqlcron test suite: formatting, lints, unit and integration tests, against real
+# SQLite, PostgreSQL and MariaDB servers. Starts (or installs) the database servers if they are not
+# running on 127.0.0.1; under CI (CI=true) an unreachable server is a failure, never a skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/ensure-databases.sh
+
+cargo fmt --check
+cargo clippy --all-targets --quiet -- -D warnings
+cargo test --all-targets

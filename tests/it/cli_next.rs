@@ -1,0 +1,70 @@
+//! `sqlcron next`: output format, defaults and exit codes.
+
+use crate::util::{sqlcron, stderr, stdout};
+
+#[test]
+fn prints_count_fire_times_with_zone_offset() {
+    let out = sqlcron(&[
+        "next",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--after",
+        "2026-03-28T12:00:00+01:00",
+        "--count",
+        "3",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "2026-03-29T03:00:00+02:00\n2026-03-30T02:30:00+02:00\n2026-03-31T02:30:00+02:00\n"
+    );
+}
+
+#[test]
+fn defaults_are_utc_now_and_five() {
+    let out = sqlcron(&["next", "@hourly"]);
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<_> = stdout(&out).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 5);
+    let now = chrono::Utc::now();
+    let mut previous = now;
+    for line in &lines {
+        assert!(line.ends_with(":00:00+00:00"), "{line}");
+        let t = chrono::DateTime::parse_from_rfc3339(line).unwrap();
+        assert!(t > previous, "{line} not after {previous}");
+        previous = t.into();
+    }
+    assert!(previous - now <= chrono::Duration::hours(5));
+}
+
+#[test]
+fn invalid_expression_exits_2_with_nothing_on_stdout() {
+    let out = sqlcron(&["next", "60 * * * *"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out).trim(),
+        "sqlcron: minute field: 60 is out of range 0-59 in \"60 * * * *\""
+    );
+}
+
+#[test]
+fn unknown_zone_and_bad_after_exit_2() {
+    let out = sqlcron(&["next", "* * * * *", "--tz", "Mars/Olympus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown time zone \"Mars/Olympus\""));
+    assert_eq!(stdout(&out), "");
+
+    let out = sqlcron(&["next", "* * * * *", "--after", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--after: \"yesterday\" is not an RFC 3339 timestamp"));
+    assert_eq!(stdout(&out), "");
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let out = sqlcron(&["next"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout(&out), "");
+}

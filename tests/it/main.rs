@@ -1,0 +1,4 @@
+//! The single integration-test binary: every file below is a module, sharing `util`.
+
+mod cli_next;
+mod util;
