@@ -6,9 +6,24 @@
 //!
 //! # Layout
 //! - [`schedule`]: pure cron maths. A cron expression in an IANA zone, and the next fire instant
-//!   after a given instant, with the DST rules spelled out in its module documentation. No clock
-//!   reads, no I/O.
+//!   after a given instant, with the DST rules in its module documentation. No clock, no I/O.
+//! - [`config`]: TOML text → raw settings → validated [`config::Config`]; pure but for `load`.
+//! - [`job`]: the nouns — a job's definition and its policy.
+//! - [`policy`]: pure decisions on claim and release (misfire, retries, lost runs, jitter).
+//! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type.
+//! - [`runner`]: running one command (process group, output tail, timeout); no database.
+//! - [`daemon`]: the poll loop, the lease loop and the shutdown sequence, gluing it together.
 //!
-//! Reading order for a newcomer: this file, then `schedule`.
+//! Dependency rule: `schedule`, `config`, `job` and `policy` import nothing from `store`,
+//! `runner` or `daemon`; `store` and `runner` never import each other; only `daemon` knows both.
+//!
+//! Reading order for a newcomer: this file, `job`, `schedule`, `policy`, `store`, `runner`,
+//! `daemon`.
 
+pub mod config;
+pub mod daemon;
+pub mod job;
+pub mod policy;
+pub mod runner;
 pub mod schedule;
+pub mod store;

@@ -1,0 +1,540 @@
+//! Subcommands. Each returns an exit code or a [`Failure`] carrying its message and code.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use sqlcron::config::{self, Config, Environment};
+use sqlcron::daemon::{self, Control, Daemon};
+use sqlcron::schedule::Schedule;
+use sqlcron::store::{JobRow, PARKED, Store};
+
+/// A node counts as alive while its heartbeat is younger than this.
+const NODE_ALIVE_WINDOW_MS: i64 = 3 * 5_000;
+
+#[derive(Debug, Parser)]
+#[command(name = "sqlcron", version, about = "Cluster-safe cron with its state in SQL")]
+pub struct Cli {
+    /// Configuration file (default: $SQLCRON_CONFIG, else /etc/sqlcron/sqlcron.toml).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon (the long-running service).
+    Daemon,
+    /// Create or upgrade the database schema.
+    Migrate,
+    /// Validate the configuration and every job in it.
+    Check,
+    /// Write the TOML's jobs to the database (create, update, remove TOML jobs).
+    Apply {
+        /// Only show what would change.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show jobs, running claims, nodes and configuration drift.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the run history, newest first.
+    History {
+        /// Only this job.
+        job: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a job once more as soon as possible; its schedule is unchanged.
+    Run { job: String },
+    /// Stop scheduling a job until `resume`.
+    Pause { job: String },
+    /// Schedule a paused job again (missed slots follow its misfire policy).
+    Resume { job: String },
+    /// Print the next fire times of a cron expression.
+    Next {
+        /// A 5-field (minute hour day-of-month month day-of-week) or 6-field (second first)
+        /// expression, or a macro such as @daily.
+        expr: String,
+        /// IANA time zone the fields are read in.
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        /// List fire times strictly after this RFC 3339 instant (default: now).
+        #[arg(long)]
+        after: Option<String>,
+        /// How many fire times to print.
+        #[arg(long, default_value_t = 5)]
+        count: usize,
+    },
+}
+
+/// An error the binary reports: its message and the exit code it maps to.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    fn runtime(message: impl std::fmt::Display) -> Failure {
+        Failure {
+            code: 1,
+            message: message.to_string(),
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> Result<u8, Failure> {
+    if let Command::Next {
+        expr,
+        tz,
+        after,
+        count,
+    } = &cli.command
+    {
+        return next(expr, tz, after.as_deref(), *count).map(|()| 0);
+    }
+    let explicit = cli.config.is_some() || std::env::var_os("SQLCRON_CONFIG").is_some();
+    let path = config::config_path(cli.config.as_deref());
+    let env = Environment::from_process();
+    let config = config::load(&path, explicit, &env).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Command::Check = cli.command {
+        println!(
+            "{}: ok ({} job(s), database {})",
+            path.display(),
+            config.jobs.len(),
+            config::redact_url(&config.database_url)
+        );
+        return Ok(0);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Failure::runtime)?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Daemon => run_daemon(config, path, explicit, env).await,
+            Command::Migrate => {
+                let store = connect(&config).await?;
+                store.migrate().await.map_err(Failure::runtime)?;
+                println!("schema up to date ({})", store.dialect().name());
+                Ok(0)
+            }
+            Command::Apply { dry_run } => {
+                let store = connect(&config).await?;
+                store.migrate().await.map_err(Failure::runtime)?;
+                let report = store
+                    .apply_toml(&config.jobs, dry_run)
+                    .await
+                    .map_err(Failure::runtime)?;
+                let verb = if dry_run { "would " } else { "" };
+                for n in &report.created {
+                    println!("{verb}create {n}");
+                }
+                for n in &report.updated {
+                    println!("{verb}update {n}");
+                }
+                for n in &report.removed {
+                    println!("{verb}remove {n}");
+                }
+                for n in &report.conflicts {
+                    println!("skip {n}: a job of that name was created with SQL");
+                }
+                if report.created.is_empty() && report.updated.is_empty() && report.removed.is_empty() {
+                    println!("nothing to change");
+                }
+                Ok(0)
+            }
+            Command::Status { json } => status(&connect(&config).await?, &config, json).await,
+            Command::History { job, limit, json } => {
+                history(&connect(&config).await?, job.as_deref(), limit, json).await
+            }
+            Command::Run { job } => {
+                let store = connect(&config).await?;
+                found(&job, store.request_run(&job).await.map_err(Failure::runtime)?)?;
+                println!("{job}: will run as soon as a node is free");
+                Ok(0)
+            }
+            Command::Pause { job } => {
+                let store = connect(&config).await?;
+                found(&job, store.set_enabled(&job, false).await.map_err(Failure::runtime)?)?;
+                println!("{job}: paused");
+                Ok(0)
+            }
+            Command::Resume { job } => {
+                let store = connect(&config).await?;
+                found(&job, store.set_enabled(&job, true).await.map_err(Failure::runtime)?)?;
+                println!("{job}: resumed");
+                Ok(0)
+            }
+            Command::Check | Command::Next { .. } => unreachable!("handled above"),
+        }
+    })
+}
+
+fn found(job: &str, ok: bool) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::usage(format!("no job named \"{job}\"")))
+    }
+}
+
+async fn connect(config: &Config) -> Result<Store, Failure> {
+    Store::connect(&config.database_url, 4).map_err(|e| Failure::usage(e.to_string()))
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+async fn run_daemon(
+    config: Config,
+    path: PathBuf,
+    explicit: bool,
+    env: Environment,
+) -> Result<u8, Failure> {
+    init_logging(&config);
+    let store = Store::connect(&config.database_url, (config.daemon.max_parallel as u32 / 2).clamp(4, 16))
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    tracing::info!(node = %config.node_name, database = %config::redact_url(&config.database_url), jobs = config.jobs.len(), "starting");
+    let (tx, rx) = mpsc::unbounded_channel();
+    spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
+
+    // Migrate and apply, retrying while the database is unreachable: a node must be able to start
+    // before its database does.
+    let mut delay = Duration::from_millis(500);
+    let daemon = Daemon::new(store.clone(), config);
+    loop {
+        let attempt = async {
+            store.migrate().await?;
+            daemon.apply_config().await
+        };
+        match attempt.await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "database not ready; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    tracing::info!("ready");
+    daemon.run(rx).await;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    store.close().await;
+    Ok(0)
+}
+
+/// signal-hook delivers signals on a plain thread; they become [`Control`] messages.
+fn spawn_signal_thread(
+    tx: mpsc::UnboundedSender<Control>,
+    path: PathBuf,
+    explicit: bool,
+    env: Environment,
+) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut stops = 0;
+            for signal in signals.forever() {
+                match signal {
+                    SIGHUP => match config::load(&path, explicit, &env) {
+                        Ok(config) => {
+                            tracing::info!(path = %path.display(), "SIGHUP: reloading configuration");
+                            let _ = tx.send(Control::Reload(Box::new(config)));
+                        }
+                        Err(e) => {
+                            tracing::error!("SIGHUP: configuration not reloaded, keeping the running one: {e}");
+                        }
+                    },
+                    _ => {
+                        stops += 1;
+                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                        let msg = if stops == 1 { Control::Stop } else { Control::StopNow };
+                        if tx.send(msg).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn fmt_ms(ms: Option<i64>) -> String {
+    match ms {
+        None => "-".into(),
+        Some(PARKED) => "never".into(),
+        Some(ms) => daemon::fmt_ms(ms),
+    }
+}
+
+#[derive(Serialize)]
+struct JobStatus {
+    name: String,
+    schedule: String,
+    timezone: String,
+    enabled: bool,
+    source: String,
+    next_run: Option<String>,
+    running_on: Option<String>,
+    running_since: Option<String>,
+    lease_until: Option<String>,
+    attempt: i64,
+    last_status: Option<String>,
+    last_exit: Option<i64>,
+    last_end: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct NodeStatus {
+    name: String,
+    host: Option<String>,
+    pid: Option<i64>,
+    version: Option<String>,
+    alive: bool,
+    last_seen: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Drift {
+    job: String,
+    /// Node name → the job's fingerprint there ("absent" when the node's file lacks it).
+    nodes: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct Status {
+    now: String,
+    jobs: Vec<JobStatus>,
+    nodes: Vec<NodeStatus>,
+    drift: Vec<Drift>,
+}
+
+fn job_status(row: &JobRow, config: &Config, now: i64) -> JobStatus {
+    let running = row.exec_by.is_some() && row.lease_until.is_some_and(|l| l > now);
+    JobStatus {
+        name: row.name.clone(),
+        schedule: row.schedule.clone(),
+        timezone: row
+            .timezone
+            .clone()
+            .unwrap_or_else(|| config.defaults.timezone.clone()),
+        enabled: row.enabled,
+        source: row.source.clone(),
+        next_run: if running || row.error.is_some() {
+            row.slot.filter(|_| running).map(daemon::fmt_ms)
+        } else {
+            row.next_exec.map(|n| fmt_ms(Some(n)))
+        },
+        running_on: running.then(|| row.exec_by.clone()).flatten(),
+        running_since: running.then(|| row.last_start.map(daemon::fmt_ms)).flatten(),
+        lease_until: running.then(|| row.lease_until.map(daemon::fmt_ms)).flatten(),
+        attempt: row.attempt,
+        last_status: row.last_status.clone().filter(|s| s != "running" || running),
+        last_exit: row.last_exit,
+        last_end: row.last_end.map(daemon::fmt_ms),
+        error: row.error.clone(),
+    }
+}
+
+async fn status(store: &Store, config: &Config, json: bool) -> Result<u8, Failure> {
+    let now = store.now().await.map_err(Failure::runtime)?;
+    let rows = store.jobs().await.map_err(Failure::runtime)?;
+    let nodes = store.nodes().await.map_err(Failure::runtime)?;
+    let jobs: Vec<JobStatus> = rows.iter().map(|r| job_status(r, config, now)).collect();
+    let alive = |n: &sqlcron::store::NodeRow| {
+        n.stopped.is_none() && n.last_seen.is_some_and(|s| now - s < NODE_ALIVE_WINDOW_MS)
+    };
+    // Drift: alive nodes whose TOML jobs differ.
+    let mut per_node = std::collections::BTreeMap::new();
+    for n in nodes.iter().filter(|n| alive(n)) {
+        let map: std::collections::BTreeMap<String, String> = n
+            .toml_jobs
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default();
+        per_node.insert(n.name.clone(), map);
+    }
+    let mut all_jobs = std::collections::BTreeSet::new();
+    for m in per_node.values() {
+        all_jobs.extend(m.keys().cloned());
+    }
+    let mut drift = vec![];
+    for job in all_jobs {
+        let versions: std::collections::BTreeMap<String, String> = per_node
+            .iter()
+            .map(|(node, m)| (node.clone(), m.get(&job).cloned().unwrap_or_else(|| "absent".into())))
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = versions.values().collect();
+        if distinct.len() > 1 {
+            drift.push(Drift {
+                job,
+                nodes: versions,
+            });
+        }
+    }
+    let status = Status {
+        now: daemon::fmt_ms(now),
+        nodes: nodes
+            .iter()
+            .map(|n| NodeStatus {
+                name: n.name.clone(),
+                host: n.host.clone(),
+                pid: n.pid,
+                version: n.version.clone(),
+                alive: alive(n),
+                last_seen: n.last_seen.map(daemon::fmt_ms),
+            })
+            .collect(),
+        jobs,
+        drift,
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).map_err(Failure::runtime)?
+        );
+        return Ok(0);
+    }
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<24} {:<16} {:<16} {:<21} {:<28} {}\n",
+        "JOB", "SCHEDULE", "ZONE", "NEXT", "STATE", "LAST"
+    ));
+    for j in &status.jobs {
+        let state = if let Some(e) = &j.error {
+            format!("error: {e}")
+        } else if let Some(node) = &j.running_on {
+            format!("running on {node} since {}", j.running_since.clone().unwrap_or_default())
+        } else if !j.enabled {
+            "paused".into()
+        } else {
+            "idle".into()
+        };
+        let last = match (&j.last_status, j.last_exit) {
+            (Some(s), Some(code)) => format!("{s} (exit {code}) {}", j.last_end.clone().unwrap_or_default()),
+            (Some(s), None) => format!("{s} {}", j.last_end.clone().unwrap_or_default()),
+            _ => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<24} {:<16} {:<16} {:<21} {:<28} {}\n",
+            j.name,
+            j.schedule,
+            j.timezone,
+            j.next_run.clone().unwrap_or_else(|| "-".into()),
+            state,
+            last
+        ));
+    }
+    out.push_str(&format!("\n{:<24} {:<24} {:<8} {:<6} {}\n", "NODE", "HOST", "PID", "ALIVE", "LAST SEEN"));
+    for n in &status.nodes {
+        out.push_str(&format!(
+            "{:<24} {:<24} {:<8} {:<6} {}\n",
+            n.name,
+            n.host.clone().unwrap_or_default(),
+            n.pid.map(|p| p.to_string()).unwrap_or_default(),
+            if n.alive { "yes" } else { "no" },
+            n.last_seen.clone().unwrap_or_default()
+        ));
+    }
+    if !status.drift.is_empty() {
+        out.push_str("\nCONFIGURATION DRIFT (alive nodes whose TOML files disagree)\n");
+        for d in &status.drift {
+            let parts: Vec<String> = d.nodes.iter().map(|(n, h)| format!("{n}={h}")).collect();
+            out.push_str(&format!("{:<24} {}\n", d.job, parts.join(" ")));
+        }
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+async fn history(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Result<u8, Failure> {
+    let rows = store
+        .history(job, limit.clamp(1, 100_000))
+        .await
+        .map_err(Failure::runtime)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?);
+        return Ok(0);
+    }
+    println!(
+        "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
+        "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED", "DETAIL"
+    );
+    for r in rows {
+        let detail = match r.outcome.as_str() {
+            "skipped" => format!(
+                "{} slot(s) up to {}",
+                r.skipped_count.unwrap_or(0),
+                fmt_ms(r.skipped_last)
+            ),
+            _ => match (r.exit_code, r.signal) {
+                (Some(c), _) => format!("exit {c}"),
+                (None, Some(s)) => format!("signal {s}"),
+                _ => r.message.clone().unwrap_or_default(),
+            },
+        };
+        println!(
+            "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
+            r.job,
+            daemon::fmt_ms(r.slot),
+            r.attempt,
+            r.outcome,
+            r.node.unwrap_or_default(),
+            fmt_ms(r.ended),
+            detail
+        );
+    }
+    Ok(0)
+}
+
+fn next(expr: &str, tz: &str, after: Option<&str>, count: usize) -> Result<(), Failure> {
+    let schedule = Schedule::parse(expr, tz).map_err(|e| Failure::usage(e.to_string()))?;
+    let after = match after {
+        Some(text) => DateTime::parse_from_rfc3339(text)
+            .map_err(|e| {
+                Failure::usage(format!(
+                    "--after: \"{text}\" is not an RFC 3339 timestamp ({e}), e.g. 2026-03-29T01:00:00+01:00"
+                ))
+            })?
+            .with_timezone(&Utc),
+        None => Utc::now(),
+    };
+    let mut out = String::new();
+    for t in schedule.iter_after(after).take(count) {
+        out.push_str(
+            &t.with_timezone(&schedule.tz())
+                .to_rfc3339_opts(SecondsFormat::Secs, false),
+        );
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(())
+}

@@ -1,0 +1,715 @@
+//! Configuration: TOML text → [`RawConfig`] (serde, mirrors the file) → [`Config`] (typed and
+//! validated). Pure: reading the file and the environment happens in [`load`], everything else
+//! works on strings so it can be tested without touching the disk.
+//!
+//! Validation reports every problem at once, each naming the file, the job and the key at fault.
+//! Nothing after validation re-checks configuration.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::job::{JobSpec, Misfire, OnLeaseLost, Policy, PolicyOverrides};
+use crate::schedule::{CronExpr, parse_zone};
+
+/// Where the configuration is read from when neither `--config` nor `$SQLCRON_CONFIG` is given.
+pub const CONFIG_PATH_DEFAULT: &str = "/etc/sqlcron/sqlcron.toml";
+/// The state directory outside systemd; under systemd `$STATE_DIRECTORY` wins.
+pub const STATE_DIR_DEFAULT: &str = "/var/lib/sqlcron";
+
+pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+pub const LEASE_DEFAULT: Duration = Duration::from_secs(10);
+pub const MAX_PARALLEL_DEFAULT: usize = 16;
+pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+pub const OUTPUT_TAIL_DEFAULT: usize = 64 * 1024;
+
+/// The file as written. Every field is optional; defaults are applied in [`validate`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub database: RawDatabase,
+    #[serde(default)]
+    pub node: RawNode,
+    #[serde(default)]
+    pub daemon: RawDaemon,
+    #[serde(default)]
+    pub defaults: RawPolicy,
+    #[serde(default)]
+    pub pools: BTreeMap<String, i64>,
+    #[serde(default)]
+    pub log: RawLog,
+    #[serde(default, rename = "job")]
+    pub jobs: Vec<RawJob>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDatabase {
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDaemon {
+    pub poll_interval: Option<String>,
+    pub lease: Option<String>,
+    pub max_parallel: Option<i64>,
+    pub shutdown_grace: Option<String>,
+    pub output_tail: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub level: Option<String>,
+    pub target: Option<String>,
+}
+
+/// Policy keys, shared by `[defaults]` and `[[job]]`.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub timezone: Option<String>,
+    pub misfire: Option<String>,
+    pub starting_deadline: Option<String>,
+    pub max_catch_up: Option<i64>,
+    pub retries: Option<i64>,
+    pub retry_backoff: Option<String>,
+    pub retry_backoff_max: Option<String>,
+    pub timeout: Option<String>,
+    pub kill_grace: Option<String>,
+    pub jitter: Option<String>,
+    pub on_lease_lost: Option<String>,
+    pub rerun_lost: Option<bool>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJob {
+    pub name: Option<String>,
+    pub schedule: Option<String>,
+    pub command: Option<String>,
+    pub argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+    pub enabled: Option<bool>,
+    pub pool: Option<String>,
+    #[serde(flatten)]
+    pub policy: RawPolicy,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it was read from, for messages.
+    pub path: PathBuf,
+    /// Database URL, with `$SQLCRON_DATABASE_URL` and the SQLite default already applied.
+    pub database_url: String,
+    /// This daemon's name in `exec_by`, history and `cron_nodes`.
+    pub node_name: String,
+    pub daemon: DaemonConfig,
+    /// Policy for every job unless a job (or its row) says otherwise.
+    pub defaults: Policy,
+    /// Pool name → cluster-wide limit.
+    pub pools: BTreeMap<String, u32>,
+    pub log: LogConfig,
+    /// `[[job]]` tables, in file order.
+    pub jobs: Vec<JobSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonConfig {
+    /// The longest a node sleeps between two looks at the table.
+    pub poll_interval: Duration,
+    /// Claim lease; extended every third of it while the job's process lives.
+    pub lease: Duration,
+    /// Jobs this node runs at once.
+    pub max_parallel: usize,
+    /// How long running jobs may finish after SIGTERM before they are stopped.
+    pub shutdown_grace: Duration,
+    /// Bytes of a run's output kept in the history.
+    pub output_tail: usize,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            poll_interval: POLL_INTERVAL_DEFAULT,
+            lease: LEASE_DEFAULT,
+            max_parallel: MAX_PARALLEL_DEFAULT,
+            shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
+            output_tail: OUTPUT_TAIL_DEFAULT,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// A `RUST_LOG`-style filter; `$RUST_LOG` overrides it.
+    pub level: String,
+    /// `auto` (journald under systemd, else stderr), `journald` or `stderr`.
+    pub target: String,
+}
+
+/// A configuration problem: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `[daemon] lease`, `job "backup" schedule`, ...
+    pub location: String,
+    pub message: String,
+}
+
+/// Every problem found in one file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {}: {}", self.path.display(), p.location, p.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// Environment the configuration depends on, passed in so tests need not set variables.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    pub database_url: Option<String>,
+    pub state_directory: Option<String>,
+    pub hostname: Option<String>,
+}
+
+impl Environment {
+    pub fn from_process() -> Environment {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        Environment {
+            database_url: std::env::var("SQLCRON_DATABASE_URL")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            state_directory: std::env::var("STATE_DIRECTORY")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            hostname: host,
+        }
+    }
+}
+
+/// The configuration path: `--config`, else `$SQLCRON_CONFIG`, else the default.
+pub fn config_path(flag: Option<&Path>) -> PathBuf {
+    if let Some(p) = flag {
+        return p.to_path_buf();
+    }
+    match std::env::var_os("SQLCRON_CONFIG") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(CONFIG_PATH_DEFAULT),
+    }
+}
+
+/// Reads and validates a configuration file. A missing file at the default path is an empty
+/// configuration (a node that only runs jobs defined with SQL); a missing file that was asked
+/// for explicitly is an error.
+pub fn load(path: &Path, explicit: bool, env: &Environment) -> Result<Config, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => String::new(),
+        Err(e) => {
+            return Err(ConfigError {
+                path: path.to_path_buf(),
+                problems: vec![Problem {
+                    location: "file".into(),
+                    message: format!("cannot read: {e}"),
+                }],
+            });
+        }
+    };
+    parse(&text, path, env)
+}
+
+/// Parses and validates TOML text.
+pub fn parse(text: &str, path: &Path, env: &Environment) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        problems: vec![Problem {
+            location: toml_location(text, &e),
+            message: e.message().to_string(),
+        }],
+    })?;
+    validate(raw, path, env)
+}
+
+fn toml_location(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}")
+        }
+        None => "file".into(),
+    }
+}
+
+/// Parses a duration such as `"500ms"`, `"30s"`, `"5m"`, `"1h"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("\"{text}\" is not a duration ({e}); use e.g. \"500ms\", \"30s\", \"5m\", \"1h\"")
+    })
+}
+
+struct Collector {
+    problems: Vec<Problem>,
+}
+
+impl Collector {
+    fn push(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            location: location.into(),
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, location: &str, value: &Option<String>, default: Duration) -> Duration {
+        match value {
+            None => default,
+            Some(text) => parse_duration(text).unwrap_or_else(|m| {
+                self.push(location, m);
+                default
+            }),
+        }
+    }
+}
+
+/// Turns the raw file into a validated [`Config`], reporting every problem.
+pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config, ConfigError> {
+    let mut c = Collector { problems: vec![] };
+
+    let database_url = env
+        .database_url
+        .clone()
+        .or(raw.database.url.clone())
+        .unwrap_or_else(|| {
+            let dir = env
+                .state_directory
+                .clone()
+                .unwrap_or_else(|| STATE_DIR_DEFAULT.to_string());
+            format!("sqlite://{}/sqlcron.db", dir.trim_end_matches('/'))
+        });
+    if !["sqlite:", "postgres:", "postgresql:", "mysql:", "mariadb:"]
+        .iter()
+        .any(|p| database_url.starts_with(p))
+    {
+        c.push(
+            "[database] url",
+            format!(
+                "\"{}\" is not a sqlite://, postgres:// or mysql:// URL",
+                redact_url(&database_url)
+            ),
+        );
+    }
+
+    let node_name = raw
+        .node
+        .name
+        .clone()
+        .or(env.hostname.clone())
+        .unwrap_or_else(|| "localhost".into());
+    if node_name.trim().is_empty() || node_name.len() > 200 {
+        c.push(
+            "[node] name",
+            format!("\"{node_name}\" must be 1-200 characters"),
+        );
+    }
+
+    let d = &raw.daemon;
+    let daemon = DaemonConfig {
+        poll_interval: c.duration(
+            "[daemon] poll_interval",
+            &d.poll_interval,
+            POLL_INTERVAL_DEFAULT,
+        ),
+        lease: c.duration("[daemon] lease", &d.lease, LEASE_DEFAULT),
+        max_parallel: match d.max_parallel {
+            None => MAX_PARALLEL_DEFAULT,
+            Some(n) if (1..=10_000).contains(&n) => n as usize,
+            Some(n) => {
+                c.push("[daemon] max_parallel", format!("{n} must be 1-10000"));
+                MAX_PARALLEL_DEFAULT
+            }
+        },
+        shutdown_grace: c.duration(
+            "[daemon] shutdown_grace",
+            &d.shutdown_grace,
+            SHUTDOWN_GRACE_DEFAULT,
+        ),
+        output_tail: match d.output_tail {
+            None => OUTPUT_TAIL_DEFAULT,
+            Some(n) if (0..=16 * 1024 * 1024).contains(&n) => n as usize,
+            Some(n) => {
+                c.push(
+                    "[daemon] output_tail",
+                    format!("{n} must be 0-16777216 bytes"),
+                );
+                OUTPUT_TAIL_DEFAULT
+            }
+        },
+    };
+    if daemon.poll_interval < Duration::from_millis(10) {
+        c.push("[daemon] poll_interval", "must be at least 10ms");
+    }
+    if daemon.lease < Duration::from_secs(1) {
+        c.push("[daemon] lease", "must be at least 1s");
+    } else if daemon.lease <= daemon.poll_interval {
+        c.push(
+            "[daemon] lease",
+            format!(
+                "{} must be longer than poll_interval ({})",
+                humantime::format_duration(daemon.lease),
+                humantime::format_duration(daemon.poll_interval)
+            ),
+        );
+    }
+
+    let defaults = match PolicyOverrides::from_raw(&raw.defaults) {
+        Ok(o) => o.apply_to(&Policy::default()),
+        Err((key, message)) => {
+            c.push(format!("[defaults] {key}"), message);
+            Policy::default()
+        }
+    };
+
+    let mut pools = BTreeMap::new();
+    for (name, size) in &raw.pools {
+        if (1..=100_000).contains(size) {
+            pools.insert(name.clone(), *size as u32);
+        } else {
+            c.push(format!("[pools] {name}"), format!("{size} must be 1-100000"));
+        }
+    }
+
+    let level = raw.log.level.clone().unwrap_or_else(|| "info".into());
+    if tracing_subscriber::EnvFilter::try_new(&level).is_err() {
+        c.push(
+            "[log] level",
+            format!("\"{level}\" is not a level or filter (e.g. \"info\", \"sqlcron=debug\")"),
+        );
+    }
+    let target = raw.log.target.clone().unwrap_or_else(|| "auto".into());
+    if !["auto", "journald", "stderr"].contains(&target.as_str()) {
+        c.push(
+            "[log] target",
+            format!("\"{target}\" must be auto, journald or stderr"),
+        );
+    }
+
+    let mut jobs = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, job) in raw.jobs.iter().enumerate() {
+        let label = match &job.name {
+            Some(n) => format!("job \"{n}\""),
+            None => format!("job #{}", i + 1),
+        };
+        match job_spec(job, &defaults, &pools) {
+            Ok(spec) => {
+                if !seen.insert(spec.name.clone()) {
+                    c.push(format!("{label} name"), "is defined twice");
+                }
+                jobs.push(spec);
+            }
+            Err(problems) => {
+                for (key, message) in problems {
+                    c.push(format!("{label} {key}"), message);
+                }
+            }
+        }
+    }
+
+    if !c.problems.is_empty() {
+        return Err(ConfigError {
+            path: path.to_path_buf(),
+            problems: c.problems,
+        });
+    }
+    Ok(Config {
+        path: path.to_path_buf(),
+        database_url,
+        node_name,
+        daemon,
+        defaults,
+        pools,
+        log: LogConfig { level, target },
+        jobs,
+    })
+}
+
+/// Validates one `[[job]]` table; errors are (key, message) pairs.
+fn job_spec(
+    job: &RawJob,
+    defaults: &Policy,
+    pools: &BTreeMap<String, u32>,
+) -> Result<JobSpec, Vec<(String, String)>> {
+    let mut problems = Vec::new();
+    let name = match &job.name {
+        Some(n) if !n.trim().is_empty() && n.len() <= 200 => n.clone(),
+        Some(n) => {
+            problems.push(("name".into(), format!("\"{n}\" must be 1-200 characters")));
+            String::new()
+        }
+        None => {
+            problems.push(("name".into(), "is missing".into()));
+            String::new()
+        }
+    };
+    let schedule = match &job.schedule {
+        Some(s) => {
+            if let Err(e) = CronExpr::parse(s) {
+                problems.push(("schedule".into(), e.to_string()));
+            }
+            s.clone()
+        }
+        None => {
+            problems.push(("schedule".into(), "is missing".into()));
+            String::new()
+        }
+    };
+    match (&job.command, &job.argv) {
+        (None, None) => problems.push(("command".into(), "is missing (or give argv)".into())),
+        (Some(_), Some(_)) => problems.push((
+            "command".into(),
+            "give either command or argv, not both".into(),
+        )),
+        (Some(cmd), None) if cmd.trim().is_empty() => {
+            problems.push(("command".into(), "is empty".into()))
+        }
+        (None, Some(argv)) if argv.is_empty() || argv[0].is_empty() => {
+            problems.push(("argv".into(), "must name a program first".into()))
+        }
+        _ => {}
+    }
+    if let Some(pool) = &job.pool
+        && !pools.contains_key(pool)
+    {
+        problems.push((
+            "pool".into(),
+            format!("\"{pool}\" is not defined under [pools]"),
+        ));
+    }
+    let overrides = match PolicyOverrides::from_raw(&job.policy) {
+        Ok(o) => o,
+        Err((key, message)) => {
+            problems.push((key, message));
+            PolicyOverrides::default()
+        }
+    };
+    if let Some(zone) = &job.policy.timezone
+        && let Err(e) = parse_zone(zone)
+    {
+        problems.push(("timezone".into(), e.to_string()));
+    }
+    let _ = defaults;
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(JobSpec {
+        name,
+        schedule,
+        timezone: job.policy.timezone.clone(),
+        command: job.command.clone(),
+        argv: job.argv.clone(),
+        env: job.env.clone(),
+        workdir: job.workdir.clone(),
+        enabled: job.enabled.unwrap_or(true),
+        pool: job.pool.clone(),
+        overrides,
+    })
+}
+
+/// Hides a password in a URL for messages.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.to_string()
+}
+
+impl PolicyOverrides {
+    /// Parses the policy keys of `[defaults]` or a `[[job]]`; the first bad key is reported.
+    pub fn from_raw(raw: &RawPolicy) -> Result<PolicyOverrides, (String, String)> {
+        let dur = |key: &str, v: &Option<String>| -> Result<Option<Duration>, (String, String)> {
+            v.as_ref()
+                .map(|t| parse_duration(t).map_err(|m| (key.to_string(), m)))
+                .transpose()
+        };
+        let count = |key: &str, v: Option<i64>, max: i64| -> Result<Option<u32>, (String, String)> {
+            match v {
+                None => Ok(None),
+                Some(n) if (0..=max).contains(&n) => Ok(Some(n as u32)),
+                Some(n) => Err((key.to_string(), format!("{n} must be 0-{max}"))),
+            }
+        };
+        if let Some(zone) = &raw.timezone {
+            parse_zone(zone).map_err(|e| ("timezone".to_string(), e.to_string()))?;
+        }
+        Ok(PolicyOverrides {
+            timezone: raw.timezone.clone(),
+            misfire: raw
+                .misfire
+                .as_deref()
+                .map(|m| Misfire::parse(m).map_err(|e| ("misfire".to_string(), e)))
+                .transpose()?,
+            starting_deadline: dur("starting_deadline", &raw.starting_deadline)?,
+            max_catch_up: count("max_catch_up", raw.max_catch_up, 100_000)?,
+            retries: count("retries", raw.retries, 1000)?,
+            retry_backoff: dur("retry_backoff", &raw.retry_backoff)?,
+            retry_backoff_max: dur("retry_backoff_max", &raw.retry_backoff_max)?,
+            timeout: dur("timeout", &raw.timeout)?,
+            kill_grace: dur("kill_grace", &raw.kill_grace)?,
+            jitter: dur("jitter", &raw.jitter)?,
+            on_lease_lost: raw
+                .on_lease_lost
+                .as_deref()
+                .map(|m| OnLeaseLost::parse(m).map_err(|e| ("on_lease_lost".to_string(), e)))
+                .transpose()?,
+            rerun_lost: raw.rerun_lost,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> Environment {
+        Environment {
+            hostname: Some("host-a".into()),
+            ..Environment::default()
+        }
+    }
+
+    fn parse_ok(text: &str) -> Config {
+        parse(text, Path::new("/etc/sqlcron/sqlcron.toml"), &env()).unwrap()
+    }
+
+    fn parse_err(text: &str) -> String {
+        parse(text, Path::new("/etc/sqlcron/sqlcron.toml"), &env())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = parse_ok("");
+        assert_eq!(c.database_url, "sqlite:///var/lib/sqlcron/sqlcron.db");
+        assert_eq!(c.node_name, "host-a");
+        assert_eq!(c.daemon, DaemonConfig::default());
+        assert_eq!(c.defaults, Policy::default());
+        assert!(c.jobs.is_empty());
+    }
+
+    #[test]
+    fn state_directory_and_env_url() {
+        let mut e = env();
+        e.state_directory = Some("/var/lib/sqlcron-x/".into());
+        let c = parse("", Path::new("x.toml"), &e).unwrap();
+        assert_eq!(c.database_url, "sqlite:///var/lib/sqlcron-x/sqlcron.db");
+        e.database_url = Some("postgres://db/x".into());
+        let c = parse("[database]\nurl = \"mysql://y\"", Path::new("x.toml"), &e).unwrap();
+        assert_eq!(c.database_url, "postgres://db/x");
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = parse_ok(include_str!("../config/sqlcron.example.toml"));
+        assert_eq!(c.node_name, "web-1");
+        assert_eq!(c.pools.get("heavy"), Some(&2));
+        let backup = c.jobs.iter().find(|j| j.name == "nightly-backup").unwrap();
+        assert_eq!(backup.timezone.as_deref(), Some("Asia/Tokyo"));
+        assert_eq!(backup.overrides.retries, Some(3));
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_file_job_and_key() {
+        let msg = parse_err(
+            r#"
+[daemon]
+lease = "soon"
+[[job]]
+name = "a"
+schedule = "60 * * * *"
+command = "true"
+[[job]]
+name = "b"
+schedule = "* * * * *"
+timezone = "Mars/Base"
+"#,
+        );
+        let lines: Vec<_> = msg.lines().collect();
+        assert_eq!(lines.len(), 4, "{msg}");
+        assert!(lines[0].starts_with("/etc/sqlcron/sqlcron.toml: [daemon] lease: \"soon\" is not a duration"));
+        assert_eq!(
+            lines[1],
+            "/etc/sqlcron/sqlcron.toml: job \"a\" schedule: minute field: 60 is out of range 0-59 in \"60 * * * *\""
+        );
+        assert!(lines.iter().any(|l| l.contains("job \"b\" command: is missing")));
+        assert!(lines.iter().any(|l| l.contains("job \"b\" timezone: unknown time zone \"Mars/Base\"")));
+    }
+
+    #[test]
+    fn broken_toml_names_the_line() {
+        let msg = parse_err("[daemon]\npoll_interval = \n");
+        assert!(msg.starts_with("/etc/sqlcron/sqlcron.toml: line 2:"), "{msg}");
+        let msg = parse_err("[daemon]\npoll_intervall = \"1s\"\n");
+        assert!(msg.contains("unknown field `poll_intervall`"), "{msg}");
+    }
+
+    #[test]
+    fn lease_must_exceed_poll_interval_and_pools_must_exist() {
+        let msg = parse_err("[daemon]\npoll_interval = \"5s\"\nlease = \"5s\"\n");
+        assert!(msg.contains("[daemon] lease: 5s must be longer than poll_interval (5s)"), "{msg}");
+        let msg = parse_err("[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\npool=\"nope\"\n");
+        assert!(msg.contains("job \"x\" pool: \"nope\" is not defined under [pools]"), "{msg}");
+    }
+
+    #[test]
+    fn duplicate_job_names_are_rejected() {
+        let msg = parse_err(
+            "[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\n[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\n",
+        );
+        assert!(msg.contains("job \"x\" name: is defined twice"), "{msg}");
+    }
+
+    #[test]
+    fn policy_values_are_checked() {
+        let msg = parse_err("[defaults]\nmisfire = \"sometimes\"\n");
+        assert!(msg.contains("[defaults] misfire: \"sometimes\" must be skip, run_once or run_all"), "{msg}");
+        let msg = parse_err("[defaults]\nretries = -1\n");
+        assert!(msg.contains("[defaults] retries: -1 must be 0-1000"), "{msg}");
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("sqlite:///x.db"), "sqlite:///x.db");
+    }
+}

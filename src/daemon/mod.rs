@@ -1,0 +1,847 @@
+//! The daemon: poll, claim, run, extend, release — and stop cleanly.
+//!
+//! One loop does the polling: each pass is one [`Daemon::tick`] (a peek at the table, preparing
+//! new rows, a claim of up to the free capacity) and then a sleep until the earliest known due
+//! time, bounded by `poll_interval`, or until a run ends. Each claimed row is handled by its own
+//! task; a second loop extends the leases of all live runs in one statement per pass.
+//!
+//! Shutdown takes its trigger as an argument ([`Control`]): a soft stop ends claiming and waits
+//! up to `shutdown_grace` for running jobs; then (or on a second stop) they are stopped and their
+//! rows released for takeover on a fresh, short timeout that the shutdown does not cancel.
+
+pub mod lease;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::config::Config;
+use crate::job::{OnLeaseLost, Policy, PolicyOverrides};
+use crate::policy::{self, ClaimAction, ClaimedState, after_run, jitter_ms, plan_claim};
+use crate::runner::{self, Program, RunSpec, StopRequest};
+use crate::schedule::{Schedule, parse_zone};
+use crate::store::{Fenced, JobRow, Release, RunKey, RunResult, Store, StoreError};
+
+/// How often the node refreshes `cron_nodes.last_seen`.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// How many new or changed rows one tick prepares.
+const PREPARE_BATCH: i64 = 500;
+/// Longest pause after database errors.
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// What the daemon is told from outside (signals in `main`, channels in tests).
+#[derive(Debug)]
+pub enum Control {
+    /// Stop claiming, let running jobs finish up to `shutdown_grace`, then stop them.
+    Stop,
+    /// Stop running jobs now.
+    StopNow,
+    /// A new, already validated configuration (SIGHUP).
+    Reload(Box<Config>),
+}
+
+/// What one tick did, for logs and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TickReport {
+    /// Database clock at the peek.
+    pub now: i64,
+    pub next_due: Option<i64>,
+    pub prepared: usize,
+    pub invalid: usize,
+    pub claimed: usize,
+    /// Capacity was full when the tick ended (more may be due).
+    pub saturated: bool,
+}
+
+/// Why a run's supervision ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interrupt {
+    LeaseLost,
+    Shutdown,
+}
+
+/// A run this node supervises.
+struct Running {
+    token: i64,
+    job: String,
+    /// Until when the claim may be trusted (see `lease.rs`).
+    trusted_until: Instant,
+    stop: watch::Sender<StopRequest>,
+    interrupted: Option<Interrupt>,
+    on_lease_lost: OnLeaseLost,
+}
+
+/// State shared by the poll loop, the lease loop and the run tasks.
+struct Shared {
+    store: Store,
+    node: String,
+    config: RwLock<Arc<Config>>,
+    running: Mutex<HashMap<i64, Running>>,
+    /// Bounds local concurrent runs (`max_parallel`).
+    permits: Arc<Semaphore>,
+    /// Woken when a run ends (capacity freed) or on a control message.
+    wake: Notify,
+    /// Set once the shutdown has begun: stops claiming.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+pub struct Daemon {
+    shared: Arc<Shared>,
+}
+
+impl Daemon {
+    pub fn new(store: Store, config: Config) -> Daemon {
+        let permits = Arc::new(Semaphore::new(config.daemon.max_parallel));
+        Daemon {
+            shared: Arc::new(Shared {
+                store,
+                node: config.node_name.clone(),
+                config: RwLock::new(Arc::new(config)),
+                running: Mutex::new(HashMap::new()),
+                permits,
+                wake: Notify::new(),
+                stopping: false.into(),
+            }),
+        }
+    }
+
+    fn config(&self) -> Arc<Config> {
+        self.shared.config()
+    }
+
+    /// Applies the configuration's jobs and registers the node (daemon start and reload).
+    pub async fn apply_config(&self) -> Result<(), StoreError> {
+        let config = self.config();
+        let report = self.shared.store.apply_toml(&config.jobs, false).await?;
+        for name in &report.created {
+            tracing::info!(job = %name, "job created from TOML");
+        }
+        for name in &report.updated {
+            tracing::info!(job = %name, "job updated from TOML");
+        }
+        for name in &report.removed {
+            tracing::info!(job = %name, "job removed (no longer in TOML)");
+        }
+        for name in &report.conflicts {
+            tracing::warn!(job = %name, "TOML job has the name of a job created with SQL; left alone");
+        }
+        let fingerprint: std::collections::BTreeMap<&str, String> = config
+            .jobs
+            .iter()
+            .map(|j| (j.name.as_str(), crate::store::job_hash(j)))
+            .collect();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        self.shared
+            .store
+            .register_node(
+                &self.shared.node,
+                &host,
+                std::process::id(),
+                &serde_json::to_string(&fingerprint).unwrap_or_default(),
+            )
+            .await
+    }
+
+    /// One claim-and-dispatch pass. Tests call it directly.
+    pub async fn tick(&self, tasks: &mut JoinSet<()>) -> Result<TickReport, StoreError> {
+        let shared = &self.shared;
+        let config = self.config();
+        let peek = shared.store.peek().await?;
+        let mut report = TickReport {
+            now: peek.now,
+            next_due: peek.next_due,
+            ..TickReport::default()
+        };
+        if peek.pending_prepare {
+            let (ok, bad) = shared.prepare(peek.now, &config).await?;
+            report.prepared = ok;
+            report.invalid = bad;
+            if ok > 0 {
+                // Newly prepared rows may be due sooner than what the peek saw.
+                report.next_due = Some(peek.now);
+            }
+        }
+        if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(report);
+        }
+        let free = shared.permits.available_permits();
+        if free == 0 {
+            report.saturated = true;
+            return Ok(report);
+        }
+        if !peek.next_due.is_some_and(|d| d <= peek.now) {
+            return Ok(report);
+        }
+        let (now, rows) = shared
+            .store
+            .claim(&shared.node, free, config.daemon.lease)
+            .await?;
+        let claim_started = Instant::now();
+        report.claimed = rows.len();
+        report.saturated = rows.len() == free;
+        let now = now.unwrap_or(peek.now);
+        for row in rows {
+            let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+                // Cannot happen (we claimed at most the free permits); the lease will expire.
+                tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");
+                continue;
+            };
+            let shared = self.shared.clone();
+            let config = config.clone();
+            tasks.spawn(async move {
+                shared.handle_claimed(row, now, claim_started, &config).await;
+                drop(permit);
+                shared.wake.notify_one();
+            });
+        }
+        Ok(report)
+    }
+
+    /// Runs until stopped through `control`. Returns after every run was finished or stopped
+    /// and released.
+    pub async fn run(self, mut control: mpsc::UnboundedReceiver<Control>) {
+        let mut tasks = JoinSet::new();
+        let lease_loop = tokio::spawn(lease_loop(self.shared.clone()));
+        let mut errors = 0u32;
+        let mut outage_since: Option<Instant> = None;
+        let mut last_heartbeat = Instant::now();
+        let mut stop_now = false;
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(e) = done {
+                    tracing::error!(error = %e, "a run task failed");
+                }
+            }
+            let config = self.config();
+            let poll = config.daemon.poll_interval;
+            let sleep_for = match self.tick(&mut tasks).await {
+                Ok(report) => {
+                    if let Some(since) = outage_since.take() {
+                        tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
+                    }
+                    errors = 0;
+                    if report.claimed > 0 || report.prepared > 0 || report.invalid > 0 {
+                        tracing::debug!(?report, "tick");
+                    }
+                    if last_heartbeat.elapsed() >= HEARTBEAT_INTERVAL {
+                        last_heartbeat = Instant::now();
+                        if let Err(e) = self.shared.store.node_seen(&self.shared.node).await {
+                            tracing::warn!(error = %e, "node heartbeat failed");
+                        }
+                    }
+                    if report.saturated && report.claimed > 0 {
+                        Duration::ZERO
+                    } else {
+                        match report.next_due {
+                            Some(due) if due > report.now => {
+                                poll.min(Duration::from_millis((due - report.now) as u64))
+                            }
+                            Some(_) if !report.saturated && report.claimed == 0 => {
+                                // Due but nothing claimed: another node got it, or it is
+                                // held; look again soon but do not spin.
+                                poll.min(Duration::from_millis(50))
+                            }
+                            _ => poll,
+                        }
+                    }
+                }
+                Err(e) => {
+                    errors += 1;
+                    if outage_since.is_none() {
+                        outage_since = Some(Instant::now());
+                        tracing::error!(error = %e, "database unreachable; retrying with backoff");
+                    }
+                    let backoff = Duration::from_millis(200)
+                        .saturating_mul(1 << errors.min(8))
+                        .min(ERROR_BACKOFF_MAX);
+                    backoff.max(poll.min(ERROR_BACKOFF_MAX))
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(sleep_for) => {}
+                _ = self.shared.wake.notified() => {}
+                msg = control.recv() => match msg {
+                    Some(Control::Reload(config)) => {
+                        self.reload(*config).await;
+                    }
+                    Some(Control::Stop) | None => break,
+                    Some(Control::StopNow) => { stop_now = true; break; }
+                },
+            }
+        }
+        self.shutdown(tasks, control, stop_now).await;
+        lease_loop.abort();
+    }
+
+    async fn reload(&self, config: Config) {
+        let old = self.config();
+        if config.database_url != old.database_url || config.node_name != old.node_name {
+            tracing::warn!(
+                "reload: [database] url and [node] name changes need a restart; keeping the old ones"
+            );
+        }
+        if config.daemon.max_parallel != old.daemon.max_parallel {
+            tracing::warn!("reload: [daemon] max_parallel changes need a restart");
+        }
+        *self.shared.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        match self.apply_config().await {
+            Ok(()) => tracing::info!("configuration reloaded"),
+            Err(e) => tracing::error!(error = %e, "reload: applying the TOML jobs failed"),
+        }
+    }
+
+    async fn shutdown(
+        &self,
+        mut tasks: JoinSet<()>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+        mut stop_now: bool,
+    ) {
+        let shared = &self.shared;
+        shared
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let grace = self.config().daemon.shutdown_grace;
+        let running = shared.running.lock().map(|r| r.len()).unwrap_or(0);
+        tracing::info!(running, grace = %humantime::format_duration(grace), "stopping: no more claims");
+        if !stop_now && !tasks.is_empty() {
+            let deadline = tokio::time::sleep(grace);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    next = tasks.join_next() => if next.is_none() { break },
+                    _ = &mut deadline => { stop_now = true; break }
+                    msg = control.recv() => if matches!(msg, Some(Control::Stop | Control::StopNow)) {
+                        stop_now = true;
+                        break;
+                    },
+                }
+            }
+        }
+        if stop_now && !tasks.is_empty() {
+            tracing::warn!("stopping the jobs still running; their rows are released for takeover");
+            if let Ok(mut running) = shared.running.lock() {
+                for r in running.values_mut() {
+                    r.interrupted = Some(Interrupt::Shutdown);
+                    let _ = r.stop.send(StopRequest::Kill);
+                }
+            }
+        }
+        // The run tasks release their rows themselves; bound the wait so a hung database cannot
+        // hold the process forever.
+        let _ = tokio::time::timeout(Duration::from_secs(60), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if let Err(e) = tokio::time::timeout(
+            Duration::from_secs(5),
+            shared.store.node_stopped(&shared.node),
+        )
+        .await
+        .unwrap_or(Ok(()))
+        {
+            tracing::warn!(error = %e, "could not record the node's stop");
+        }
+        tracing::info!("stopped");
+    }
+}
+
+impl Shared {
+    fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Computes the first slot of rows inserted or changed with SQL, and parks invalid ones.
+    async fn prepare(&self, now: i64, config: &Config) -> Result<(usize, usize), StoreError> {
+        let rows = self.store.rows_to_prepare(PREPARE_BATCH).await?;
+        let (mut ok, mut bad) = (0, 0);
+        for row in rows {
+            match resolve(&row, &config.defaults) {
+                Ok((schedule, policy)) => {
+                    let slot = policy::next_slot(&schedule, now);
+                    let next_exec = slot.saturating_add(jitter_ms(&row.name, slot, policy.jitter));
+                    if self.store.set_prepared(row.id, slot, next_exec).await? {
+                        ok += 1;
+                        tracing::info!(job = %row.name, next = %fmt_ms(slot), "job scheduled");
+                    }
+                }
+                Err(message) => {
+                    if self.store.set_invalid(row.id, &message).await? {
+                        bad += 1;
+                        tracing::error!(job = %row.name, error = %message, "job row is invalid; skipped until fixed");
+                    }
+                }
+            }
+        }
+        Ok((ok, bad))
+    }
+
+    async fn handle_claimed(
+        self: &Arc<Self>,
+        row: JobRow,
+        now: i64,
+        claimed_at: Instant,
+        config: &Config,
+    ) {
+        let (schedule, policy) = match resolve(&row, &config.defaults) {
+            Ok(v) => v,
+            Err(message) => {
+                tracing::error!(job = %row.name, error = %message, "claimed job row is invalid; parked until fixed");
+                let release = Release {
+                    slot: row.slot.unwrap_or(now),
+                    attempts: 0,
+                    next_exec: crate::store::PARKED,
+                    clear_run_now: true,
+                    outcome: None,
+                };
+                let _ = self.store.release(row.id, &self.node, row.token, &release, None).await;
+                let _ = self.store.park(row.id, &message).await;
+                return;
+            }
+        };
+        let state = ClaimedState {
+            slot: row.slot,
+            attempts: row.attempt.max(0) as u32,
+            taken_over: row.prev_exec_by.is_some(),
+            run_now: row.run_now,
+        };
+        let plan = plan_claim(&row.name, &state, now, &policy, &schedule);
+        tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
+        if let Some((slot, attempt)) = plan.lost {
+            let by = row.prev_exec_by.clone().unwrap_or_default();
+            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, previous_node = %by, "run lost: its node stopped renewing the lease");
+            let key = RunKey {
+                job: row.name.clone(),
+                slot,
+                attempt,
+            };
+            let message = format!("lease of node {by} expired while the run was in progress");
+            if let Err(e) = self.store.record_lost(&key, &message).await {
+                tracing::warn!(job = %row.name, error = %e, "could not record the lost run");
+            }
+        }
+        if let Some((slot, attempt)) = plan.abandoned {
+            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "pending retries abandoned: the next regular slot has come");
+            let _ = self
+                .store
+                .record_summary(
+                    &row.name,
+                    slot,
+                    attempt,
+                    &self.node,
+                    "abandoned",
+                    None,
+                    None,
+                    "retries abandoned for the next regular slot",
+                )
+                .await;
+        }
+        if let Some(skipped) = plan.skipped {
+            tracing::warn!(job = %row.name, count = skipped.count, first = %fmt_ms(skipped.first), last = %fmt_ms(skipped.last), misfire = policy.misfire.as_str(), "missed slots skipped");
+            let _ = self
+                .store
+                .record_summary(
+                    &row.name,
+                    skipped.first,
+                    0,
+                    &self.node,
+                    "skipped",
+                    Some(skipped.count as i64),
+                    Some(skipped.last),
+                    &format!("{} missed slot(s) not run (misfire = {})", skipped.count, policy.misfire.as_str()),
+                )
+                .await;
+        }
+        match plan.action {
+            ClaimAction::Wait { slot } => {
+                let release = Release {
+                    slot,
+                    attempts: 0,
+                    next_exec: slot.saturating_add(jitter_ms(&row.name, slot, policy.jitter)),
+                    clear_run_now: false,
+                    outcome: None,
+                };
+                self.release_with_retry(&row, &release, None, config).await;
+            }
+            ClaimAction::Run {
+                slot,
+                attempt,
+                manual,
+            } => {
+                self.execute(&row, slot, attempt, manual, now, claimed_at, &policy, &schedule, config)
+                    .await;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        self: &Arc<Self>,
+        row: &JobRow,
+        slot: i64,
+        attempt: u32,
+        manual: bool,
+        claim_now: i64,
+        claimed_at: Instant,
+        policy: &Policy,
+        schedule: &Schedule,
+        config: &Config,
+    ) {
+        let key = RunKey {
+            job: row.name.clone(),
+            slot,
+            attempt,
+        };
+        match self.store.start_run(row.id, &self.node, row.token, &key).await {
+            Ok(Fenced::Done) => {}
+            Ok(Fenced::Lost) => {
+                tracing::warn!(job = %row.name, "claim lost before the run started; not running");
+                return;
+            }
+            Err(e) if e.is_unique_violation() => {
+                tracing::error!(job = %row.name, slot = %fmt_ms(slot), attempt, "this run is already recorded; not running it twice");
+                let release = Release {
+                    slot: policy::next_slot(schedule, slot),
+                    attempts: 0,
+                    next_exec: policy::next_slot(schedule, slot),
+                    clear_run_now: manual,
+                    outcome: None,
+                };
+                self.release_with_retry(row, &release, None, config).await;
+                return;
+            }
+            Err(e) => {
+                tracing::error!(job = %row.name, error = %e, "could not record the run start; the lease will expire and the slot be retried");
+                return;
+            }
+        }
+        let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            row.id,
+            Running {
+                token: row.token,
+                job: row.name.clone(),
+                trusted_until: lease::trusted_until(claimed_at, config.daemon.lease),
+                stop: stop_tx,
+                interrupted: None,
+                on_lease_lost: policy.on_lease_lost,
+            },
+        );
+        let spec = match run_spec(row, slot, attempt, &self.node, policy, config) {
+            Ok(s) => s,
+            Err(message) => {
+                self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&row.id);
+                self.finish(row, &key, manual, claim_now, policy, schedule, config, RunResult {
+                    outcome: "failed",
+                    exit_code: None,
+                    signal: None,
+                    started: claim_now,
+                    output: String::new(),
+                    message: Some(message),
+                })
+                .await;
+                return;
+            }
+        };
+        tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, token = row.token, node = %self.node, "started");
+        let started = chrono::Utc::now().timestamp_millis();
+        let result = runner::run(&spec, stop_rx).await;
+        let interrupted = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&row.id)
+            .and_then(|r| r.interrupted);
+        let result = match result {
+            Ok(out) => {
+                let outcome = if out.timed_out {
+                    "timeout"
+                } else if out.success() {
+                    "ok"
+                } else {
+                    "failed"
+                };
+                RunResult {
+                    outcome,
+                    exit_code: out.exit_code.map(i64::from),
+                    signal: out.signal.map(i64::from),
+                    started,
+                    output: out.output,
+                    message: None,
+                }
+            }
+            Err(e) => RunResult {
+                outcome: "failed",
+                exit_code: None,
+                signal: None,
+                started,
+                output: String::new(),
+                message: Some(e.to_string()),
+            },
+        };
+        match interrupted {
+            Some(Interrupt::LeaseLost) => {
+                tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, outcome = result.outcome, "run ended after its lease was lost; nothing written");
+            }
+            Some(Interrupt::Shutdown) => {
+                tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "run stopped by shutdown; released for takeover");
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    let _ = self
+                        .store
+                        .record_lost(&key, &format!("stopped by the shutdown of node {}", self.node))
+                        .await;
+                    let _ = self
+                        .store
+                        .release_for_takeover(row.id, &self.node, row.token)
+                        .await;
+                })
+                .await;
+            }
+            None => {
+                tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, outcome = result.outcome, exit_code = ?result.exit_code, signal = ?result.signal, "finished");
+                self.finish(row, &key, manual, claim_now, policy, schedule, config, result)
+                    .await;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        row: &JobRow,
+        key: &RunKey,
+        manual: bool,
+        claim_now: i64,
+        policy: &Policy,
+        schedule: &Schedule,
+        config: &Config,
+        result: RunResult,
+    ) {
+        let failed = result.outcome != "ok";
+        let now_guess = claim_now + (Utc::now().timestamp_millis() - result.started).max(0);
+        let waiting = row.slot.unwrap_or(key.slot);
+        let next = after_run(
+            &row.name, key.slot, key.attempt, manual, failed, now_guess, policy, schedule, waiting,
+        );
+        if failed && next.slot == key.slot {
+            tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
+        }
+        if let Some((slot, attempt)) = next.abandoned {
+            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "retry abandoned: it would pass the next regular slot");
+            let _ = self
+                .store
+                .record_summary(&row.name, slot, attempt, &self.node, "abandoned", None, None, "retry would pass the next regular slot")
+                .await;
+        }
+        let release = Release {
+            slot: next.slot,
+            attempts: next.attempts,
+            next_exec: next.next_exec,
+            clear_run_now: manual,
+            outcome: Some(result),
+        };
+        self.release_with_retry(row, &release, Some(key), config).await;
+    }
+
+    /// Releases a row, retrying through short database outages for up to one lease.
+    async fn release_with_retry(
+        &self,
+        row: &JobRow,
+        release: &Release,
+        key: Option<&RunKey>,
+        config: &Config,
+    ) {
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self
+                .store
+                .release(row.id, &self.node, row.token, release, key)
+                .await
+            {
+                Ok(Fenced::Done) => return,
+                Ok(Fenced::Lost) => {
+                    tracing::warn!(job = %row.name, "release found the row taken over; recorded as lost");
+                    return;
+                }
+                Err(e) if started.elapsed() < config.daemon.lease => {
+                    tracing::warn!(job = %row.name, error = %e, "release failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::error!(job = %row.name, error = %e, "release failed for a whole lease; another node will take the row over");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Extends the leases of live runs every third of the lease; enforces the trust window.
+async fn lease_loop(shared: Arc<Shared>) {
+    let mut failing = false;
+    loop {
+        let lease = shared.config().daemon.lease;
+        tokio::time::sleep(lease::extend_interval(lease)).await;
+        let held: Vec<(i64, i64)> = shared
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, r)| r.interrupted.is_none())
+            .map(|(id, r)| (*id, r.token))
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let attempt = Instant::now();
+        let result = shared.store.extend(&shared.node, &held, lease).await;
+        let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(lost) => {
+                if failing {
+                    tracing::info!("lease extension works again");
+                    failing = false;
+                }
+                for (id, _) in &held {
+                    if let Some(r) = running.get_mut(id) {
+                        if lost.contains(id) {
+                            lose(r, "another node holds the row now");
+                        } else {
+                            r.trusted_until = lease::trusted_until(attempt, lease);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::error!(error = %e, "lease extension failed; runs continue until their trust window ends");
+                    failing = true;
+                }
+                let now = Instant::now();
+                for r in running.values_mut() {
+                    if r.interrupted.is_none() && r.trusted_until <= now {
+                        lose(r, "the database was unreachable for longer than the lease");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lose(r: &mut Running, why: &str) {
+    r.interrupted = Some(Interrupt::LeaseLost);
+    match r.on_lease_lost {
+        OnLeaseLost::Kill => {
+            tracing::error!(job = %r.job, token = r.token, reason = why, "lease lost; stopping the job");
+            let _ = r.stop.send(StopRequest::Kill);
+        }
+        OnLeaseLost::Ignore => {
+            tracing::error!(job = %r.job, token = r.token, reason = why, "lease lost; letting the job finish (on_lease_lost = ignore)");
+        }
+    }
+}
+
+/// The schedule and the policy of a row, or why it cannot run.
+pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), String> {
+    let overrides = row_overrides(row)?;
+    let policy = overrides.apply_to(defaults);
+    let tz = parse_zone(&policy.timezone).map_err(|e| format!("timezone: {e}"))?;
+    let expr = crate::schedule::CronExpr::parse(&row.schedule).map_err(|e| format!("schedule: {e}"))?;
+    match (&row.command, &row.argv) {
+        (_, Some(argv)) => {
+            let v: Vec<String> = serde_json::from_str(argv)
+                .map_err(|e| format!("argv: not a JSON array of strings ({e})"))?;
+            if v.first().is_none_or(|p| p.is_empty()) {
+                return Err("argv: must name a program first".into());
+            }
+        }
+        (Some(c), None) if !c.trim().is_empty() => {}
+        _ => return Err("command: is empty".into()),
+    }
+    if let Some(env) = &row.env {
+        serde_json::from_str::<HashMap<String, String>>(env)
+            .map_err(|e| format!("env: not a JSON object of strings ({e})"))?;
+    }
+    Ok((Schedule::new(expr, tz), policy))
+}
+
+fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
+    let get = |k: &str| row.policy.get(k).cloned().flatten();
+    let int = |k: &str| -> Result<Option<i64>, String> {
+        get(k)
+            .map(|v| {
+                v.trim()
+                    .parse::<i64>()
+                    .map_err(|_| format!("{k}: \"{v}\" is not a whole number"))
+            })
+            .transpose()
+    };
+    let raw = crate::config::RawPolicy {
+        timezone: row.timezone.clone(),
+        misfire: get("misfire"),
+        starting_deadline: get("starting_deadline"),
+        max_catch_up: int("max_catch_up")?,
+        retries: int("retries")?,
+        retry_backoff: get("retry_backoff"),
+        retry_backoff_max: get("retry_backoff_max"),
+        timeout: get("timeout"),
+        kill_grace: get("kill_grace"),
+        jitter: get("jitter"),
+        on_lease_lost: get("on_lease_lost"),
+        rerun_lost: int("rerun_lost")?.map(|n| n != 0),
+    };
+    PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))
+}
+
+fn run_spec(
+    row: &JobRow,
+    slot: i64,
+    attempt: u32,
+    node: &str,
+    policy: &Policy,
+    config: &Config,
+) -> Result<RunSpec, String> {
+    let program = match (&row.argv, &row.command) {
+        (Some(argv), _) => Program::Argv(serde_json::from_str(argv).map_err(|e| format!("argv: {e}"))?),
+        (None, Some(c)) => Program::Shell(c.clone()),
+        (None, None) => return Err("command: is empty".into()),
+    };
+    let mut env: Vec<(String, String)> = match &row.env {
+        Some(e) => serde_json::from_str::<std::collections::BTreeMap<String, String>>(e)
+            .map_err(|e| format!("env: {e}"))?
+            .into_iter()
+            .collect(),
+        None => vec![],
+    };
+    env.push(("SQLCRON_JOB".into(), row.name.clone()));
+    env.push(("SQLCRON_SLOT".into(), fmt_ms(slot)));
+    env.push(("SQLCRON_ATTEMPT".into(), attempt.to_string()));
+    env.push(("SQLCRON_NODE".into(), node.to_string()));
+    env.push(("SQLCRON_FENCING_TOKEN".into(), row.token.to_string()));
+    Ok(RunSpec {
+        job: row.name.clone(),
+        program,
+        env,
+        workdir: row.workdir.clone().map(Into::into),
+        timeout: policy.timeout,
+        kill_grace: policy.kill_grace,
+        output_tail: config.daemon.output_tail,
+    })
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).
+pub fn fmt_ms(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+        .unwrap_or_else(|| ms.to_string())
+}

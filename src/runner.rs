@@ -1,0 +1,369 @@
+//! Runs one command: spawn it in its own process group, stream its output into the log, keep a
+//! bounded tail, enforce the timeout, and stop it on request. Knows nothing about the database.
+//!
+//! Why the process group: a job is often a shell running a pipeline; a timeout or a lost lease
+//! must stop all of it, so signals go to the whole group (`killpg`).
+//!
+//! Why `PR_SET_PDEATHSIG`: if the daemon itself dies (SIGKILL, OOM), its jobs must not go on
+//! running unsupervised while another node reruns the slot. The kernel delivers the signal when
+//! the *thread* that forked the child exits, so children are spawned from tokio's worker threads
+//! (which live as long as the runtime), never from `spawn_blocking` threads (which exit when
+//! idle and would take the job with them). Under systemd the unit's control group covers the
+//! grandchildren too; outside it only the direct child gets the signal.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::watch;
+
+/// Longest output line written to the log; longer lines are cut (the tail keeps every byte).
+const MAX_LOG_LINE: usize = 4096;
+/// How long the output pipes may stay open after the main process exited before the rest of
+/// its process group is killed.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub enum Program {
+    /// `/bin/sh -c TEXT`, the crontab habit.
+    Shell(String),
+    /// A program and its arguments, without a shell.
+    Argv(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The job's name, for log fields.
+    pub job: String,
+    pub program: Program,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<PathBuf>,
+    pub timeout: Duration,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Bytes of output kept.
+    pub output_tail: usize,
+}
+
+/// Why a run was stopped from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    None,
+    /// Stop now (lease lost, or the shutdown grace ran out): SIGTERM, then SIGKILL.
+    Kill,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    /// Stopped on request (see [`StopRequest`]).
+    pub stopped: bool,
+    /// The last `output_tail` bytes of stdout and stderr, interleaved as read.
+    pub output: String,
+}
+
+impl RunOutcome {
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.stopped
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start {what} for job \"{job}\": {source}")]
+pub struct SpawnError {
+    pub job: String,
+    pub what: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The last N bytes of a run's output.
+#[derive(Debug)]
+struct Tail {
+    cap: usize,
+    bytes: VecDeque<u8>,
+}
+
+impl Tail {
+    fn push(&mut self, data: &[u8]) {
+        if self.cap == 0 {
+            return;
+        }
+        let data = if data.len() > self.cap {
+            &data[data.len() - self.cap..]
+        } else {
+            data
+        };
+        let overflow = (self.bytes.len() + data.len()).saturating_sub(self.cap);
+        self.bytes.drain(..overflow);
+        self.bytes.extend(data);
+    }
+}
+
+fn signal_group(pgid: i32, signal: i32) {
+    // SAFETY: killpg has no memory-safety preconditions; a stale group id fails with ESRCH.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+/// Runs the command to its end. `stop` asks for an early stop.
+pub async fn run(
+    spec: &RunSpec,
+    mut stop: watch::Receiver<StopRequest>,
+) -> Result<RunOutcome, SpawnError> {
+    let (mut cmd, what) = match &spec.program {
+        Program::Shell(text) => {
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c").arg(text);
+            (c, "/bin/sh".to_string())
+        }
+        Program::Argv(argv) => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            (c, argv[0].clone())
+        }
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = &spec.workdir {
+        cmd.current_dir(dir);
+    }
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|source| SpawnError {
+        job: spec.job.clone(),
+        what,
+        source,
+    })?;
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let tail = Arc::new(Mutex::new(Tail {
+        cap: spec.output_tail,
+        bytes: VecDeque::new(),
+    }));
+    let mut readers = tokio::task::JoinSet::new();
+    if let Some(out) = child.stdout.take() {
+        readers.spawn(pump(out, spec.job.clone(), "stdout", tail.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.spawn(pump(err, spec.job.clone(), "stderr", tail.clone()));
+    }
+
+    let mut timed_out = false;
+    let mut stopped = false;
+    let deadline = tokio::time::sleep(spec.timeout);
+    tokio::pin!(deadline);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = &mut deadline, if !timed_out && !stopped => {
+                timed_out = true;
+                tracing::warn!(job = %spec.job, timeout = %humantime::format_duration(spec.timeout), "job timed out; stopping its process group");
+                break terminate(&mut child, pgid, spec.kill_grace).await;
+            }
+            changed = stop.changed(), if !stopped => {
+                if changed.is_err() || *stop.borrow() == StopRequest::Kill {
+                    stopped = true;
+                    break terminate(&mut child, pgid, spec.kill_grace).await;
+                }
+            }
+        }
+    };
+    // Let the pipes drain; whatever of the group still holds them open is killed.
+    let drained = tokio::time::timeout(DRAIN_GRACE, async {
+        while readers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        signal_group(pgid, libc::SIGKILL);
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while readers.join_next().await.is_some() {}
+        })
+        .await;
+        readers.abort_all();
+    }
+    let output = {
+        let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let (exit_code, signal) = match status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            (s.code(), s.signal())
+        }
+        Err(e) => {
+            tracing::error!(job = %spec.job, error = %e, "waiting for the job's process failed");
+            (None, None)
+        }
+    };
+    Ok(RunOutcome {
+        exit_code,
+        signal,
+        timed_out,
+        stopped,
+        output,
+    })
+}
+
+/// SIGTERM to the group, SIGKILL after the grace, and the main process's status.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    grace: Duration,
+) -> std::io::Result<std::process::ExitStatus> {
+    signal_group(pgid, libc::SIGTERM);
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => {
+            // The main process is gone; make sure the rest of the group is too.
+            signal_group(pgid, libc::SIGKILL);
+            status
+        }
+        Err(_) => {
+            signal_group(pgid, libc::SIGKILL);
+            child.wait().await
+        }
+    }
+}
+
+/// Reads one output stream in chunks (never a whole line into memory: a job may print
+/// gigabytes without a newline), logs it line by line, and feeds the tail.
+async fn pump(
+    mut stream: impl AsyncRead + Unpin,
+    job: String,
+    name: &'static str,
+    tail: Arc<Mutex<Tail>>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    let mut line_cut = false;
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        tail.lock().unwrap_or_else(|e| e.into_inner()).push(chunk);
+        for &b in chunk {
+            if b == b'\n' {
+                emit(&job, name, &line, line_cut);
+                line.clear();
+                line_cut = false;
+            } else if line.len() < MAX_LOG_LINE {
+                line.push(b);
+            } else {
+                line_cut = true;
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit(&job, name, &line, line_cut);
+    }
+}
+
+fn emit(job: &str, stream: &str, line: &[u8], cut: bool) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches('\r');
+    if cut {
+        tracing::info!(target: "sqlcron::job", job = %job, stream, "{text} [line cut]");
+    } else {
+        tracing::info!(target: "sqlcron::job", job = %job, stream, "{text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(cmd: &str) -> RunSpec {
+        RunSpec {
+            job: "t".into(),
+            program: Program::Shell(cmd.into()),
+            env: vec![("SQLCRON_JOB".into(), "t".into())],
+            workdir: None,
+            timeout: Duration::from_secs(30),
+            kill_grace: Duration::from_secs(2),
+            output_tail: 64,
+        }
+    }
+
+    fn no_stop() -> watch::Receiver<StopRequest> {
+        let (tx, rx) = watch::channel(StopRequest::None);
+        std::mem::forget(tx);
+        rx
+    }
+
+    #[tokio::test]
+    async fn exit_code_env_and_output() {
+        let out = run(&spec("echo \"hi $SQLCRON_JOB\"; exit 3"), no_stop()).await.unwrap();
+        assert_eq!(out.exit_code, Some(3));
+        assert_eq!(out.output, "hi t\n");
+        assert!(!out.success());
+        let out = run(&spec("true"), no_stop()).await.unwrap();
+        assert!(out.success());
+    }
+
+    #[tokio::test]
+    async fn tail_is_bounded() {
+        let out = run(&spec("head -c 10000000 /dev/zero | tr '\\0' x; echo END"), no_stop())
+            .await
+            .unwrap();
+        assert_eq!(out.output.len(), 64);
+        assert!(out.output.ends_with("xxEND\n"));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut s = spec(&format!(
+            "sleep 300 & echo $! > {}; wait",
+            pidfile.display()
+        ));
+        s.timeout = Duration::from_millis(300);
+        let out = run(&s, no_stop()).await.unwrap();
+        assert!(out.timed_out);
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        // The background sleep was in the group and is gone.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        assert!(!alive, "grandchild {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn stop_request_terminates() {
+        let (tx, rx) = watch::channel(StopRequest::None);
+        let s = spec("sleep 300");
+        let handle = tokio::spawn(async move { run(&s, rx).await });
+        tx.send(StopRequest::Kill).unwrap();
+        let out = handle.await.unwrap().unwrap();
+        assert!(out.stopped);
+        assert_eq!(out.signal, Some(libc::SIGTERM));
+    }
+
+    #[tokio::test]
+    async fn missing_program_is_a_spawn_error() {
+        let mut s = spec("");
+        s.program = Program::Argv(vec!["/nonexistent/prog".into()]);
+        let e = run(&s, no_stop()).await.unwrap_err();
+        assert!(e.to_string().contains("cannot start /nonexistent/prog for job \"t\""));
+    }
+}
