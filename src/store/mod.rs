@@ -47,6 +47,8 @@ pub enum StoreError {
     },
     #[error("unsupported database URL \"{0}\": use sqlite://, postgres:// or mysql://")]
     Url(String),
+    #[error("taking the SQLite migration lock: {0}")]
+    Lock(String),
 }
 
 impl StoreError {
@@ -257,6 +259,8 @@ pub struct ApplyReport {
 pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
+    /// The URL as given (for the SQLite file path).
+    url: String,
     sql: std::sync::Arc<Statements>,
 }
 
@@ -419,6 +423,7 @@ impl Store {
         Ok(Store {
             pool,
             dialect,
+            url: url.clone(),
             sql: std::sync::Arc::new(statements(dialect)),
         })
     }
@@ -427,21 +432,51 @@ impl Store {
         self.dialect
     }
 
-    /// Creates or upgrades the schema. Concurrent migrations from several nodes are serialised
-    /// by sqlx's migration lock (`pg_advisory_lock`, `GET_LOCK`, SQLite's write lock).
+    /// Creates or upgrades the schema. Nodes starting at once against an empty database are
+    /// serialised: PostgreSQL by sqlx's advisory lock, MySQL/MariaDB by `GET_LOCK` held on the
+    /// migrating connection (sqlx's own `GET_LOCK(name, -1)` does not wait on MariaDB), SQLite by
+    /// an exclusive `flock` on `<database file>.migrate.lock` (sqlx takes no lock there).
     pub async fn migrate(&self) -> Result<()> {
-        let migrator = match self.dialect {
-            Dialect::Sqlite => &MIGRATOR_SQLITE,
-            Dialect::Postgres => &MIGRATOR_POSTGRES,
-            Dialect::Mysql => &MIGRATOR_MYSQL,
+        let err = |source| StoreError::Migrate {
+            dialect: self.dialect.name(),
+            source,
         };
-        migrator
-            .run(&self.pool)
-            .await
-            .map_err(|source| StoreError::Migrate {
-                dialect: self.dialect.name(),
-                source,
-            })
+        match self.dialect {
+            Dialect::Postgres => MIGRATOR_POSTGRES.run(&self.pool).await.map_err(err),
+            Dialect::Mysql => {
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(sql_err!(self, "connect for migration"))?;
+                let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(sql_err!(self, "lock for migration"))?;
+                if got != Some(1) {
+                    tracing::warn!("could not take the migration lock in 300 s; migrating anyway");
+                }
+                let result = MIGRATOR_MYSQL.run(&mut *conn).await.map_err(err);
+                let _ = sqlx::query("SELECT RELEASE_LOCK('sqlcron.migrate')")
+                    .execute(&mut *conn)
+                    .await;
+                result
+            }
+            Dialect::Sqlite => {
+                let lock = match sqlite_path(&self.url) {
+                    Some(path) => Some(
+                        tokio::task::spawn_blocking(move || lock_file(&path))
+                            .await
+                            .map_err(|e| StoreError::Lock(e.to_string()))?
+                            .map_err(|e| StoreError::Lock(e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                let result = MIGRATOR_SQLITE.run(&self.pool).await.map_err(err);
+                drop(lock);
+                result
+            }
+        }
     }
 
     pub async fn close(&self) {
@@ -1140,6 +1175,38 @@ pub fn job_hash(job: &JobSpec) -> String {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+/// The database file of a `sqlite://PATH?options` URL; `None` for in-memory databases.
+fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    if path.is_empty() || path.contains(":memory:") {
+        return None;
+    }
+    Some(std::path::PathBuf::from(path))
+}
+
+/// An exclusive advisory lock on `<path>.migrate.lock`, released when the file is closed.
+fn lock_file(db: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    if let Some(dir) = db.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut name = db.as_os_str().to_owned();
+    name.push(".migrate.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::path::PathBuf::from(name))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 fn new_claim_id(node: &str) -> String {

@@ -1,4 +1,5 @@
 //! The single integration-test binary: every file below is a module, sharing `util`.
 
 mod cli_next;
+mod store;
 mod util;

@@ -1,6 +1,15 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: a fresh database per test for each dialect, the
+//! built binary, and daemon processes that are ended (by PID) when the test ends.
 
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlcron::store::{Dialect, Store};
+
+pub const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+pub const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/mysql";
 
 /// Runs the built `sqlcron` binary with arguments and returns its output.
 pub fn sqlcron(args: &[&str]) -> Output {
@@ -8,6 +17,7 @@ pub fn sqlcron(args: &[&str]) -> Output {
         .args(args)
         .env_remove("SQLCRON_CONFIG")
         .env_remove("SQLCRON_DATABASE_URL")
+        .env_remove("NOTIFY_SOCKET")
         .output()
         .expect("run sqlcron")
 }
@@ -18,4 +28,189 @@ pub fn stdout(out: &Output) -> String {
 
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn unique_name() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "sqlcron_t_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u32>()
+    )
+}
+
+/// A database of its own for one test, dropped when the test ends.
+pub struct TestDb {
+    pub dialect: Dialect,
+    pub url: String,
+    name: String,
+    /// Keeps the SQLite file's directory alive.
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn admin_exec(admin: &str, sql: &str) -> Result<(), String> {
+    let store = Store::connect(admin, 1).map_err(|e| e.to_string())?;
+    let r = store.execute_raw(sql).await.map(|_| ()).map_err(|e| e.to_string());
+    store.close().await;
+    r
+}
+
+impl TestDb {
+    /// Creates the database. A server that does not answer fails the test: these tests must run.
+    pub async fn new(dialect: Dialect) -> TestDb {
+        let name = unique_name();
+        match dialect {
+            Dialect::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}/sqlcron.db", dir.path().display());
+                TestDb {
+                    dialect,
+                    url,
+                    name,
+                    _dir: Some(dir),
+                }
+            }
+            Dialect::Postgres => {
+                admin_exec(PG_ADMIN, &format!("CREATE DATABASE {name}"))
+                    .await
+                    .unwrap_or_else(|e| panic!("PostgreSQL at 127.0.0.1:5432 is required (scripts/ensure-databases.sh starts it): {e}"));
+                TestDb {
+                    dialect,
+                    url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    name,
+                    _dir: None,
+                }
+            }
+            Dialect::Mysql => {
+                admin_exec(MY_ADMIN, &format!("CREATE DATABASE {name}"))
+                    .await
+                    .unwrap_or_else(|e| panic!("MariaDB/MySQL at 127.0.0.1:3306 is required (scripts/ensure-databases.sh starts it): {e}"));
+                TestDb {
+                    dialect,
+                    url: format!("mysql://root@127.0.0.1:3306/{name}"),
+                    name,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    /// A migrated store on this database.
+    pub async fn store(&self) -> Store {
+        let store = Store::connect(&self.url, 4).unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let sql = match self.dialect {
+            Dialect::Sqlite => return,
+            Dialect::Postgres => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            Dialect::Mysql => format!("DROP DATABASE IF EXISTS {}", self.name),
+        };
+        let admin = match self.dialect {
+            Dialect::Postgres => PG_ADMIN,
+            _ => MY_ADMIN,
+        };
+        // Drop runs outside any runtime: use a short-lived one on its own thread.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = rt.block_on(admin_exec(admin, &sql));
+        })
+        .join();
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `sqlcron daemon` process, killed by PID when dropped.
+pub struct DaemonProcess {
+    pub child: Child,
+    pub name: String,
+    pub log: PathBuf,
+}
+
+impl DaemonProcess {
+    /// Starts a daemon with a configuration written to `dir/<name>.toml`.
+    pub fn start(dir: &Path, name: &str, config: &str) -> DaemonProcess {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .arg("--config")
+            .arg(&path)
+            .arg("daemon")
+            .env_remove("SQLCRON_DATABASE_URL")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "sqlcron=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start sqlcron daemon");
+        DaemonProcess {
+            child,
+            name: name.to_string(),
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, signal: i32) {
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.child.wait().unwrap()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The configuration of one test node.
+pub fn node_config(url: &str, name: &str, extra: &str) -> String {
+    format!(
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"1s\"\nlease = \"3s\"\nshutdown_grace = \"5s\"\n{extra}\n"
+    )
 }

@@ -1,0 +1,379 @@
+//! The store conformance suite: every case runs against SQLite, PostgreSQL and MariaDB/MySQL.
+
+use std::time::Duration;
+
+use sqlcron::store::{Dialect, Fenced, PARKED, Release, RunKey, RunResult, Store};
+
+use crate::util::TestDb;
+
+/// Generates one test per dialect for an `async fn(Dialect)`.
+macro_rules! for_each_dialect {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
+    };
+}
+
+for_each_dialect!(
+    concurrent_migrations_do_not_collide,
+    sql_row_gets_prepared_and_claimed_once,
+    claims_race_without_duplicates,
+    writes_are_fenced_by_the_claim_token,
+    run_is_recorded_once_per_slot_and_attempt,
+    schedule_change_with_sql_resets_next_exec,
+    expired_lease_is_taken_over_with_the_previous_holder_visible,
+    extend_reports_lost_claims,
+    toml_apply_creates_updates_and_removes_only_toml_jobs,
+);
+
+async fn insert(store: &Store, name: &str, schedule: &str, command: &str) {
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('{name}', '{schedule}', '{command}')"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Makes a row due now (by the database clock).
+async fn make_due(store: &Store, name: &str) {
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = {}, slot = {} WHERE name = '{name}'",
+            now - 1000,
+            now - 1000
+        ))
+        .await
+        .unwrap();
+}
+
+async fn concurrent_migrations_do_not_collide(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let stores: Vec<Store> = (0..3).map(|_| Store::connect(&db.url, 2).unwrap()).collect();
+    let results = futures_join_all(stores.iter().map(|s| s.migrate())).await;
+    for r in results {
+        r.unwrap();
+    }
+    // And again: idempotent.
+    stores[0].migrate().await.unwrap();
+    assert_eq!(
+        stores[0]
+            .scalar_i64("SELECT COUNT(*) FROM cron_table")
+            .await
+            .unwrap(),
+        Some(0)
+    );
+}
+
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futs.collect();
+    let mut out = Vec::new();
+    // Poll them concurrently on this task.
+    let mut pinned: Vec<_> = handles.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if results[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => results[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    for r in results {
+        out.push(r.unwrap());
+    }
+    out
+}
+
+async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "hello", "* * * * *", "echo hi").await;
+    let peek = store.peek().await.unwrap();
+    assert!(peek.pending_prepare);
+    assert_eq!(peek.next_due, None);
+    let rows = store.rows_to_prepare(10).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let first_slot = peek.now + 60_000;
+    assert!(store.set_prepared(rows[0].id, first_slot, first_slot).await.unwrap());
+    // A second node racing to prepare the same row does nothing.
+    assert!(!store.set_prepared(rows[0].id, 1, 1).await.unwrap());
+    let peek = store.peek().await.unwrap();
+    assert!(!peek.pending_prepare);
+    assert_eq!(peek.next_due, Some(first_slot));
+    // Not due yet: nothing to claim.
+    let (_, claimed) = store.claim("a", 10, Duration::from_secs(10)).await.unwrap();
+    assert!(claimed.is_empty());
+    make_due(&store, "hello").await;
+    let (now, claimed) = store.claim("a", 10, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let row = &claimed[0];
+    assert_eq!(row.exec_by.as_deref(), Some("a"));
+    assert_eq!(row.prev_exec_by, None);
+    assert_eq!(row.token, 1);
+    let now = now.unwrap();
+    let lease = row.lease_until.unwrap();
+    assert!((lease - now - 10_000).abs() < 50, "lease {lease} now {now}");
+    // Claimed rows are not due for anyone else.
+    let (_, again) = store.claim("b", 10, Duration::from_secs(10)).await.unwrap();
+    assert!(again.is_empty());
+}
+
+async fn claims_race_without_duplicates(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    for i in 0..60 {
+        insert(&store, &format!("j{i}"), "* * * * *", "true").await;
+    }
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!("UPDATE cron_table SET next_exec = {}, slot = {}", now - 1000, now - 1000))
+        .await
+        .unwrap();
+    // Four claimers, each taking up to 7 rows per round, until nothing is left.
+    let mut handles = Vec::new();
+    for c in 0..4 {
+        let store = Store::connect(&db.url, 2).unwrap();
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..40 {
+                match store.claim(&format!("node{c}"), 7, Duration::from_secs(30)).await {
+                    Ok((_, rows)) => got.extend(rows.into_iter().map(|r| r.name)),
+                    // MySQL may report a deadlock between concurrent claims: a retryable error.
+                    Err(e) => eprintln!("claim error (retried): {e}"),
+                }
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    let unique: std::collections::HashSet<_> = all.iter().cloned().collect();
+    assert_eq!(all.len(), unique.len(), "a row was claimed twice");
+    assert_eq!(unique.len(), 60, "every row is claimed");
+}
+
+async fn writes_are_fenced_by_the_claim_token(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "f", "* * * * *", "true").await;
+    make_due(&store, "f").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    let row = &rows[0];
+    let release = Release {
+        slot: 5,
+        attempts: 0,
+        next_exec: 5,
+        clear_run_now: false,
+        outcome: None,
+    };
+    assert_eq!(
+        store.release(row.id, "a", row.token + 1, &release, None).await.unwrap(),
+        Fenced::Lost
+    );
+    assert_eq!(
+        store.release(row.id, "b", row.token, &release, None).await.unwrap(),
+        Fenced::Lost
+    );
+    assert_eq!(
+        store.release(row.id, "a", row.token, &release, None).await.unwrap(),
+        Fenced::Done
+    );
+    let after = store.job("f").await.unwrap().unwrap();
+    assert_eq!(after.exec_by, None);
+    assert_eq!(after.next_exec, Some(5));
+    // Released twice: the second is lost.
+    assert_eq!(
+        store.release(row.id, "a", row.token, &release, None).await.unwrap(),
+        Fenced::Lost
+    );
+}
+
+async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "r", "* * * * *", "true").await;
+    make_due(&store, "r").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    let row = &rows[0];
+    let key = RunKey {
+        job: "r".into(),
+        slot: 1_000,
+        attempt: 1,
+    };
+    assert_eq!(store.start_run(row.id, "a", row.token, &key).await.unwrap(), Fenced::Done);
+    let err = store.start_run(row.id, "a", row.token, &key).await.unwrap_err();
+    assert!(err.is_unique_violation(), "{err}");
+    // The history line ends with the outcome.
+    let release = Release {
+        slot: 61_000,
+        attempts: 0,
+        next_exec: 61_000,
+        clear_run_now: false,
+        outcome: Some(RunResult {
+            outcome: "ok",
+            exit_code: Some(0),
+            signal: None,
+            started: 1_000,
+            output: "out\n".into(),
+            message: None,
+        }),
+    };
+    assert_eq!(store.release(row.id, "a", row.token, &release, Some(&key)).await.unwrap(), Fenced::Done);
+    let history = store.history(Some("r"), 10).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].outcome, "ok");
+    assert_eq!(history[0].output.as_deref(), Some("out\n"));
+    assert_eq!(history[0].token, Some(row.token));
+    let job = store.job("r").await.unwrap().unwrap();
+    assert_eq!(job.last_status.as_deref(), Some("ok"));
+    assert_eq!(job.last_exit, Some(0));
+}
+
+async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "s", "0 0 1 1 *", "true").await;
+    let row = store.rows_to_prepare(10).await.unwrap().remove(0);
+    store.set_prepared(row.id, 1_000, 1_000).await.unwrap();
+    // Same schedule written again: nothing changes.
+    store.execute_raw("UPDATE cron_table SET schedule = '0 0 1 1 *' WHERE name = 's'").await.unwrap();
+    assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, Some(1_000));
+    // A new schedule: re-prepared.
+    store.execute_raw("UPDATE cron_table SET schedule = '*/5 * * * *' WHERE name = 's'").await.unwrap();
+    assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, None);
+    assert!(store.peek().await.unwrap().pending_prepare);
+    // An invalid row is parked with its error, and a fix clears it.
+    store.set_invalid(row.id, "schedule: bad").await.unwrap();
+    let parked = store.job("s").await.unwrap().unwrap();
+    assert_eq!(parked.next_exec, Some(PARKED));
+    assert_eq!(parked.error.as_deref(), Some("schedule: bad"));
+    store.execute_raw("UPDATE cron_table SET command = 'echo fixed' WHERE name = 's'").await.unwrap();
+    let fixed = store.job("s").await.unwrap().unwrap();
+    assert_eq!(fixed.error, None);
+    assert_eq!(fixed.next_exec, None);
+    // A claimed row is marked dirty instead (its lease stays in next_exec).
+    store.set_prepared(row.id, 1_000, 1_000).await.unwrap();
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    store.execute_raw("UPDATE cron_table SET timezone = 'Asia/Tokyo' WHERE name = 's'").await.unwrap();
+    let claimed = store.job("s").await.unwrap().unwrap();
+    assert!(claimed.dirty);
+    assert!(claimed.next_exec.is_some());
+    let release = Release {
+        slot: 2_000,
+        attempts: 0,
+        next_exec: 2_000,
+        clear_run_now: false,
+        outcome: None,
+    };
+    store.release(rows[0].id, "a", rows[0].token, &release, None).await.unwrap();
+    let released = store.job("s").await.unwrap().unwrap();
+    assert_eq!(released.next_exec, None, "re-prepared after release");
+    assert!(!released.dirty);
+}
+
+async fn expired_lease_is_taken_over_with_the_previous_holder_visible(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "t", "* * * * *", "true").await;
+    make_due(&store, "t").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_millis(1)).await.unwrap();
+    let first = rows[0].clone();
+    // The lease of 1 ms has ended by the time the database answers the next statement.
+    let second = crate::util::eventually(Duration::from_secs(5), "lease expiry", || async {
+        let (_, rows) = store.claim("b", 1, Duration::from_secs(10)).await.unwrap();
+        rows.into_iter().next()
+    })
+    .await;
+    assert_eq!(second.prev_exec_by.as_deref(), Some("a"));
+    let now_row = store.job("t").await.unwrap().unwrap();
+    assert_eq!(now_row.exec_by.as_deref(), Some("b"));
+    assert_eq!(now_row.prev_exec_by.as_deref(), Some("a"));
+    assert_eq!(now_row.token, first.token + 1);
+    // The old holder's fenced writes are refused.
+    let release = Release {
+        slot: 0,
+        attempts: 0,
+        next_exec: 0,
+        clear_run_now: false,
+        outcome: None,
+    };
+    assert_eq!(store.release(first.id, "a", first.token, &release, None).await.unwrap(), Fenced::Lost);
+}
+
+async fn extend_reports_lost_claims(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "e1", "* * * * *", "true").await;
+    insert(&store, "e2", "* * * * *", "true").await;
+    make_due(&store, "e1").await;
+    make_due(&store, "e2").await;
+    let (_, rows) = store.claim("a", 2, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    let held: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.token)).collect();
+    assert!(store.extend("a", &held, Duration::from_secs(20)).await.unwrap().is_empty());
+    let extended = store.job("e1").await.unwrap().unwrap();
+    let now = store.now().await.unwrap();
+    assert!(extended.lease_until.unwrap() > now + 15_000);
+    // Someone else takes e2 (simulated by bumping its token).
+    store.execute_raw("UPDATE cron_table SET token = token + 1, exec_by = 'b' WHERE name = 'e2'").await.unwrap();
+    let lost = store.extend("a", &held, Duration::from_secs(20)).await.unwrap();
+    let e2 = rows.iter().find(|r| r.name == "e2").unwrap().id;
+    assert_eq!(lost, vec![e2]);
+}
+
+async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect) {
+    use sqlcron::config::{Environment, parse};
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "from-sql", "@daily", "true").await;
+    let v1 = parse(
+        "[[job]]\nname=\"a\"\nschedule=\"@hourly\"\ncommand=\"true\"\nretries=2\n[[job]]\nname=\"b\"\nschedule=\"@daily\"\nargv=[\"/bin/echo\",\"x\"]\nenv={K=\"v\"}\n[[job]]\nname=\"from-sql\"\nschedule=\"@daily\"\ncommand=\"false\"\n",
+        std::path::Path::new("t.toml"),
+        &Environment::default(),
+    )
+    .unwrap();
+    let dry = store.apply_toml(&v1.jobs, true).await.unwrap();
+    assert_eq!(dry.created, vec!["a", "b"]);
+    assert_eq!(store.jobs().await.unwrap().len(), 1, "dry run changes nothing");
+    let r = store.apply_toml(&v1.jobs, false).await.unwrap();
+    assert_eq!(r.created, vec!["a", "b"]);
+    assert_eq!(r.conflicts, vec!["from-sql"]);
+    let a = store.job("a").await.unwrap().unwrap();
+    assert_eq!(a.source, "toml");
+    assert_eq!(a.policy.get("retries").cloned().flatten().as_deref(), Some("2"));
+    let b = store.job("b").await.unwrap().unwrap();
+    assert_eq!(b.argv.as_deref(), Some("[\"/bin/echo\",\"x\"]"));
+    assert_eq!(b.env.as_deref(), Some("{\"K\":\"v\"}"));
+    // Unchanged: nothing to do.
+    let again = store.apply_toml(&v1.jobs, false).await.unwrap();
+    assert!(again.created.is_empty() && again.updated.is_empty() && again.removed.is_empty());
+    let v2 = parse(
+        "[[job]]\nname=\"a\"\nschedule=\"*/5 * * * *\"\ncommand=\"true\"\n",
+        std::path::Path::new("t.toml"),
+        &Environment::default(),
+    )
+    .unwrap();
+    let r = store.apply_toml(&v2.jobs, false).await.unwrap();
+    assert_eq!(r.updated, vec!["a"]);
+    assert_eq!(r.removed, vec!["b"]);
+    let names: Vec<String> = store.jobs().await.unwrap().into_iter().map(|j| j.name).collect();
+    assert_eq!(names, vec!["a", "from-sql"]);
+    let a = store.job("a").await.unwrap().unwrap();
+    assert_eq!(a.schedule, "*/5 * * * *");
+    assert_eq!(a.policy.get("retries").cloned().flatten(), None);
+}
