@@ -17,7 +17,11 @@ use sqlcron::store::{JobRow, PARKED, Store};
 const NODE_ALIVE_WINDOW_MS: i64 = 3 * 5_000;
 
 #[derive(Debug, Parser)]
-#[command(name = "sqlcron", version, about = "Cluster-safe cron with its state in SQL")]
+#[command(
+    name = "sqlcron",
+    version,
+    about = "Cluster-safe cron with its state in SQL"
+)]
 pub struct Cli {
     /// Configuration file (default: $SQLCRON_CONFIG, else /etc/sqlcron/sqlcron.toml).
     #[arg(long, global = true, value_name = "PATH")]
@@ -155,7 +159,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 for n in &report.conflicts {
                     println!("skip {n}: a job of that name was created with SQL");
                 }
-                if report.created.is_empty() && report.updated.is_empty() && report.removed.is_empty() {
+                if report.created.is_empty()
+                    && report.updated.is_empty()
+                    && report.removed.is_empty()
+                {
                     println!("nothing to change");
                 }
                 Ok(0)
@@ -166,19 +173,34 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             Command::Run { job } => {
                 let store = connect(&config).await?;
-                found(&job, store.request_run(&job).await.map_err(Failure::runtime)?)?;
+                found(
+                    &job,
+                    store.request_run(&job).await.map_err(Failure::runtime)?,
+                )?;
                 println!("{job}: will run as soon as a node is free");
                 Ok(0)
             }
             Command::Pause { job } => {
                 let store = connect(&config).await?;
-                found(&job, store.set_enabled(&job, false).await.map_err(Failure::runtime)?)?;
+                found(
+                    &job,
+                    store
+                        .set_enabled(&job, false)
+                        .await
+                        .map_err(Failure::runtime)?,
+                )?;
                 println!("{job}: paused");
                 Ok(0)
             }
             Command::Resume { job } => {
                 let store = connect(&config).await?;
-                found(&job, store.set_enabled(&job, true).await.map_err(Failure::runtime)?)?;
+                found(
+                    &job,
+                    store
+                        .set_enabled(&job, true)
+                        .await
+                        .map_err(Failure::runtime)?,
+                )?;
                 println!("{job}: resumed");
                 Ok(0)
             }
@@ -216,8 +238,11 @@ async fn run_daemon(
     env: Environment,
 ) -> Result<u8, Failure> {
     init_logging(&config);
-    let store = Store::connect(&config.database_url, (config.daemon.max_parallel as u32 / 2).clamp(4, 16))
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    let store = Store::connect(
+        &config.database_url,
+        (config.daemon.max_parallel as u32 / 2).clamp(4, 16),
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
     tracing::info!(node = %config.node_name, database = %config::redact_url(&config.database_url), jobs = config.jobs.len(), "starting");
     let (tx, rx) = mpsc::unbounded_channel();
     spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
@@ -354,10 +379,17 @@ fn job_status(row: &JobRow, config: &Config, now: i64) -> JobStatus {
             row.next_exec.map(|n| fmt_ms(Some(n)))
         },
         running_on: running.then(|| row.exec_by.clone()).flatten(),
-        running_since: running.then(|| row.last_start.map(daemon::fmt_ms)).flatten(),
-        lease_until: running.then(|| row.lease_until.map(daemon::fmt_ms)).flatten(),
+        running_since: running
+            .then(|| row.last_start.map(daemon::fmt_ms))
+            .flatten(),
+        lease_until: running
+            .then(|| row.lease_until.map(daemon::fmt_ms))
+            .flatten(),
         attempt: row.attempt,
-        last_status: row.last_status.clone().filter(|s| s != "running" || running),
+        last_status: row
+            .last_status
+            .clone()
+            .filter(|s| s != "running" || running),
         last_exit: row.last_exit,
         last_end: row.last_end.map(daemon::fmt_ms),
         error: row.error.clone(),
@@ -390,7 +422,12 @@ async fn status(store: &Store, config: &Config, json: bool) -> Result<u8, Failur
     for job in all_jobs {
         let versions: std::collections::BTreeMap<String, String> = per_node
             .iter()
-            .map(|(node, m)| (node.clone(), m.get(&job).cloned().unwrap_or_else(|| "absent".into())))
+            .map(|(node, m)| {
+                (
+                    node.clone(),
+                    m.get(&job).cloned().unwrap_or_else(|| "absent".into()),
+                )
+            })
             .collect();
         let distinct: std::collections::BTreeSet<_> = versions.values().collect();
         if distinct.len() > 1 {
@@ -432,14 +469,20 @@ async fn status(store: &Store, config: &Config, json: bool) -> Result<u8, Failur
         let state = if let Some(e) = &j.error {
             format!("error: {e}")
         } else if let Some(node) = &j.running_on {
-            format!("running on {node} since {}", j.running_since.clone().unwrap_or_default())
+            format!(
+                "running on {node} since {}",
+                j.running_since.clone().unwrap_or_default()
+            )
         } else if !j.enabled {
             "paused".into()
         } else {
             "idle".into()
         };
         let last = match (&j.last_status, j.last_exit) {
-            (Some(s), Some(code)) => format!("{s} (exit {code}) {}", j.last_end.clone().unwrap_or_default()),
+            (Some(s), Some(code)) => format!(
+                "{s} (exit {code}) {}",
+                j.last_end.clone().unwrap_or_default()
+            ),
             (Some(s), None) => format!("{s} {}", j.last_end.clone().unwrap_or_default()),
             _ => "-".into(),
         };
@@ -453,7 +496,10 @@ async fn status(store: &Store, config: &Config, json: bool) -> Result<u8, Failur
             last
         ));
     }
-    out.push_str(&format!("\n{:<24} {:<24} {:<8} {:<6} {}\n", "NODE", "HOST", "PID", "ALIVE", "LAST SEEN"));
+    out.push_str(&format!(
+        "\n{:<24} {:<24} {:<8} {:<6} {}\n",
+        "NODE", "HOST", "PID", "ALIVE", "LAST SEEN"
+    ));
     for n in &status.nodes {
         out.push_str(&format!(
             "{:<24} {:<24} {:<8} {:<6} {}\n",
@@ -481,12 +527,15 @@ async fn history(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Re
         .await
         .map_err(Failure::runtime)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?
+        );
         return Ok(0);
     }
     println!(
-        "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
-        "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED", "DETAIL"
+        "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} DETAIL",
+        "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED"
     );
     for r in rows {
         let detail = match r.outcome.as_str() {

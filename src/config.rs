@@ -401,7 +401,10 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         if (1..=100_000).contains(size) {
             pools.insert(name.clone(), *size as u32);
         } else {
-            c.push(format!("[pools] {name}"), format!("{size} must be 1-100000"));
+            c.push(
+                format!("[pools] {name}"),
+                format!("{size} must be 1-100000"),
+            );
         }
     }
 
@@ -561,13 +564,14 @@ impl PolicyOverrides {
                 .map(|t| parse_duration(t).map_err(|m| (key.to_string(), m)))
                 .transpose()
         };
-        let count = |key: &str, v: Option<i64>, max: i64| -> Result<Option<u32>, (String, String)> {
-            match v {
-                None => Ok(None),
-                Some(n) if (0..=max).contains(&n) => Ok(Some(n as u32)),
-                Some(n) => Err((key.to_string(), format!("{n} must be 0-{max}"))),
-            }
-        };
+        let count =
+            |key: &str, v: Option<i64>, max: i64| -> Result<Option<u32>, (String, String)> {
+                match v {
+                    None => Ok(None),
+                    Some(n) if (0..=max).contains(&n) => Ok(Some(n as u32)),
+                    Some(n) => Err((key.to_string(), format!("{n} must be 0-{max}"))),
+                }
+            };
         if let Some(zone) = &raw.timezone {
             parse_zone(zone).map_err(|e| ("timezone".to_string(), e.to_string()))?;
         }
@@ -666,19 +670,34 @@ timezone = "Mars/Base"
         );
         let lines: Vec<_> = msg.lines().collect();
         assert_eq!(lines.len(), 4, "{msg}");
-        assert!(lines[0].starts_with("/etc/sqlcron/sqlcron.toml: [daemon] lease: \"soon\" is not a duration"));
+        assert!(
+            lines[0].starts_with(
+                "/etc/sqlcron/sqlcron.toml: [daemon] lease: \"soon\" is not a duration"
+            )
+        );
         assert_eq!(
             lines[1],
             "/etc/sqlcron/sqlcron.toml: job \"a\" schedule: minute field: 60 is out of range 0-59 in \"60 * * * *\""
         );
-        assert!(lines.iter().any(|l| l.contains("job \"b\" command: is missing")));
-        assert!(lines.iter().any(|l| l.contains("job \"b\" timezone: unknown time zone \"Mars/Base\"")));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("job \"b\" command: is missing"))
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("job \"b\" timezone: unknown time zone \"Mars/Base\""))
+        );
     }
 
     #[test]
     fn broken_toml_names_the_line() {
         let msg = parse_err("[daemon]\npoll_interval = \n");
-        assert!(msg.starts_with("/etc/sqlcron/sqlcron.toml: line 2:"), "{msg}");
+        assert!(
+            msg.starts_with("/etc/sqlcron/sqlcron.toml: line 2:"),
+            "{msg}"
+        );
         let msg = parse_err("[daemon]\npoll_intervall = \"1s\"\n");
         assert!(msg.contains("unknown field `poll_intervall`"), "{msg}");
     }
@@ -686,9 +705,17 @@ timezone = "Mars/Base"
     #[test]
     fn lease_must_exceed_poll_interval_and_pools_must_exist() {
         let msg = parse_err("[daemon]\npoll_interval = \"5s\"\nlease = \"5s\"\n");
-        assert!(msg.contains("[daemon] lease: 5s must be longer than poll_interval (5s)"), "{msg}");
-        let msg = parse_err("[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\npool=\"nope\"\n");
-        assert!(msg.contains("job \"x\" pool: \"nope\" is not defined under [pools]"), "{msg}");
+        assert!(
+            msg.contains("[daemon] lease: 5s must be longer than poll_interval (5s)"),
+            "{msg}"
+        );
+        let msg = parse_err(
+            "[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\npool=\"nope\"\n",
+        );
+        assert!(
+            msg.contains("job \"x\" pool: \"nope\" is not defined under [pools]"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -702,14 +729,23 @@ timezone = "Mars/Base"
     #[test]
     fn policy_values_are_checked() {
         let msg = parse_err("[defaults]\nmisfire = \"sometimes\"\n");
-        assert!(msg.contains("[defaults] misfire: \"sometimes\" must be skip, run_once or run_all"), "{msg}");
+        assert!(
+            msg.contains("[defaults] misfire: \"sometimes\" must be skip, run_once or run_all"),
+            "{msg}"
+        );
         let msg = parse_err("[defaults]\nretries = -1\n");
-        assert!(msg.contains("[defaults] retries: -1 must be 0-1000"), "{msg}");
+        assert!(
+            msg.contains("[defaults] retries: -1 must be 0-1000"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn redacts_passwords() {
-        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact_url("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
         assert_eq!(redact_url("sqlite:///x.db"), "sqlite:///x.db");
     }
 }

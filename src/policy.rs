@@ -327,18 +327,31 @@ fn previous_of(schedule: &Schedule, first: i64, latest: i64) -> i64 {
     prev
 }
 
-/// Where a row goes after a run of `(slot, attempt)` ended at `now`.
-pub fn after_run(
-    job: &str,
-    slot: i64,
-    attempt: u32,
-    manual: bool,
-    failed: bool,
-    now: i64,
-    policy: &Policy,
-    schedule: &Schedule,
-    waiting_slot: i64,
-) -> NextState {
+/// A run that just ended, as [`after_run`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    /// The slot it served and its attempt number.
+    pub slot: i64,
+    pub attempt: u32,
+    /// An extra run asked for with `sqlcron run`.
+    pub manual: bool,
+    pub failed: bool,
+    /// The database clock at the end (approximately).
+    pub now: i64,
+    /// The slot the row was waiting for before a manual run.
+    pub waiting_slot: i64,
+}
+
+/// Where a row goes after a run ended.
+pub fn after_run(job: &str, run: &Finished, policy: &Policy, schedule: &Schedule) -> NextState {
+    let Finished {
+        slot,
+        attempt,
+        manual,
+        failed,
+        now,
+        waiting_slot,
+    } = *run;
     if manual {
         // An extra run leaves the schedule as it was.
         return NextState {
@@ -376,7 +389,9 @@ pub fn after_run(
 
 /// Exponential backoff before attempt `attempt + 1`: `retry_backoff * 2^(attempt-1)`, capped.
 pub fn backoff(policy: &Policy, attempt: u32) -> Duration {
-    let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+    let factor = 1u32
+        .checked_shl(attempt.saturating_sub(1))
+        .unwrap_or(u32::MAX);
     policy
         .retry_backoff
         .checked_mul(factor)
@@ -437,7 +452,12 @@ mod tests {
         // Hourly job, cluster down for 3.5 hours.
         let now = T0 + 210 * MIN;
         let p = plan_claim("j", &fresh(T0), now, &policy(Misfire::Skip), &hourly());
-        assert_eq!(p.action, ClaimAction::Wait { slot: T0 + 240 * MIN });
+        assert_eq!(
+            p.action,
+            ClaimAction::Wait {
+                slot: T0 + 240 * MIN
+            }
+        );
         assert_eq!(
             p.skipped,
             Some(Skipped {
@@ -488,7 +508,12 @@ mod tests {
         let mut p = policy(Misfire::RunOnce);
         p.starting_deadline = Some(Duration::from_secs(5));
         let plan = plan_claim("j", &fresh(T0), T0 + 10_000, &p, &hourly());
-        assert_eq!(plan.action, ClaimAction::Wait { slot: T0 + 60 * MIN });
+        assert_eq!(
+            plan.action,
+            ClaimAction::Wait {
+                slot: T0 + 60 * MIN
+            }
+        );
         assert_eq!(plan.skipped.unwrap().count, 1);
         let plan = plan_claim("j", &fresh(T0), T0 + 4_000, &p, &hourly());
         assert_eq!(plan.action, run(T0, 1));
@@ -498,7 +523,13 @@ mod tests {
     fn fresh_slot_after_missed_ones_runs() {
         // Every minute, down 10 minutes: skip runs the slot that is due now.
         let now = T0 + 10 * MIN + 500;
-        let p = plan_claim("j", &fresh(T0), now, &policy(Misfire::Skip), &every_minute());
+        let p = plan_claim(
+            "j",
+            &fresh(T0),
+            now,
+            &policy(Misfire::Skip),
+            &every_minute(),
+        );
         assert_eq!(p.action, run(T0 + 9 * MIN, 1));
         assert_eq!(p.skipped.unwrap().count, 9);
     }
@@ -521,7 +552,12 @@ mod tests {
         };
         let p = plan_claim("j", &again, T0 + 30_000, &Policy::default(), &hourly());
         assert_eq!(p.lost, Some((T0, 2)));
-        assert_eq!(p.action, ClaimAction::Wait { slot: T0 + 60 * MIN });
+        assert_eq!(
+            p.action,
+            ClaimAction::Wait {
+                slot: T0 + 60 * MIN
+            }
+        );
         // At-most-once: never rerun.
         let at_most_once = Policy {
             rerun_lost: false,
@@ -529,7 +565,12 @@ mod tests {
         };
         let p = plan_claim("j", &lost, T0 + 15_000, &at_most_once, &hourly());
         assert_eq!(p.lost, Some((T0, 1)));
-        assert_eq!(p.action, ClaimAction::Wait { slot: T0 + 60 * MIN });
+        assert_eq!(
+            p.action,
+            ClaimAction::Wait {
+                slot: T0 + 60 * MIN
+            }
+        );
     }
 
     #[test]
@@ -547,8 +588,10 @@ mod tests {
 
     #[test]
     fn pending_retry_is_abandoned_when_the_next_slot_comes() {
-        let mut p = Policy::default();
-        p.retries = 3;
+        let p = Policy {
+            retries: 3,
+            ..Policy::default()
+        };
         let retry = ClaimedState {
             slot: Some(T0),
             attempts: 1,
@@ -564,29 +607,84 @@ mod tests {
 
     #[test]
     fn retries_back_off_exponentially_with_a_cap() {
-        let mut p = Policy::default();
-        p.retries = 5;
-        p.retry_backoff = Duration::from_secs(10);
-        p.retry_backoff_max = Duration::from_secs(35);
+        let p = Policy {
+            retries: 5,
+            retry_backoff: Duration::from_secs(10),
+            retry_backoff_max: Duration::from_secs(35),
+            ..Policy::default()
+        };
         assert_eq!(backoff(&p, 1), Duration::from_secs(10));
         assert_eq!(backoff(&p, 2), Duration::from_secs(20));
         assert_eq!(backoff(&p, 3), Duration::from_secs(35));
         assert_eq!(backoff(&p, 40), Duration::from_secs(35));
         let s = hourly();
-        let next = after_run("j", T0, 1, false, true, T0 + 1_000, &p, &s, 0);
-        assert_eq!((next.slot, next.attempts, next.next_exec), (T0, 1, T0 + 11_000));
-        let done = after_run("j", T0, 6, false, true, T0 + 1_000, &p, &s, 0);
+        let next = after_run(
+            "j",
+            &Finished {
+                slot: T0,
+                attempt: 1,
+                manual: false,
+                failed: true,
+                now: T0 + 1_000,
+                waiting_slot: 0,
+            },
+            &p,
+            &s,
+        );
+        assert_eq!(
+            (next.slot, next.attempts, next.next_exec),
+            (T0, 1, T0 + 11_000)
+        );
+        let done = after_run(
+            "j",
+            &Finished {
+                slot: T0,
+                attempt: 6,
+                manual: false,
+                failed: true,
+                now: T0 + 1_000,
+                waiting_slot: 0,
+            },
+            &p,
+            &s,
+        );
         assert_eq!((done.slot, done.attempts), (T0 + 60 * MIN, 0));
-        let ok = after_run("j", T0, 1, false, false, T0 + 1_000, &p, &s, 0);
+        let ok = after_run(
+            "j",
+            &Finished {
+                slot: T0,
+                attempt: 1,
+                manual: false,
+                failed: false,
+                now: T0 + 1_000,
+                waiting_slot: 0,
+            },
+            &p,
+            &s,
+        );
         assert_eq!(ok.next_exec, T0 + 60 * MIN);
     }
 
     #[test]
     fn retry_that_would_pass_the_next_slot_is_abandoned() {
-        let mut p = Policy::default();
-        p.retries = 2;
-        p.retry_backoff = Duration::from_secs(90);
-        let next = after_run("j", T0, 1, false, true, T0 + 1_000, &p, &every_minute(), 0);
+        let p = Policy {
+            retries: 2,
+            retry_backoff: Duration::from_secs(90),
+            ..Policy::default()
+        };
+        let next = after_run(
+            "j",
+            &Finished {
+                slot: T0,
+                attempt: 1,
+                manual: false,
+                failed: true,
+                now: T0 + 1_000,
+                waiting_slot: 0,
+            },
+            &p,
+            &every_minute(),
+        );
         assert_eq!(next.slot, T0 + MIN);
         assert_eq!(next.abandoned, Some((T0, 2)));
     }
@@ -608,14 +706,16 @@ mod tests {
         );
         let after = after_run(
             "j",
-            T0 + 5_000,
-            1,
-            true,
-            false,
-            T0 + 6_000,
+            &Finished {
+                slot: T0 + 5_000,
+                attempt: 1,
+                manual: true,
+                failed: false,
+                now: T0 + 6_000,
+                waiting_slot: T0 + 60 * MIN,
+            },
             &Policy::default(),
             &hourly(),
-            T0 + 60 * MIN,
         );
         assert_eq!(after.next_exec, T0 + 60 * MIN);
     }
@@ -626,8 +726,9 @@ mod tests {
         let a = jitter_ms("backup", T0, j);
         assert_eq!(a, jitter_ms("backup", T0, j));
         assert!((0..30_000).contains(&a));
-        let spread: std::collections::HashSet<_> =
-            (0..50).map(|i| jitter_ms("backup", T0 + i * MIN, j)).collect();
+        let spread: std::collections::HashSet<_> = (0..50)
+            .map(|i| jitter_ms("backup", T0 + i * MIN, j))
+            .collect();
         assert!(spread.len() > 40);
         assert_eq!(jitter_ms("backup", T0, Duration::ZERO), 0);
     }

@@ -314,7 +314,9 @@ mod tests {
 
     #[tokio::test]
     async fn exit_code_env_and_output() {
-        let out = run(&spec("echo \"hi $SQLCRON_JOB\"; exit 3"), no_stop()).await.unwrap();
+        let out = run(&spec("echo \"hi $SQLCRON_JOB\"; exit 3"), no_stop())
+            .await
+            .unwrap();
         assert_eq!(out.exit_code, Some(3));
         assert_eq!(out.output, "hi t\n");
         assert!(!out.success());
@@ -324,9 +326,12 @@ mod tests {
 
     #[tokio::test]
     async fn tail_is_bounded() {
-        let out = run(&spec("head -c 10000000 /dev/zero | tr '\\0' x; echo END"), no_stop())
-            .await
-            .unwrap();
+        let out = run(
+            &spec("head -c 10000000 /dev/zero | tr '\\0' x; echo END"),
+            no_stop(),
+        )
+        .await
+        .unwrap();
         assert_eq!(out.output.len(), 64);
         assert!(out.output.ends_with("xxEND\n"));
     }
@@ -342,7 +347,11 @@ mod tests {
         s.timeout = Duration::from_millis(300);
         let out = run(&s, no_stop()).await.unwrap();
         assert!(out.timed_out);
-        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         // The background sleep was in the group and is gone.
         let alive = unsafe { libc::kill(pid, 0) } == 0;
         assert!(!alive, "grandchild {pid} survived");
@@ -364,6 +373,9 @@ mod tests {
         let mut s = spec("");
         s.program = Program::Argv(vec!["/nonexistent/prog".into()]);
         let e = run(&s, no_stop()).await.unwrap_err();
-        assert!(e.to_string().contains("cannot start /nonexistent/prog for job \"t\""));
+        assert!(
+            e.to_string()
+                .contains("cannot start /nonexistent/prog for job \"t\"")
+        );
     }
 }

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Config;
 use crate::job::{OnLeaseLost, Policy, PolicyOverrides};
-use crate::policy::{self, ClaimAction, ClaimedState, after_run, jitter_ms, plan_claim};
+use crate::policy::{self, ClaimAction, ClaimedState, Finished, after_run, jitter_ms, plan_claim};
 use crate::runner::{self, Program, RunSpec, StopRequest};
 use crate::schedule::{Schedule, parse_zone};
 use crate::store::{Fenced, JobRow, Release, RunKey, RunResult, Store, StoreError};
@@ -175,7 +175,7 @@ impl Daemon {
             report.saturated = true;
             return Ok(report);
         }
-        if !peek.next_due.is_some_and(|d| d <= peek.now) {
+        if peek.next_due.is_none_or(|d| d > peek.now) {
             return Ok(report);
         }
         let (now, rows) = shared
@@ -195,7 +195,9 @@ impl Daemon {
             let shared = self.shared.clone();
             let config = config.clone();
             tasks.spawn(async move {
-                shared.handle_claimed(row, now, claim_started, &config).await;
+                shared
+                    .handle_claimed(row, now, claim_started, &config)
+                    .await;
                 drop(permit);
                 shared.wake.notify_one();
             });
@@ -289,7 +291,11 @@ impl Daemon {
         if config.daemon.max_parallel != old.daemon.max_parallel {
             tracing::warn!("reload: [daemon] max_parallel changes need a restart");
         }
-        *self.shared.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        *self
+            .shared
+            .config
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
         match self.apply_config().await {
             Ok(()) => tracing::info!("configuration reloaded"),
             Err(e) => tracing::error!(error = %e, "reload: applying the TOML jobs failed"),
@@ -402,7 +408,10 @@ impl Shared {
                     clear_run_now: true,
                     outcome: None,
                 };
-                let _ = self.store.release(row.id, &self.node, row.token, &release, None).await;
+                let _ = self
+                    .store
+                    .release(row.id, &self.node, row.token, &release, None)
+                    .await;
                 let _ = self.store.park(row.id, &message).await;
                 return;
             }
@@ -456,7 +465,11 @@ impl Shared {
                     "skipped",
                     Some(skipped.count as i64),
                     Some(skipped.last),
-                    &format!("{} missed slot(s) not run (misfire = {})", skipped.count, policy.misfire.as_str()),
+                    &format!(
+                        "{} missed slot(s) not run (misfire = {})",
+                        skipped.count,
+                        policy.misfire.as_str()
+                    ),
                 )
                 .await;
         }
@@ -476,8 +489,10 @@ impl Shared {
                 attempt,
                 manual,
             } => {
-                self.execute(&row, slot, attempt, manual, now, claimed_at, &policy, &schedule, config)
-                    .await;
+                self.execute(
+                    &row, slot, attempt, manual, now, claimed_at, &policy, &schedule, config,
+                )
+                .await;
             }
         }
     }
@@ -500,7 +515,11 @@ impl Shared {
             slot,
             attempt,
         };
-        match self.store.start_run(row.id, &self.node, row.token, &key).await {
+        match self
+            .store
+            .start_run(row.id, &self.node, row.token, &key)
+            .await
+        {
             Ok(Fenced::Done) => {}
             Ok(Fenced::Lost) => {
                 tracing::warn!(job = %row.name, "claim lost before the run started; not running");
@@ -524,29 +543,44 @@ impl Shared {
             }
         }
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
-        self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            row.id,
-            Running {
-                token: row.token,
-                job: row.name.clone(),
-                trusted_until: lease::trusted_until(claimed_at, config.daemon.lease),
-                stop: stop_tx,
-                interrupted: None,
-                on_lease_lost: policy.on_lease_lost,
-            },
-        );
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                row.id,
+                Running {
+                    token: row.token,
+                    job: row.name.clone(),
+                    trusted_until: lease::trusted_until(claimed_at, config.daemon.lease),
+                    stop: stop_tx,
+                    interrupted: None,
+                    on_lease_lost: policy.on_lease_lost,
+                },
+            );
         let spec = match run_spec(row, slot, attempt, &self.node, policy, config) {
             Ok(s) => s,
             Err(message) => {
-                self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&row.id);
-                self.finish(row, &key, manual, claim_now, policy, schedule, config, RunResult {
-                    outcome: "failed",
-                    exit_code: None,
-                    signal: None,
-                    started: claim_now,
-                    output: String::new(),
-                    message: Some(message),
-                })
+                self.running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&row.id);
+                self.finish(
+                    row,
+                    &key,
+                    manual,
+                    claim_now,
+                    policy,
+                    schedule,
+                    config,
+                    RunResult {
+                        outcome: "failed",
+                        exit_code: None,
+                        signal: None,
+                        started: claim_now,
+                        output: String::new(),
+                        message: Some(message),
+                    },
+                )
                 .await;
                 return;
             }
@@ -596,7 +630,10 @@ impl Shared {
                 let _ = tokio::time::timeout(Duration::from_secs(5), async {
                     let _ = self
                         .store
-                        .record_lost(&key, &format!("stopped by the shutdown of node {}", self.node))
+                        .record_lost(
+                            &key,
+                            &format!("stopped by the shutdown of node {}", self.node),
+                        )
                         .await;
                     let _ = self
                         .store
@@ -607,8 +644,10 @@ impl Shared {
             }
             None => {
                 tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, outcome = result.outcome, exit_code = ?result.exit_code, signal = ?result.signal, "finished");
-                self.finish(row, &key, manual, claim_now, policy, schedule, config, result)
-                    .await;
+                self.finish(
+                    row, &key, manual, claim_now, policy, schedule, config, result,
+                )
+                .await;
             }
         }
     }
@@ -629,7 +668,17 @@ impl Shared {
         let now_guess = claim_now + (Utc::now().timestamp_millis() - result.started).max(0);
         let waiting = row.slot.unwrap_or(key.slot);
         let next = after_run(
-            &row.name, key.slot, key.attempt, manual, failed, now_guess, policy, schedule, waiting,
+            &row.name,
+            &Finished {
+                slot: key.slot,
+                attempt: key.attempt,
+                manual,
+                failed,
+                now: now_guess,
+                waiting_slot: waiting,
+            },
+            policy,
+            schedule,
         );
         if failed && next.slot == key.slot {
             tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
@@ -638,7 +687,16 @@ impl Shared {
             tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "retry abandoned: it would pass the next regular slot");
             let _ = self
                 .store
-                .record_summary(&row.name, slot, attempt, &self.node, "abandoned", None, None, "retry would pass the next regular slot")
+                .record_summary(
+                    &row.name,
+                    slot,
+                    attempt,
+                    &self.node,
+                    "abandoned",
+                    None,
+                    None,
+                    "retry would pass the next regular slot",
+                )
                 .await;
         }
         let release = Release {
@@ -648,7 +706,8 @@ impl Shared {
             clear_run_now: manual,
             outcome: Some(result),
         };
-        self.release_with_retry(row, &release, Some(key), config).await;
+        self.release_with_retry(row, &release, Some(key), config)
+            .await;
     }
 
     /// Releases a row, retrying through short database outages for up to one lease.
@@ -756,7 +815,8 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
     let overrides = row_overrides(row)?;
     let policy = overrides.apply_to(defaults);
     let tz = parse_zone(&policy.timezone).map_err(|e| format!("timezone: {e}"))?;
-    let expr = crate::schedule::CronExpr::parse(&row.schedule).map_err(|e| format!("schedule: {e}"))?;
+    let expr =
+        crate::schedule::CronExpr::parse(&row.schedule).map_err(|e| format!("schedule: {e}"))?;
     match (&row.command, &row.argv) {
         (_, Some(argv)) => {
             let v: Vec<String> = serde_json::from_str(argv)
@@ -812,7 +872,9 @@ fn run_spec(
     config: &Config,
 ) -> Result<RunSpec, String> {
     let program = match (&row.argv, &row.command) {
-        (Some(argv), _) => Program::Argv(serde_json::from_str(argv).map_err(|e| format!("argv: {e}"))?),
+        (Some(argv), _) => {
+            Program::Argv(serde_json::from_str(argv).map_err(|e| format!("argv: {e}"))?)
+        }
         (None, Some(c)) => Program::Shell(c.clone()),
         (None, None) => return Err("command: is empty".into()),
     };

@@ -386,7 +386,11 @@ impl Store {
         let dialect = Dialect::from_url(url).ok_or_else(|| StoreError::Url(url.to_string()))?;
         let mut url = url.to_string();
         if dialect == Dialect::Sqlite && !url.contains("mode=") {
-            url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+            url.push_str(if url.contains('?') {
+                "&mode=rwc"
+            } else {
+                "?mode=rwc"
+            });
         }
         if dialect == Dialect::Mysql && url.starts_with("mariadb:") {
             url = url.replacen("mariadb:", "mysql:", 1);
@@ -449,10 +453,11 @@ impl Store {
                     .acquire()
                     .await
                     .map_err(sql_err!(self, "connect for migration"))?;
-                let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(sql_err!(self, "lock for migration"))?;
+                let got: Option<i64> =
+                    sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
+                        .fetch_one(&mut *conn)
+                        .await
+                        .map_err(sql_err!(self, "lock for migration"))?;
                 if got != Some(1) {
                     tracing::warn!("could not take the migration lock in 300 s; migrating anyway");
                 }
@@ -548,10 +553,9 @@ impl Store {
 
     /// Parks a row whose definition cannot run, with the reason, until it is changed.
     pub async fn park(&self, id: i64, error: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(
-            self.dialect
-                .render("UPDATE cron_table SET error = ?, next_exec = ? WHERE id = ?"),
-        ))
+        sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_table SET error = ?, next_exec = ? WHERE id = ?",
+        )))
         .bind(error.to_string())
         .bind(PARKED)
         .bind(id)
@@ -649,7 +653,12 @@ impl Store {
 
     /// Extends the leases of the runs this node still supervises, in one statement. Returns
     /// the ids whose claim is lost (no longer ours).
-    pub async fn extend(&self, node: &str, held: &[(i64, i64)], lease: Duration) -> Result<Vec<i64>> {
+    pub async fn extend(
+        &self,
+        node: &str,
+        held: &[(i64, i64)],
+        lease: Duration,
+    ) -> Result<Vec<i64>> {
         if held.is_empty() {
             return Ok(vec![]);
         }
@@ -690,7 +699,9 @@ impl Store {
         for r in &rows {
             let id: i64 = r.try_get("id").map_err(sql_err!(self, "check leases"))?;
             let token: i64 = r.try_get("token").map_err(sql_err!(self, "check leases"))?;
-            let by: Option<String> = r.try_get("exec_by").map_err(sql_err!(self, "check leases"))?;
+            let by: Option<String> = r
+                .try_get("exec_by")
+                .map_err(sql_err!(self, "check leases"))?;
             if by.as_deref() == Some(node) && held.contains(&(id, token)) {
                 still.insert(id);
             }
@@ -761,7 +772,9 @@ impl Store {
                 .await
                 .map_err(sql_err!(self, "record run end"))?;
         }
-        tx.commit().await.map_err(sql_err!(self, "commit release"))?;
+        tx.commit()
+            .await
+            .map_err(sql_err!(self, "commit release"))?;
         Ok(fenced)
     }
 
@@ -901,10 +914,9 @@ impl Store {
     }
 
     pub async fn job(&self, name: &str) -> Result<Option<JobRow>> {
-        let row = sqlx::query(AssertSqlSafe(
-            self.dialect
-                .render(&format!("SELECT {JOB_COLUMNS} FROM cron_table WHERE name = ?")),
-        ))
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE name = ?"
+        ))))
         .bind(name.to_string())
         .fetch_optional(&self.pool)
         .await
@@ -920,9 +932,9 @@ impl Store {
         let cols = "job_name, slot, attempt, node, token, started, ended, outcome, exit_code, \
                     exit_signal, output, skipped_count, skipped_last, message";
         let text = match job {
-            Some(_) => format!(
-                "SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT ?"
-            ),
+            Some(_) => {
+                format!("SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT ?")
+            }
             None => format!("SELECT {cols} FROM cron_runs ORDER BY id DESC LIMIT ?"),
         };
         let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
@@ -1002,7 +1014,11 @@ impl Store {
             rows.insert(name, (source, hash));
         }
         let mut report = ApplyReport::default();
-        let mut tx = self.pool.begin().await.map_err(sql_err!(self, "begin apply"))?;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(sql_err!(self, "begin apply"))?;
         for job in jobs {
             let hash = job_hash(job);
             let values = job_values(job);
@@ -1051,7 +1067,8 @@ impl Store {
                 }
             }
         }
-        let wanted: std::collections::HashSet<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        let wanted: std::collections::HashSet<&str> =
+            jobs.iter().map(|j| j.name.as_str()).collect();
         for (name, (source, _)) in &rows {
             if source == "toml" && !wanted.contains(name.as_str()) {
                 report.removed.push(name.clone());
@@ -1179,7 +1196,9 @@ pub fn job_hash(job: &JobSpec) -> String {
 
 /// The database file of a `sqlite://PATH?options` URL; `None` for in-memory databases.
 fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
-    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next()?;
     if path.is_empty() || path.contains(":memory:") {
         return None;

@@ -60,15 +60,22 @@ async fn three_nodes_run_every_slot_exactly_once(dialect: Dialect) {
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f.len(), 4, "bad line {line:?}");
         assert_eq!(f[3], "1", "no retries expected: {line}");
-        *count.entry((f[0].to_string(), f[1].to_string())).or_default() += 1;
+        *count
+            .entry((f[0].to_string(), f[1].to_string()))
+            .or_default() += 1;
         *per_node.entry(f[2].to_string()).or_default() += 1;
     }
     let duplicates: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(duplicates.is_empty(), "slots run more than once: {duplicates:?}");
+    assert!(
+        duplicates.is_empty(),
+        "slots run more than once: {duplicates:?}"
+    );
     // No slot lost between a job's first and last run.
     let mut slots: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
     for (job, slot) in count.keys() {
-        let t = chrono::DateTime::parse_from_rfc3339(slot).unwrap().timestamp();
+        let t = chrono::DateTime::parse_from_rfc3339(slot)
+            .unwrap()
+            .timestamp();
         slots.entry(job.clone()).or_default().insert(t);
     }
     assert_eq!(slots.len(), 20, "every job ran");
@@ -107,7 +114,10 @@ async fn killed_node_is_taken_over_within_lease_and_poll(dialect: Dialect) {
     let read = || std::fs::read_to_string(&out).unwrap_or_default();
     // Wait for the first start (up to one period of the schedule).
     let first = eventually(Duration::from_secs(30), "a first start", || async {
-        read().lines().find(|l| l.starts_with("start ")).map(str::to_string)
+        read()
+            .lines()
+            .find(|l| l.starts_with("start "))
+            .map(str::to_string)
     })
     .await;
     let f: Vec<&str> = first.split_whitespace().collect();
@@ -117,12 +127,16 @@ async fn killed_node_is_taken_over_within_lease_and_poll(dialect: Dialect) {
     let killed_at = Instant::now();
     victim.signal(libc::SIGKILL);
     // lease 3s + poll 1s, plus slack for process start.
-    let takeover = eventually(Duration::from_secs(8), "takeover by the survivor", || async {
-        read()
-            .lines()
-            .find(|l| l.starts_with(&format!("start {} 2 {slot}", survivor.name)))
-            .map(|_| killed_at.elapsed())
-    })
+    let takeover = eventually(
+        Duration::from_secs(8),
+        "takeover by the survivor",
+        || async {
+            read()
+                .lines()
+                .find(|l| l.starts_with(&format!("start {} 2 {slot}", survivor.name)))
+                .map(|_| killed_at.elapsed())
+        },
+    )
     .await;
     assert!(
         takeover <= Duration::from_millis(3_000 + 1_000 + 1_500),
@@ -142,7 +156,9 @@ async fn killed_node_is_taken_over_within_lease_and_poll(dialect: Dialect) {
     );
     let store = db.store().await;
     let history = store.history(Some("long"), 50).await.unwrap();
-    let slot_ms = chrono::DateTime::parse_from_rfc3339(&slot).unwrap().timestamp_millis();
+    let slot_ms = chrono::DateTime::parse_from_rfc3339(&slot)
+        .unwrap()
+        .timestamp_millis();
     let of_slot: Vec<_> = history.iter().filter(|h| h.slot == slot_ms).collect();
     let outcome = |attempt: i64| {
         of_slot

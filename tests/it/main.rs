@@ -1,5 +1,6 @@
 //! The single integration-test binary: every file below is a module, sharing `util`.
 
+mod behaviour;
 mod cli_next;
 mod cluster;
 mod store;

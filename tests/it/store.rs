@@ -51,7 +51,9 @@ async fn make_due(store: &Store, name: &str) {
 
 async fn concurrent_migrations_do_not_collide(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
-    let stores: Vec<Store> = (0..3).map(|_| Store::connect(&db.url, 2).unwrap()).collect();
+    let stores: Vec<Store> = (0..3)
+        .map(|_| Store::connect(&db.url, 2).unwrap())
+        .collect();
     let results = futures_join_all(stores.iter().map(|s| s.migrate())).await;
     for r in results {
         r.unwrap();
@@ -106,7 +108,12 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     let rows = store.rows_to_prepare(10).await.unwrap();
     assert_eq!(rows.len(), 1);
     let first_slot = peek.now + 60_000;
-    assert!(store.set_prepared(rows[0].id, first_slot, first_slot).await.unwrap());
+    assert!(
+        store
+            .set_prepared(rows[0].id, first_slot, first_slot)
+            .await
+            .unwrap()
+    );
     // A second node racing to prepare the same row does nothing.
     assert!(!store.set_prepared(rows[0].id, 1, 1).await.unwrap());
     let peek = store.peek().await.unwrap();
@@ -138,7 +145,11 @@ async fn claims_race_without_duplicates(dialect: Dialect) {
     }
     let now = store.now().await.unwrap();
     store
-        .execute_raw(&format!("UPDATE cron_table SET next_exec = {}, slot = {}", now - 1000, now - 1000))
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = {}, slot = {}",
+            now - 1000,
+            now - 1000
+        ))
         .await
         .unwrap();
     // Four claimers, each taking up to 7 rows per round, until nothing is left.
@@ -148,7 +159,10 @@ async fn claims_race_without_duplicates(dialect: Dialect) {
         handles.push(tokio::spawn(async move {
             let mut got = Vec::new();
             for _ in 0..40 {
-                match store.claim(&format!("node{c}"), 7, Duration::from_secs(30)).await {
+                match store
+                    .claim(&format!("node{c}"), 7, Duration::from_secs(30))
+                    .await
+                {
                     Ok((_, rows)) => got.extend(rows.into_iter().map(|r| r.name)),
                     // MySQL may report a deadlock between concurrent claims: a retryable error.
                     Err(e) => eprintln!("claim error (retried): {e}"),
@@ -181,15 +195,24 @@ async fn writes_are_fenced_by_the_claim_token(dialect: Dialect) {
         outcome: None,
     };
     assert_eq!(
-        store.release(row.id, "a", row.token + 1, &release, None).await.unwrap(),
+        store
+            .release(row.id, "a", row.token + 1, &release, None)
+            .await
+            .unwrap(),
         Fenced::Lost
     );
     assert_eq!(
-        store.release(row.id, "b", row.token, &release, None).await.unwrap(),
+        store
+            .release(row.id, "b", row.token, &release, None)
+            .await
+            .unwrap(),
         Fenced::Lost
     );
     assert_eq!(
-        store.release(row.id, "a", row.token, &release, None).await.unwrap(),
+        store
+            .release(row.id, "a", row.token, &release, None)
+            .await
+            .unwrap(),
         Fenced::Done
     );
     let after = store.job("f").await.unwrap().unwrap();
@@ -197,7 +220,10 @@ async fn writes_are_fenced_by_the_claim_token(dialect: Dialect) {
     assert_eq!(after.next_exec, Some(5));
     // Released twice: the second is lost.
     assert_eq!(
-        store.release(row.id, "a", row.token, &release, None).await.unwrap(),
+        store
+            .release(row.id, "a", row.token, &release, None)
+            .await
+            .unwrap(),
         Fenced::Lost
     );
 }
@@ -214,8 +240,14 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
         slot: 1_000,
         attempt: 1,
     };
-    assert_eq!(store.start_run(row.id, "a", row.token, &key).await.unwrap(), Fenced::Done);
-    let err = store.start_run(row.id, "a", row.token, &key).await.unwrap_err();
+    assert_eq!(
+        store.start_run(row.id, "a", row.token, &key).await.unwrap(),
+        Fenced::Done
+    );
+    let err = store
+        .start_run(row.id, "a", row.token, &key)
+        .await
+        .unwrap_err();
     assert!(err.is_unique_violation(), "{err}");
     // The history line ends with the outcome.
     let release = Release {
@@ -232,7 +264,13 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
             message: None,
         }),
     };
-    assert_eq!(store.release(row.id, "a", row.token, &release, Some(&key)).await.unwrap(), Fenced::Done);
+    assert_eq!(
+        store
+            .release(row.id, "a", row.token, &release, Some(&key))
+            .await
+            .unwrap(),
+        Fenced::Done
+    );
     let history = store.history(Some("r"), 10).await.unwrap();
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].outcome, "ok");
@@ -250,10 +288,19 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
     let row = store.rows_to_prepare(10).await.unwrap().remove(0);
     store.set_prepared(row.id, 1_000, 1_000).await.unwrap();
     // Same schedule written again: nothing changes.
-    store.execute_raw("UPDATE cron_table SET schedule = '0 0 1 1 *' WHERE name = 's'").await.unwrap();
-    assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, Some(1_000));
+    store
+        .execute_raw("UPDATE cron_table SET schedule = '0 0 1 1 *' WHERE name = 's'")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.job("s").await.unwrap().unwrap().next_exec,
+        Some(1_000)
+    );
     // A new schedule: re-prepared.
-    store.execute_raw("UPDATE cron_table SET schedule = '*/5 * * * *' WHERE name = 's'").await.unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET schedule = '*/5 * * * *' WHERE name = 's'")
+        .await
+        .unwrap();
     assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, None);
     assert!(store.peek().await.unwrap().pending_prepare);
     // An invalid row is parked with its error, and a fix clears it.
@@ -261,7 +308,10 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
     let parked = store.job("s").await.unwrap().unwrap();
     assert_eq!(parked.next_exec, Some(PARKED));
     assert_eq!(parked.error.as_deref(), Some("schedule: bad"));
-    store.execute_raw("UPDATE cron_table SET command = 'echo fixed' WHERE name = 's'").await.unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo fixed' WHERE name = 's'")
+        .await
+        .unwrap();
     let fixed = store.job("s").await.unwrap().unwrap();
     assert_eq!(fixed.error, None);
     assert_eq!(fixed.next_exec, None);
@@ -269,7 +319,10 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
     store.set_prepared(row.id, 1_000, 1_000).await.unwrap();
     let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
     assert_eq!(rows.len(), 1);
-    store.execute_raw("UPDATE cron_table SET timezone = 'Asia/Tokyo' WHERE name = 's'").await.unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET timezone = 'Asia/Tokyo' WHERE name = 's'")
+        .await
+        .unwrap();
     let claimed = store.job("s").await.unwrap().unwrap();
     assert!(claimed.dirty);
     assert!(claimed.next_exec.is_some());
@@ -280,7 +333,10 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
         clear_run_now: false,
         outcome: None,
     };
-    store.release(rows[0].id, "a", rows[0].token, &release, None).await.unwrap();
+    store
+        .release(rows[0].id, "a", rows[0].token, &release, None)
+        .await
+        .unwrap();
     let released = store.job("s").await.unwrap().unwrap();
     assert_eq!(released.next_exec, None, "re-prepared after release");
     assert!(!released.dirty);
@@ -312,7 +368,13 @@ async fn expired_lease_is_taken_over_with_the_previous_holder_visible(dialect: D
         clear_run_now: false,
         outcome: None,
     };
-    assert_eq!(store.release(first.id, "a", first.token, &release, None).await.unwrap(), Fenced::Lost);
+    assert_eq!(
+        store
+            .release(first.id, "a", first.token, &release, None)
+            .await
+            .unwrap(),
+        Fenced::Lost
+    );
 }
 
 async fn extend_reports_lost_claims(dialect: Dialect) {
@@ -325,13 +387,25 @@ async fn extend_reports_lost_claims(dialect: Dialect) {
     let (_, rows) = store.claim("a", 2, Duration::from_secs(10)).await.unwrap();
     assert_eq!(rows.len(), 2);
     let held: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.token)).collect();
-    assert!(store.extend("a", &held, Duration::from_secs(20)).await.unwrap().is_empty());
+    assert!(
+        store
+            .extend("a", &held, Duration::from_secs(20))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let extended = store.job("e1").await.unwrap().unwrap();
     let now = store.now().await.unwrap();
     assert!(extended.lease_until.unwrap() > now + 15_000);
     // Someone else takes e2 (simulated by bumping its token).
-    store.execute_raw("UPDATE cron_table SET token = token + 1, exec_by = 'b' WHERE name = 'e2'").await.unwrap();
-    let lost = store.extend("a", &held, Duration::from_secs(20)).await.unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET token = token + 1, exec_by = 'b' WHERE name = 'e2'")
+        .await
+        .unwrap();
+    let lost = store
+        .extend("a", &held, Duration::from_secs(20))
+        .await
+        .unwrap();
     let e2 = rows.iter().find(|r| r.name == "e2").unwrap().id;
     assert_eq!(lost, vec![e2]);
 }
@@ -349,13 +423,20 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     .unwrap();
     let dry = store.apply_toml(&v1.jobs, true).await.unwrap();
     assert_eq!(dry.created, vec!["a", "b"]);
-    assert_eq!(store.jobs().await.unwrap().len(), 1, "dry run changes nothing");
+    assert_eq!(
+        store.jobs().await.unwrap().len(),
+        1,
+        "dry run changes nothing"
+    );
     let r = store.apply_toml(&v1.jobs, false).await.unwrap();
     assert_eq!(r.created, vec!["a", "b"]);
     assert_eq!(r.conflicts, vec!["from-sql"]);
     let a = store.job("a").await.unwrap().unwrap();
     assert_eq!(a.source, "toml");
-    assert_eq!(a.policy.get("retries").cloned().flatten().as_deref(), Some("2"));
+    assert_eq!(
+        a.policy.get("retries").cloned().flatten().as_deref(),
+        Some("2")
+    );
     let b = store.job("b").await.unwrap().unwrap();
     assert_eq!(b.argv.as_deref(), Some("[\"/bin/echo\",\"x\"]"));
     assert_eq!(b.env.as_deref(), Some("{\"K\":\"v\"}"));
@@ -371,7 +452,13 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     let r = store.apply_toml(&v2.jobs, false).await.unwrap();
     assert_eq!(r.updated, vec!["a"]);
     assert_eq!(r.removed, vec!["b"]);
-    let names: Vec<String> = store.jobs().await.unwrap().into_iter().map(|j| j.name).collect();
+    let names: Vec<String> = store
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.name)
+        .collect();
     assert_eq!(names, vec!["a", "from-sql"]);
     let a = store.job("a").await.unwrap().unwrap();
     assert_eq!(a.schedule, "*/5 * * * *");

@@ -51,7 +51,11 @@ pub struct TestDb {
 
 async fn admin_exec(admin: &str, sql: &str) -> Result<(), String> {
     let store = Store::connect(admin, 1).map_err(|e| e.to_string())?;
-    let r = store.execute_raw(sql).await.map(|_| ()).map_err(|e| e.to_string());
+    let r = store
+        .execute_raw(sql)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
     store.close().await;
     r
 }

@@ -1,0 +1,347 @@
+//! One daemon process against each database: SQL editing, bad rows, misfire, retries, timeouts
+//! and the job-control commands.
+
+use std::time::Duration;
+
+use sqlcron::store::{Dialect, HistoryRow, Store};
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr};
+
+macro_rules! for_each_dialect {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
+    };
+}
+
+for_each_dialect!(
+    sql_insert_runs_and_garbage_rows_are_isolated,
+    schedule_change_with_sql_takes_effect,
+    misfire_policies_after_an_outage,
+    retries_back_off_and_count_attempts,
+    timeout_stops_the_job,
+    run_pause_and_resume_commands,
+);
+
+async fn history(store: &Store, job: &str) -> Vec<HistoryRow> {
+    let mut h = store.history(Some(job), 1000).await.unwrap();
+    h.reverse();
+    h
+}
+
+async fn sql_insert_runs_and_garbage_rows_are_isolated(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    let out = dir.path().join("good.txt");
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('good', '* * * * * *', 'echo $SQLCRON_SLOT >> {}')",
+            out.display()
+        ))
+        .await
+        .unwrap();
+    store
+        .execute_raw("INSERT INTO cron_table (name, schedule, command) VALUES ('bad', 'every minute', 'true')")
+        .await
+        .unwrap();
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('empty', '* * * * *', '')",
+        )
+        .await
+        .unwrap();
+    store
+        .execute_raw("INSERT INTO cron_table (name, schedule, command, timezone, retries) VALUES ('zone', '* * * * *', 'true', 'Mars/Base', 1)")
+        .await
+        .unwrap();
+    // Picked up within a poll interval of its first slot.
+    eventually(Duration::from_secs(4), "the SQL job to run", || async {
+        std::fs::read_to_string(&out).ok().filter(|t| !t.is_empty())
+    })
+    .await;
+    let bad = eventually(Duration::from_secs(3), "bad row marked", || async {
+        store.job("bad").await.unwrap().and_then(|j| j.error)
+    })
+    .await;
+    assert!(bad.starts_with("schedule: expected 5 fields"), "{bad}");
+    let empty = store.job("empty").await.unwrap().unwrap().error.unwrap();
+    assert_eq!(empty, "command: is empty");
+    let zone = store.job("zone").await.unwrap().unwrap().error.unwrap();
+    assert!(zone.contains("unknown time zone \"Mars/Base\""), "{zone}");
+    // One log line per bad row, not one per poll.
+    let good_runs_before = std::fs::read_to_string(&out).unwrap().lines().count();
+    eventually(Duration::from_secs(5), "more good runs", || async {
+        (std::fs::read_to_string(&out).unwrap().lines().count() >= good_runs_before + 2)
+            .then_some(())
+    })
+    .await;
+    let log = node.log_text();
+    assert_eq!(log.matches("job row is invalid").count(), 3, "{log}");
+    // Fixing the row with SQL brings it back.
+    let fixed = dir.path().join("fixed.txt");
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET schedule = '* * * * * *', command = 'echo ok >> {}' WHERE name = 'bad'",
+            fixed.display()
+        ))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(4), "the fixed job to run", || async {
+        std::fs::read_to_string(&fixed).ok()
+    })
+    .await;
+    assert_eq!(store.job("bad").await.unwrap().unwrap().error, None);
+    assert!(node.stop().success());
+}
+
+async fn schedule_change_with_sql_takes_effect(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let out = dir.path().join("c.txt");
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('c', '0 0 1 1 *', 'echo $SQLCRON_SLOT >> {}')",
+            out.display()
+        ))
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    let far = eventually(Duration::from_secs(4), "the yearly slot", || async {
+        store.job("c").await.unwrap().and_then(|j| j.next_exec)
+    })
+    .await;
+    let now = store.now().await.unwrap();
+    assert!(far - now > 86_400_000, "next_exec should be far away");
+    store
+        .execute_raw("UPDATE cron_table SET schedule = '* * * * * *' WHERE name = 'c'")
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(4),
+        "the new schedule to run",
+        || async { std::fs::read_to_string(&out).ok() },
+    )
+    .await;
+    assert!(node.stop().success());
+}
+
+async fn misfire_policies_after_an_outage(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    // Hourly at a minute half an hour away from now, so the latest due slot is ~30 min old
+    // (missed) and the next one ~30 min ahead, whatever the time of the test.
+    let minute_now = (now / 60_000) % 60;
+    let minute = (minute_now + 30) % 60;
+    let latest = {
+        let hour_start = now - now.rem_euclid(3_600_000);
+        let candidate = hour_start + minute * 60_000;
+        if candidate > now {
+            candidate - 3_600_000
+        } else {
+            candidate
+        }
+    };
+    // The cluster was down for ten hours: the rows still wait for a slot 10 h back.
+    let first = latest - 9 * 3_600_000;
+    for (name, cols, vals) in [
+        ("skip", "misfire", "'skip'"),
+        ("once", "misfire", "'run_once'"),
+        ("all", "misfire, max_catch_up", "'run_all', 3"),
+        (
+            "deadline",
+            "misfire, max_catch_up, starting_deadline",
+            "'run_all', 3, '5m'",
+        ),
+    ] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command, slot, next_exec, {cols}) \
+                 VALUES ('{name}', '{minute} * * * *', 'true', {first}, {first}, {vals})"
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    let settled = |job: &'static str| {
+        let store = store.clone();
+        async move {
+            eventually(Duration::from_secs(10), job, || async {
+                let j = store.job(job).await.unwrap().unwrap();
+                (j.exec_by.is_none() && j.slot.is_some_and(|s| s > now)).then_some(())
+            })
+            .await
+        }
+    };
+    for job in ["skip", "once", "all", "deadline"] {
+        settled(job).await;
+    }
+    let runs = |h: &[HistoryRow]| -> Vec<i64> {
+        h.iter()
+            .filter(|r| r.outcome == "ok")
+            .map(|r| r.slot)
+            .collect()
+    };
+    let skipped = |h: &[HistoryRow]| -> Vec<(i64, i64, i64)> {
+        h.iter()
+            .filter(|r| r.outcome == "skipped")
+            .map(|r| (r.skipped_count.unwrap(), r.slot, r.skipped_last.unwrap()))
+            .collect()
+    };
+    let h = history(&store, "skip").await;
+    assert_eq!(runs(&h), Vec::<i64>::new());
+    assert_eq!(skipped(&h), vec![(10, first, latest)]);
+    let h = history(&store, "once").await;
+    assert_eq!(runs(&h), vec![latest]);
+    assert_eq!(skipped(&h), vec![(9, first, latest - 3_600_000)]);
+    let h = history(&store, "all").await;
+    assert_eq!(
+        runs(&h),
+        vec![latest - 7_200_000, latest - 3_600_000, latest],
+        "oldest first, the newest max_catch_up"
+    );
+    assert_eq!(skipped(&h), vec![(7, first, latest - 3 * 3_600_000)]);
+    let h = history(&store, "deadline").await;
+    assert_eq!(
+        runs(&h),
+        Vec::<i64>::new(),
+        "a starting_deadline is a hard limit"
+    );
+    assert_eq!(skipped(&h)[0].0, 10);
+    assert!(node.stop().success());
+}
+
+async fn retries_back_off_and_count_attempts(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, retries, retry_backoff, slot, next_exec) \
+             VALUES ('flaky', '0 0 1 1 *', 'echo attempt=$SQLCRON_ATTEMPT; exit 3', 2, '1s', {now}, {now})"
+        ))
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    let h = eventually(Duration::from_secs(12), "three attempts", || async {
+        let h = history(&store, "flaky").await;
+        (h.iter().filter(|r| r.outcome == "failed").count() == 3).then_some(h)
+    })
+    .await;
+    let attempts: Vec<i64> = h.iter().map(|r| r.attempt).collect();
+    assert_eq!(attempts, vec![1, 2, 3]);
+    for (i, r) in h.iter().enumerate() {
+        assert_eq!(r.slot, now);
+        assert_eq!(r.exit_code, Some(3));
+        assert_eq!(
+            r.output.as_deref(),
+            Some(format!("attempt={}\n", i + 1).as_str())
+        );
+    }
+    let gap1 = h[1].started.unwrap() - h[0].ended.unwrap();
+    let gap2 = h[2].started.unwrap() - h[1].ended.unwrap();
+    assert!((900..2_000).contains(&gap1), "first backoff {gap1} ms");
+    assert!((1_900..3_000).contains(&gap2), "second backoff {gap2} ms");
+    // Then the row moves on to its next regular slot.
+    let row = store.job("flaky").await.unwrap().unwrap();
+    assert!(row.slot.unwrap() > now);
+    assert_eq!(row.last_status.as_deref(), Some("failed"));
+    assert!(node.stop().success());
+}
+
+async fn timeout_stops_the_job(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, timeout, kill_grace, slot, next_exec) \
+             VALUES ('slow', '0 0 1 1 *', 'sleep 60', '1s', '1s', {now}, {now})"
+        ))
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    let h = eventually(Duration::from_secs(8), "the timeout", || async {
+        history(&store, "slow")
+            .await
+            .into_iter()
+            .find(|r| r.outcome == "timeout")
+    })
+    .await;
+    assert_eq!(h.signal, Some(libc::SIGTERM as i64));
+    let took = h.ended.unwrap() - h.started.unwrap();
+    assert!((900..3_000).contains(&took), "ran {took} ms");
+    assert!(node.stop().success());
+}
+
+async fn run_pause_and_resume_commands(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.txt");
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!(
+            "[[job]]\nname = \"manual\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo $SQLCRON_ATTEMPT >> {}\"\n",
+            out.display()
+        ),
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    let cfg = dir.path().join("n.toml");
+    let cfg = cfg.to_str().unwrap();
+    let store = db.store().await;
+    eventually(
+        Duration::from_secs(5),
+        "job applied and scheduled",
+        || async { store.job("manual").await.unwrap().and_then(|j| j.next_exec) },
+    )
+    .await;
+    let before = store.job("manual").await.unwrap().unwrap();
+    let r = sqlcron(&["--config", cfg, "run", "manual"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    eventually(Duration::from_secs(4), "the manual run", || async {
+        std::fs::read_to_string(&out).ok()
+    })
+    .await;
+    let after = eventually(Duration::from_secs(3), "release", || async {
+        store
+            .job("manual")
+            .await
+            .unwrap()
+            .filter(|j| j.exec_by.is_none() && !j.run_now)
+    })
+    .await;
+    assert_eq!(
+        after.next_exec, before.next_exec,
+        "the schedule is unchanged"
+    );
+    assert_eq!(after.slot, before.slot);
+
+    let r = sqlcron(&["--config", cfg, "pause", "manual"]);
+    assert_eq!(r.status.code(), Some(0));
+    assert!(!store.job("manual").await.unwrap().unwrap().enabled);
+    let r = sqlcron(&["--config", cfg, "resume", "manual"]);
+    assert_eq!(r.status.code(), Some(0));
+    assert!(store.job("manual").await.unwrap().unwrap().enabled);
+    let r = sqlcron(&["--config", cfg, "pause", "nope"]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(stderr(&r).contains("no job named \"nope\""));
+
+    let r = sqlcron(&["--config", cfg, "status", "--json"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let status: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(status["jobs"][0]["name"], "manual");
+    assert_eq!(status["nodes"][0]["name"], "n");
+    assert_eq!(status["nodes"][0]["alive"], true);
+    let r = sqlcron(&["--config", cfg, "history", "manual", "--json"]);
+    let history: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(history[0]["outcome"], "ok");
+    assert!(node.stop().success());
+}
