@@ -522,11 +522,6 @@ fn job_spec(
             PolicyOverrides::default()
         }
     };
-    if let Some(zone) = &job.policy.timezone
-        && let Err(e) = parse_zone(zone)
-    {
-        problems.push(("timezone".into(), e.to_string()));
-    }
     let _ = defaults;
     if !problems.is_empty() {
         return Err(problems);

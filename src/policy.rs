@@ -530,8 +530,8 @@ mod tests {
             &policy(Misfire::Skip),
             &every_minute(),
         );
-        assert_eq!(p.action, run(T0 + 9 * MIN, 1));
-        assert_eq!(p.skipped.unwrap().count, 9);
+        assert_eq!(p.action, run(T0 + 10 * MIN, 1));
+        assert_eq!(p.skipped.unwrap().count, 10);
     }
 
     #[test]

@@ -47,7 +47,7 @@ mod tests {
         let t0 = Instant::now();
         let lease = Duration::from_secs(10);
         assert_eq!(trusted_until(t0, lease), t0 + Duration::from_secs(8));
-        assert_eq!(extend_interval(lease), Duration::from_millis(3333));
+        assert_eq!(extend_interval(lease), Duration::from_nanos(3_333_333_333));
         assert!(extend_interval(lease) * 2 < lease.mul_f64(TRUST_FRACTION));
     }
 }
