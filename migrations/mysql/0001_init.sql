@@ -77,7 +77,8 @@ CREATE TABLE cron_runs (
     skipped_last  BIGINT,
     message       TEXT,
     UNIQUE KEY cron_runs_slot (job_name, slot, attempt),
-    INDEX cron_runs_job (job_name, id)
+    INDEX cron_runs_job (job_name, id),
+    INDEX cron_runs_token (job_name, token)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 CREATE TABLE cron_nodes (

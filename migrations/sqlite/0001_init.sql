@@ -77,6 +77,7 @@ CREATE TABLE cron_runs (
     UNIQUE (job_name, slot, attempt)
 );
 CREATE INDEX cron_runs_job ON cron_runs (job_name, id);
+CREATE INDEX cron_runs_token ON cron_runs (job_name, token);
 
 CREATE TABLE cron_nodes (
     name      TEXT PRIMARY KEY,

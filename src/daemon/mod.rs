@@ -416,12 +416,46 @@ impl Shared {
                 return;
             }
         };
-        let state = ClaimedState {
+        let mut state = ClaimedState {
             slot: row.slot,
             attempts: row.attempt.max(0) as u32,
-            taken_over: row.prev_exec_by.is_some(),
+            taken_over: false,
             run_now: row.run_now,
         };
+        if row.prev_exec_by.is_some() {
+            // The previous claim was never released: find the run it started, if any.
+            match self.store.run_by_token(&row.name, row.token - 1).await {
+                Ok(Some((slot, attempt, outcome))) if outcome == "running" || outcome == "lost" => {
+                    state.slot = Some(slot);
+                    state.attempts = attempt;
+                    state.taken_over = true;
+                }
+                Ok(Some((slot, attempt, outcome))) => {
+                    // It ended and was recorded, but the release did not happen: continue from
+                    // that run as if it had been released.
+                    tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, outcome = %outcome, "taking over a finished but unreleased run");
+                    state.slot = Some(slot);
+                    state.attempts = attempt;
+                    if outcome == "ok" {
+                        let next = policy::next_slot(&schedule, slot);
+                        let release = Release {
+                            slot: next,
+                            attempts: 0,
+                            next_exec: next.saturating_add(jitter_ms(&row.name, next, policy.jitter)),
+                            clear_run_now: false,
+                            outcome: None,
+                        };
+                        self.release_with_retry(&row, &release, None, config).await;
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(job = %row.name, error = %e, "could not look up the previous holder's run; leaving the claim to expire");
+                    return;
+                }
+            }
+        }
         let plan = plan_claim(&row.name, &state, now, &policy, &schedule);
         tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
         if let Some((slot, attempt)) = plan.lost {

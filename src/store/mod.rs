@@ -99,6 +99,8 @@ pub struct JobRow {
     pub last_end: Option<i64>,
     pub last_node: Option<String>,
     pub error: Option<String>,
+    /// When the current claim was taken (database clock).
+    pub claimed_at: Option<i64>,
 }
 
 /// Policy columns of `cron_table`, in the order the TOML keys are documented.
@@ -157,6 +159,7 @@ impl JobRow {
             last_end: row.try_get("last_end")?,
             last_node: row.try_get("last_node")?,
             error: row.try_get("error")?,
+            claimed_at: row.try_get("claimed_at")?,
         })
     }
 }
@@ -273,8 +276,8 @@ struct Statements {
     to_prepare: String,
     prepared: String,
     invalid: String,
-    start_row: String,
     start_run: String,
+    run_by_token: String,
     release: String,
     finish_run: String,
     lost_run: String,
@@ -321,13 +324,14 @@ fn statements(d: Dialect) -> Statements {
             "UPDATE cron_table SET error = ?, next_exec = ?, slot = NULL, dirty = 0 \
              WHERE id = ? AND next_exec IS NULL",
         ),
-        start_row: d.render(
-            "UPDATE cron_table SET slot = ?, attempt = ?, last_status = 'running', \
-             last_start = {now}, last_node = ? WHERE id = ? AND exec_by = ? AND token = ?",
-        ),
         start_run: d.render(
             "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
-             VALUES (?, ?, ?, ?, ?, {now}, 'running')",
+             SELECT name, ?, ?, ?, token, {now}, 'running' FROM cron_table \
+             WHERE id = ? AND exec_by = ? AND token = ?",
+        ),
+        run_by_token: d.render(
+            "SELECT slot, attempt, outcome FROM cron_runs WHERE job_name = ? AND token = ? \
+             ORDER BY id DESC LIMIT 1",
         ),
         release: d.render(
             "UPDATE cron_table SET \
@@ -337,7 +341,9 @@ fn statements(d: Dialect) -> Statements {
                dirty = 0, exec_by = NULL, prev_exec_by = NULL, lease_until = NULL, claim_id = NULL, \
                slot = ?, attempt = ?, \
                last_status = COALESCE(?, last_status), last_exit = CASE WHEN ? = 1 THEN ? ELSE last_exit END, \
-               last_end = CASE WHEN ? = 1 THEN {now} ELSE last_end END \
+               last_start = CASE WHEN ? = 1 THEN ? ELSE last_start END, \
+               last_end = CASE WHEN ? = 1 THEN {now} ELSE last_end END, \
+               last_node = CASE WHEN ? = 1 THEN ? ELSE last_node END \
              WHERE id = ? AND exec_by = ? AND token = ?",
         ),
         finish_run: d.render(
@@ -616,39 +622,42 @@ impl Store {
         Ok((now, jobs))
     }
 
-    /// Records the start of a run: the row says which slot and attempt it serves, and
-    /// `cron_runs` gets its line, in one transaction. A second record of the same (job, slot,
+    /// Records the start of a run in `cron_runs`, fenced by the claim: one statement that
+    /// inserts nothing if the claim is no longer ours. A second record of the same (job, slot,
     /// attempt) is refused by the database's unique key.
     pub async fn start_run(&self, id: i64, node: &str, token: i64, key: &RunKey) -> Result<Fenced> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(sql_err!(self, "begin start"))?;
-        let updated = sqlx::query(AssertSqlSafe(self.sql.start_row.clone()))
+        let done = sqlx::query(AssertSqlSafe(self.sql.start_run.clone()))
             .bind(key.slot)
             .bind(i64::from(key.attempt))
             .bind(node.to_string())
             .bind(id)
             .bind(node.to_string())
             .bind(token)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql_err!(self, "mark row running"))?;
-        if updated.rows_affected() != 1 {
-            return Ok(Fenced::Lost);
-        }
-        sqlx::query(AssertSqlSafe(self.sql.start_run.clone()))
-            .bind(key.job.clone())
-            .bind(key.slot)
-            .bind(i64::from(key.attempt))
-            .bind(node.to_string())
-            .bind(token)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await
             .map_err(sql_err!(self, "record run start"))?;
-        tx.commit().await.map_err(sql_err!(self, "commit start"))?;
-        Ok(Fenced::Done)
+        Ok(if done.rows_affected() == 1 {
+            Fenced::Done
+        } else {
+            Fenced::Lost
+        })
+    }
+
+    /// The run started under a claim token: (slot, attempt, outcome), if any. A node taking over
+    /// an expired claim looks up the run of the previous token to know what was lost.
+    pub async fn run_by_token(&self, job: &str, token: i64) -> Result<Option<(i64, u32, String)>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.run_by_token.clone()))
+            .bind(job.to_string())
+            .bind(token)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read run by token"))?;
+        row.map(|r| -> std::result::Result<_, sqlx::Error> {
+            let attempt: i64 = r.try_get("attempt")?;
+            Ok((r.try_get("slot")?, attempt.max(0) as u32, r.try_get("outcome")?))
+        })
+        .transpose()
+        .map_err(sql_err!(self, "read run by token"))
     }
 
     /// Extends the leases of the runs this node still supervises, in one statement. Returns
@@ -714,6 +723,9 @@ impl Store {
     }
 
     /// Releases a claimed row (fenced) and, after a run, writes its outcome to the history.
+    ///
+    /// Two statements, history first: if the node dies between them, the row's lease expires
+    /// and the next holder finds the run's outcome by token instead of rerunning it.
     pub async fn release(
         &self,
         id: i64,
@@ -722,11 +734,21 @@ impl Store {
         release: &Release,
         run: Option<&RunKey>,
     ) -> Result<Fenced> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(sql_err!(self, "begin release"))?;
+        if let (Some(key), Some(outcome)) = (run, &release.outcome) {
+            sqlx::query(AssertSqlSafe(self.sql.finish_run.clone()))
+                .bind(outcome.outcome.to_string())
+                .bind(outcome.exit_code)
+                .bind(outcome.signal)
+                .bind(outcome.output.clone())
+                .bind(outcome.message.clone())
+                .bind(key.job.clone())
+                .bind(key.slot)
+                .bind(i64::from(key.attempt))
+                .bind(token)
+                .execute(&self.pool)
+                .await
+                .map_err(sql_err!(self, "record run end"))?;
+        }
         let manual = i64::from(release.clear_run_now);
         let has_outcome = i64::from(release.outcome.is_some());
         let updated = sqlx::query(AssertSqlSafe(self.sql.release.clone()))
@@ -739,43 +761,21 @@ impl Store {
             .bind(has_outcome)
             .bind(release.outcome.as_ref().and_then(|o| o.exit_code))
             .bind(has_outcome)
+            .bind(release.outcome.as_ref().map(|o| o.started))
+            .bind(has_outcome)
+            .bind(has_outcome)
+            .bind(node.to_string())
             .bind(id)
             .bind(node.to_string())
             .bind(token)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await
             .map_err(sql_err!(self, "release"))?;
-        let fenced = if updated.rows_affected() == 1 {
+        Ok(if updated.rows_affected() == 1 {
             Fenced::Done
         } else {
             Fenced::Lost
-        };
-        if let (Some(key), Some(outcome)) = (run, &release.outcome) {
-            let (status, message) = match fenced {
-                Fenced::Done => (outcome.outcome, outcome.message.clone()),
-                Fenced::Lost => (
-                    "lost",
-                    Some("the claim was taken over before the run ended".to_string()),
-                ),
-            };
-            sqlx::query(AssertSqlSafe(self.sql.finish_run.clone()))
-                .bind(status.to_string())
-                .bind(outcome.exit_code)
-                .bind(outcome.signal)
-                .bind(outcome.output.clone())
-                .bind(message)
-                .bind(key.job.clone())
-                .bind(key.slot)
-                .bind(i64::from(key.attempt))
-                .bind(token)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql_err!(self, "record run end"))?;
-        }
-        tx.commit()
-            .await
-            .map_err(sql_err!(self, "commit release"))?;
-        Ok(fenced)
+        })
     }
 
     /// Marks a run as lost in the history (a node died or lost its lease while it ran).

@@ -1,0 +1,437 @@
+//! Daemon benchmarks against the real databases on 127.0.0.1 (start them with
+//! `scripts/ensure-databases.sh`):
+//!
+//! ```sh
+//! cargo bench --bench daemon                 # everything
+//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness burst rss
+//! ```
+//!
+//! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
+//! Under `cargo test` (no `--bench` argument) it only says how to run it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sqlcron::store::{Dialect, Release, Store};
+
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/mysql";
+/// 2100-01-01: "not due" for the filler rows.
+const FAR: i64 = 4_102_444_800_000;
+
+struct Db {
+    dialect: Dialect,
+    url: String,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn admin(dialect: Dialect, sql: &str) {
+    let url = if dialect == Dialect::Postgres { PG_ADMIN } else { MY_ADMIN };
+    let s = Store::connect(url, 1).unwrap();
+    s.execute_raw(sql).await.unwrap();
+    s.close().await;
+}
+
+impl Db {
+    async fn new(dialect: Dialect) -> Db {
+        let name = format!("sqlcron_bench_{}_{}", std::process::id(), rand::random::<u32>());
+        match dialect {
+            Dialect::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                Db {
+                    dialect,
+                    url: format!("sqlite://{}/b.db", dir.path().display()),
+                    name,
+                    _dir: Some(dir),
+                }
+            }
+            Dialect::Postgres => {
+                admin(dialect, &format!("CREATE DATABASE {name}")).await;
+                Db {
+                    dialect,
+                    url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    name,
+                    _dir: None,
+                }
+            }
+            Dialect::Mysql => {
+                admin(dialect, &format!("CREATE DATABASE {name}")).await;
+                Db {
+                    dialect,
+                    url: format!("mysql://root@127.0.0.1:3306/{name}"),
+                    name,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    async fn drop_db(self) {
+        match self.dialect {
+            Dialect::Sqlite => {}
+            Dialect::Postgres => {
+                admin(self.dialect, &format!("DROP DATABASE {} WITH (FORCE)", self.name)).await
+            }
+            Dialect::Mysql => admin(self.dialect, &format!("DROP DATABASE {}", self.name)).await,
+        }
+    }
+
+    async fn store(&self) -> Store {
+        let s = Store::connect(&self.url, 4).unwrap();
+        s.migrate().await.unwrap();
+        s
+    }
+}
+
+/// Inserts `n` rows named `{prefix}{i}`, all with `next_exec = base + i * step`.
+async fn fill(store: &Store, dialect: Dialect, prefix: &str, n: i64, base: i64, step: i64, command: &str) {
+    let chunk = 100_000;
+    let mut start = 1;
+    while start <= n {
+        let end = (start + chunk - 1).min(n);
+        let sql = match dialect {
+            Dialect::Postgres => format!(
+                "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+                 SELECT '{prefix}' || g, '0 0 1 1 *', '{command}', {base} + g * {step}, {base} + g * {step} \
+                 FROM generate_series({start}, {end}) g"
+            ),
+            Dialect::Mysql => format!(
+                "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+                 SELECT CONCAT('{prefix}', seq), '0 0 1 1 *', '{command}', {base} + seq * {step}, {base} + seq * {step} \
+                 FROM seq_{start}_to_{end}"
+            ),
+            Dialect::Sqlite => format!(
+                "WITH RECURSIVE g(x) AS (SELECT {start} UNION ALL SELECT x + 1 FROM g WHERE x < {end}) \
+                 INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+                 SELECT '{prefix}' || x, '0 0 1 1 *', '{command}', {base} + x * {step}, {base} + x * {step} FROM g"
+            ),
+        };
+        store.execute_raw(&sql).await.unwrap();
+        start = end + 1;
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// Claim cost with 1,000 and 1,000,000 rows: median time of claiming 10 due rows.
+async fn claim_cost(dialect: Dialect) {
+    for total in [1_000i64, 1_000_000] {
+        let db = Db::new(dialect).await;
+        let store = db.store().await;
+        let t = Instant::now();
+        fill(&store, dialect, "filler", total, FAR, 1_000, "true").await;
+        fill(&store, dialect, "hot", 10, FAR, 1, "true").await;
+        if dialect == Dialect::Postgres {
+            store.execute_raw("ANALYZE cron_table").await.unwrap();
+        } else if dialect == Dialect::Mysql {
+            store.execute_raw("ANALYZE TABLE cron_table").await.unwrap();
+        } else {
+            store.execute_raw("ANALYZE").await.unwrap();
+        }
+        let filled = t.elapsed();
+        let mut claim_ms = Vec::new();
+        let mut peek_ms = Vec::new();
+        for _ in 0..200 {
+            let now = store.now().await.unwrap();
+            store
+                .execute_raw(&format!(
+                    "UPDATE cron_table SET next_exec = {} WHERE name LIKE 'hot%'",
+                    now - 1_000
+                ))
+                .await
+                .unwrap();
+            let t = Instant::now();
+            store.peek().await.unwrap();
+            peek_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let (_, rows) = store.claim("bench", 10, Duration::from_secs(10)).await.unwrap();
+            claim_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(rows.len(), 10);
+            for r in rows {
+                let release = Release {
+                    slot: FAR,
+                    attempts: 0,
+                    next_exec: FAR,
+                    clear_run_now: false,
+                    outcome: None,
+                };
+                store.release(r.id, "bench", r.token, &release, None).await.unwrap();
+            }
+        }
+        claim_ms.sort_by(f64::total_cmp);
+        peek_ms.sort_by(f64::total_cmp);
+        println!(
+            "claim-cost {:<8} rows={:<8} claim(10) median {:.3} ms p90 {:.3} ms | peek median {:.3} ms (filled in {:.1?})",
+            dialect.name(),
+            total,
+            percentile(&claim_ms, 0.5),
+            percentile(&claim_ms, 0.9),
+            percentile(&peek_ms, 0.5),
+            filled
+        );
+        store.close().await;
+        db.drop_db().await;
+    }
+}
+
+struct Daemon {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_daemon(dir: &Path, name: &str, url: &str, extra: &str, rust_log: &str) -> Daemon {
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &cfg,
+        format!("[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n{extra}\n"),
+    )
+    .unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let child = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("daemon")
+        .env("RUST_LOG", rust_log)
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Daemon { child, log }
+}
+
+fn stop(d: &mut Daemon) {
+    unsafe {
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
+    }
+    let _ = d.child.wait();
+}
+
+async fn wait_ready(d: &Daemon) {
+    let start = Instant::now();
+    while !std::fs::read_to_string(&d.log).unwrap_or_default().contains("ready") {
+        assert!(start.elapsed() < Duration::from_secs(60), "daemon did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Statements per second an idle node sends (counted from sqlx's statement log).
+async fn idle_cost(dialect: Dialect) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    fill(&store, dialect, "idle", 100, FAR, 1_000, "true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = start_daemon(dir.path(), "idle", &db.url, "", "info,sqlx::query=trace");
+    wait_ready(&d).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let count = |d: &Daemon| {
+        std::fs::read_to_string(&d.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("sqlx::query"))
+            .count()
+    };
+    let before = count(&d);
+    let window = Duration::from_secs(20);
+    tokio::time::sleep(window).await;
+    let after = count(&d);
+    stop(&mut d);
+    println!(
+        "idle-cost  {:<8} {:.2} statements/s per node (poll_interval 1s, 100 jobs not due, {} in {:?})",
+        dialect.name(),
+        (after - before) as f64 / window.as_secs_f64(),
+        after - before,
+        window
+    );
+    store.close().await;
+    db.drop_db().await;
+}
+
+/// Start lateness: 3 nodes, 100 jobs every second, default settings.
+async fn lateness(dialect: Dialect) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    let mut jobs = String::new();
+    for i in 0..100 {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"late{i:03}\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n"
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Daemon> = (0..3)
+        .map(|n| start_daemon(dir.path(), &format!("n{n}"), &db.url, &jobs, "info"))
+        .collect();
+    for n in &nodes {
+        wait_ready(n).await;
+    }
+    let secs = 30;
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    for n in &mut nodes {
+        stop(n);
+    }
+    let history = store.history(None, 100_000).await.unwrap();
+    // Leave out the first 3 seconds (nodes still starting).
+    let first_slot = history.iter().map(|h| h.slot).min().unwrap_or(0);
+    let mut late: Vec<f64> = history
+        .iter()
+        .filter(|h| h.slot >= first_slot + 3_000 && h.started.is_some())
+        .map(|h| (h.started.unwrap() - h.slot) as f64)
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let mut dup: HashMap<(String, i64), usize> = HashMap::new();
+    for h in &history {
+        if h.outcome == "ok" {
+            *dup.entry((h.job.clone(), h.slot)).or_default() += 1;
+        }
+    }
+    println!(
+        "lateness   {:<8} 3 nodes x 100 jobs/s for {secs}s: {} runs, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms, duplicates {}",
+        dialect.name(),
+        late.len(),
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late.last().copied().unwrap_or(f64::NAN),
+        dup.values().filter(|n| **n > 1).count()
+    );
+    store.close().await;
+    db.drop_db().await;
+}
+
+/// Burst: 10,000 jobs due at the same second, 3 nodes, a trivial command.
+async fn burst(dialect: Dialect, max_parallel: usize) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("[daemon]\nmax_parallel = {max_parallel}\n");
+    let mut nodes: Vec<Daemon> = (0..3)
+        .map(|n| start_daemon(dir.path(), &format!("b{n}"), &db.url, &extra, "warn,sqlcron::cli=info"))
+        .collect();
+    for n in &nodes {
+        wait_ready(n).await;
+    }
+    let now = store.now().await.unwrap();
+    let slot = now - now.rem_euclid(1000) + 3_000;
+    fill(&store, dialect, "burst", 10_000, slot, 0, "true").await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut done = 0;
+    while Instant::now() < deadline {
+        done = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE outcome <> 'running'")
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if done >= 10_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let last_start = store
+        .scalar_i64("SELECT MAX(started) FROM cron_runs")
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    let distinct = store
+        .scalar_i64("SELECT COUNT(DISTINCT job_name) FROM cron_runs")
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    for n in &mut nodes {
+        stop(n);
+    }
+    println!(
+        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}",
+        dialect.name(),
+        (last_start - slot) as f64 / 1000.0,
+        done - distinct
+    );
+    store.close().await;
+    db.drop_db().await;
+}
+
+/// Resident memory of an idle daemon with 10,000 jobs defined (in TOML, and as SQL rows).
+async fn rss(dialect: Dialect) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut jobs = String::new();
+    for i in 0..10_000 {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"t{i:05}\"\nschedule = \"{} {} * * *\"\ncommand = \"/usr/local/bin/task --id {i}\"\n",
+            i % 60,
+            i % 24
+        ));
+    }
+    let mut d = start_daemon(dir.path(), "rss", &db.url, &jobs, "warn,sqlcron::cli=info");
+    wait_ready(&d).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    let vmrss = status.lines().find(|l| l.starts_with("VmRSS")).unwrap_or("").to_string();
+    let vmhwm = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("").to_string();
+    stop(&mut d);
+    let rows = store.scalar_i64("SELECT COUNT(*) FROM cron_table").await.unwrap().unwrap();
+    println!(
+        "rss        {:<8} {rows} TOML jobs: {} ({})",
+        dialect.name(),
+        vmrss.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
+        vmhwm.replace('\t', " ")
+    );
+    store.close().await;
+    db.drop_db().await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("daemon benchmarks: run with `cargo bench --bench daemon` (they need the databases)");
+        return;
+    }
+    let wanted: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let on = |name: &str| wanted.is_empty() || wanted.contains(&name);
+    let all = [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql];
+    if on("claim") {
+        for d in all {
+            claim_cost(d).await;
+        }
+    }
+    if on("idle") {
+        for d in all {
+            idle_cost(d).await;
+        }
+    }
+    if on("lateness") {
+        for d in all {
+            lateness(d).await;
+        }
+    }
+    if on("burst") {
+        burst(Dialect::Postgres, 16).await;
+        burst(Dialect::Postgres, 64).await;
+    }
+    if on("rss") {
+        rss(Dialect::Sqlite).await;
+        rss(Dialect::Postgres).await;
+    }
+}
