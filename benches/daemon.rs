@@ -29,7 +29,11 @@ struct Db {
 }
 
 async fn admin(dialect: Dialect, sql: &str) {
-    let url = if dialect == Dialect::Postgres { PG_ADMIN } else { MY_ADMIN };
+    let url = if dialect == Dialect::Postgres {
+        PG_ADMIN
+    } else {
+        MY_ADMIN
+    };
     let s = Store::connect(url, 1).unwrap();
     s.execute_raw(sql).await.unwrap();
     s.close().await;
@@ -37,7 +41,11 @@ async fn admin(dialect: Dialect, sql: &str) {
 
 impl Db {
     async fn new(dialect: Dialect) -> Db {
-        let name = format!("sqlcron_bench_{}_{}", std::process::id(), rand::random::<u32>());
+        let name = format!(
+            "sqlcron_bench_{}_{}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
         match dialect {
             Dialect::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
@@ -73,7 +81,11 @@ impl Db {
         match self.dialect {
             Dialect::Sqlite => {}
             Dialect::Postgres => {
-                admin(self.dialect, &format!("DROP DATABASE {} WITH (FORCE)", self.name)).await
+                admin(
+                    self.dialect,
+                    &format!("DROP DATABASE {} WITH (FORCE)", self.name),
+                )
+                .await
             }
             Dialect::Mysql => admin(self.dialect, &format!("DROP DATABASE {}", self.name)).await,
         }
@@ -87,7 +99,15 @@ impl Db {
 }
 
 /// Inserts `n` rows named `{prefix}{i}`, all with `next_exec = base + i * step`.
-async fn fill(store: &Store, dialect: Dialect, prefix: &str, n: i64, base: i64, step: i64, command: &str) {
+async fn fill(
+    store: &Store,
+    dialect: Dialect,
+    prefix: &str,
+    n: i64,
+    base: i64,
+    step: i64,
+    command: &str,
+) {
     let chunk = 100_000;
     let mut start = 1;
     while start <= n {
@@ -153,7 +173,10 @@ async fn claim_cost(dialect: Dialect) {
             store.peek().await.unwrap();
             peek_ms.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            let (_, rows) = store.claim("bench", 10, Duration::from_secs(10)).await.unwrap();
+            let (_, rows) = store
+                .claim("bench", 10, Duration::from_secs(10))
+                .await
+                .unwrap();
             claim_ms.push(t.elapsed().as_secs_f64() * 1e3);
             assert_eq!(rows.len(), 10);
             for r in rows {
@@ -164,7 +187,10 @@ async fn claim_cost(dialect: Dialect) {
                     clear_run_now: false,
                     outcome: None,
                 };
-                store.release(r.id, "bench", r.token, &release, None).await.unwrap();
+                store
+                    .release(r.id, "bench", r.token, &release, None)
+                    .await
+                    .unwrap();
             }
         }
         claim_ms.sort_by(f64::total_cmp);
@@ -196,6 +222,17 @@ impl Drop for Daemon {
 }
 
 fn start_daemon(dir: &Path, name: &str, url: &str, extra: &str, rust_log: &str) -> Daemon {
+    start_daemon_env(dir, name, url, extra, rust_log, &[])
+}
+
+fn start_daemon_env(
+    dir: &Path,
+    name: &str,
+    url: &str,
+    extra: &str,
+    rust_log: &str,
+    env: &[(&str, &str)],
+) -> Daemon {
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(
         &cfg,
@@ -208,6 +245,7 @@ fn start_daemon(dir: &Path, name: &str, url: &str, extra: &str, rust_log: &str) 
         .arg(&cfg)
         .arg("daemon")
         .env("RUST_LOG", rust_log)
+        .envs(env.iter().copied())
         .env_remove("NOTIFY_SOCKET")
         .env_remove("JOURNAL_STREAM")
         .stdin(Stdio::null())
@@ -227,8 +265,14 @@ fn stop(d: &mut Daemon) {
 
 async fn wait_ready(d: &Daemon) {
     let start = Instant::now();
-    while !std::fs::read_to_string(&d.log).unwrap_or_default().contains("ready") {
-        assert!(start.elapsed() < Duration::from_secs(60), "daemon did not start");
+    while !std::fs::read_to_string(&d.log)
+        .unwrap_or_default()
+        .contains("ready")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "daemon did not start"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -316,13 +360,29 @@ async fn lateness(dialect: Dialect) {
 }
 
 /// Burst: 10,000 jobs due at the same second, 3 nodes, a trivial command.
-async fn burst(dialect: Dialect, max_parallel: usize) {
+async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     let db = Db::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
     let extra = format!("[daemon]\nmax_parallel = {max_parallel}\n");
     let mut nodes: Vec<Daemon> = (0..3)
-        .map(|n| start_daemon(dir.path(), &format!("b{n}"), &db.url, &extra, "warn,sqlcron::cli=info"))
+        .map(|n| {
+            // Under systemd the daemon spawns with posix_spawn (see runner.rs); INVOCATION_ID is
+            // how it knows.
+            let env: &[(&str, &str)] = if systemd {
+                &[("INVOCATION_ID", "bench")]
+            } else {
+                &[]
+            };
+            start_daemon_env(
+                dir.path(),
+                &format!("b{n}"),
+                &db.url,
+                &extra,
+                "warn,sqlcron::cli=info",
+                env,
+            )
+        })
         .collect();
     for n in &nodes {
         wait_ready(n).await;
@@ -357,8 +417,13 @@ async fn burst(dialect: Dialect, max_parallel: usize) {
         stop(n);
     }
     println!(
-        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}",
+        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}, {}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}",
         dialect.name(),
+        if systemd {
+            "as under systemd (posix_spawn)"
+        } else {
+            "outside systemd (fork + PDEATHSIG)"
+        },
         (last_start - slot) as f64 / 1000.0,
         done - distinct
     );
@@ -383,14 +448,30 @@ async fn rss(dialect: Dialect) {
     wait_ready(&d).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
-    let vmrss = status.lines().find(|l| l.starts_with("VmRSS")).unwrap_or("").to_string();
-    let vmhwm = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("").to_string();
+    let vmrss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .unwrap_or("")
+        .to_string();
+    let vmhwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("")
+        .to_string();
     stop(&mut d);
-    let rows = store.scalar_i64("SELECT COUNT(*) FROM cron_table").await.unwrap().unwrap();
+    let rows = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_table")
+        .await
+        .unwrap()
+        .unwrap();
     println!(
         "rss        {:<8} {rows} TOML jobs: {} ({})",
         dialect.name(),
-        vmrss.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
+        vmrss
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" "),
         vmhwm.replace('\t', " ")
     );
     store.close().await;
@@ -401,7 +482,9 @@ async fn rss(dialect: Dialect) {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
-        println!("daemon benchmarks: run with `cargo bench --bench daemon` (they need the databases)");
+        println!(
+            "daemon benchmarks: run with `cargo bench --bench daemon` (they need the databases)"
+        );
         return;
     }
     let wanted: Vec<&str> = args
@@ -427,8 +510,9 @@ async fn main() {
         }
     }
     if on("burst") {
-        burst(Dialect::Postgres, 16).await;
-        burst(Dialect::Postgres, 64).await;
+        burst(Dialect::Postgres, 16, false).await;
+        burst(Dialect::Postgres, 16, true).await;
+        burst(Dialect::Postgres, 64, true).await;
     }
     if on("rss") {
         rss(Dialect::Sqlite).await;

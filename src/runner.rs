@@ -9,7 +9,9 @@
 //! the *thread* that forked the child exits, so children are spawned from tokio's worker threads
 //! (which live as long as the runtime), never from `spawn_blocking` threads (which exit when
 //! idle and would take the job with them). Under systemd the unit's control group covers the
-//! grandchildren too; outside it only the direct child gets the signal.
+//! grandchildren too; outside it only the direct child gets the signal. Because the hook forces
+//! `fork` (a `pre_exec` closure rules out `posix_spawn`), it is only used outside systemd: under
+//! systemd (`$INVOCATION_ID` set) the control group already ends every job with the daemon.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -48,6 +50,10 @@ pub struct RunSpec {
     pub kill_grace: Duration,
     /// Bytes of output kept.
     pub output_tail: usize,
+    /// Have the kernel SIGKILL the child if the daemon dies. Needs a `pre_exec` hook, which
+    /// forces `fork` instead of the much cheaper `posix_spawn`; under systemd the unit's control
+    /// group gives the same guarantee for the whole process tree, so it is off there.
+    pub parent_death_signal: bool,
 }
 
 /// Why a run was stopped from outside.
@@ -143,12 +149,14 @@ pub async fn run(
     if let Some(dir) = &spec.workdir {
         cmd.current_dir(dir);
     }
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            Ok(())
-        });
+    if spec.parent_death_signal {
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                Ok(())
+            });
+        }
     }
     let mut child = cmd.spawn().map_err(|source| SpawnError {
         job: spec.job.clone(),
@@ -303,6 +311,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             kill_grace: Duration::from_secs(2),
             output_tail: 64,
+            parent_death_signal: true,
         }
     }
 

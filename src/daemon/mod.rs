@@ -137,7 +137,8 @@ impl Daemon {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        self.shared
+        let registered = self
+            .shared
             .store
             .register_node(
                 &self.shared.node,
@@ -145,7 +146,16 @@ impl Daemon {
                 std::process::id(),
                 &serde_json::to_string(&fingerprint).unwrap_or_default(),
             )
-            .await
+            .await;
+        drop(fingerprint);
+        drop(config);
+        // Parsing and applying a large TOML leaves freed heap behind; give it back to the system
+        // so a long-running node's footprint reflects what it really holds.
+        // SAFETY: malloc_trim only releases free memory of glibc's allocator.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        registered
     }
 
     /// One claim-and-dispatch pass. Tests call it directly.
@@ -441,7 +451,11 @@ impl Shared {
                         let release = Release {
                             slot: next,
                             attempts: 0,
-                            next_exec: next.saturating_add(jitter_ms(&row.name, next, policy.jitter)),
+                            next_exec: next.saturating_add(jitter_ms(
+                                &row.name,
+                                next,
+                                policy.jitter,
+                            )),
                             clear_run_now: false,
                             outcome: None,
                         };
@@ -932,7 +946,14 @@ fn run_spec(
         timeout: policy.timeout,
         kill_grace: policy.kill_grace,
         output_tail: config.daemon.output_tail,
+        parent_death_signal: !under_systemd(),
     })
+}
+
+/// Whether this process is a systemd service (its control group then ends jobs with it).
+fn under_systemd() -> bool {
+    static UNDER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *UNDER.get_or_init(|| std::env::var_os("INVOCATION_ID").is_some())
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).

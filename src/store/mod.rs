@@ -409,6 +409,12 @@ impl Store {
             })?
             .log_statements(tracing::log::LevelFilter::Trace)
             .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
+        // SQLite serialises writes anyway; more connections only cost memory.
+        let max_connections = if dialect == Dialect::Sqlite {
+            max_connections.min(4)
+        } else {
+            max_connections
+        };
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .min_connections(0)
@@ -420,6 +426,8 @@ impl Store {
                             conn.execute("PRAGMA journal_mode = WAL").await?;
                             conn.execute("PRAGMA busy_timeout = 5000").await?;
                             conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            // 1 MiB of page cache per connection: the hot rows are few.
+                            conn.execute("PRAGMA cache_size = -1024").await?;
                         }
                         Dialect::Mysql => {
                             conn.execute("SET time_zone = '+00:00'").await?;
@@ -654,7 +662,11 @@ impl Store {
             .map_err(sql_err!(self, "read run by token"))?;
         row.map(|r| -> std::result::Result<_, sqlx::Error> {
             let attempt: i64 = r.try_get("attempt")?;
-            Ok((r.try_get("slot")?, attempt.max(0) as u32, r.try_get("outcome")?))
+            Ok((
+                r.try_get("slot")?,
+                attempt.max(0) as u32,
+                r.try_get("outcome")?,
+            ))
         })
         .transpose()
         .map_err(sql_err!(self, "read run by token"))
