@@ -3,5 +3,6 @@
 mod behaviour;
 mod cli_next;
 mod cluster;
+mod outage;
 mod store;
 mod util;

@@ -1,0 +1,223 @@
+//! A database that goes away and comes back: a throwaway PostgreSQL server of the test's own
+//! (initdb in a temporary directory, on a free port), never the shared one.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::util::{DaemonProcess, eventually, node_config};
+
+/// A PostgreSQL server in a temporary directory, listening on 127.0.0.1 only.
+struct ThrowawayPostgres {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn pg_bin() -> PathBuf {
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.sort();
+    candidates
+        .into_iter()
+        .rev()
+        .find(|p| p.join("initdb").exists())
+        .expect(
+            "PostgreSQL server binaries (initdb, pg_ctl) are required: apt-get install postgresql",
+        )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs a PostgreSQL tool as the `postgres` user when we are root (initdb refuses root).
+fn as_postgres(bin: &Path, tool: &str, args: &[&str]) -> std::process::Output {
+    let path = bin.join(tool);
+    let out = if unsafe { libc::geteuid() } == 0 {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(&path)
+            .args(args)
+            .output()
+    } else {
+        Command::new(&path).args(args).output()
+    }
+    .unwrap_or_else(|e| panic!("running {}: {e}", path.display()));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+impl ThrowawayPostgres {
+    fn start() -> ThrowawayPostgres {
+        let bin = pg_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("sqlcron-pg")
+            .tempdir()
+            .unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        if unsafe { libc::geteuid() } == 0 {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        as_postgres(
+            &bin,
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+        );
+        let pg = ThrowawayPostgres {
+            bin,
+            data,
+            port: free_port(),
+            _dir: dir,
+        };
+        pg.up();
+        pg
+    }
+
+    fn up(&self) {
+        let opts = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            self.port,
+            self.data.display()
+        );
+        let log = self.data.join("server.log");
+        as_postgres(
+            &self.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                self.data.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-l",
+                log.to_str().unwrap(),
+                "-w",
+                "start",
+            ],
+        );
+    }
+
+    fn down(&self) {
+        as_postgres(
+            &self.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                self.data.to_str().unwrap(),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ],
+        );
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for ThrowawayPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args(["-D", self.data.to_str().unwrap(), "-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+fn slots(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_restart_daemon_keeps_running_reports_and_resumes() {
+    let pg = ThrowawayPostgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let job = format!(
+        "[[job]]\nname = \"beat\"\nschedule = \"* * * * * *\"\ncommand = \"echo $SQLCRON_SLOT >> {}\"\n",
+        out.display()
+    );
+    let mut node = DaemonProcess::start(dir.path(), "n", &node_config(&pg.url(), "n", &job));
+    eventually(
+        Duration::from_secs(10),
+        "runs before the outage",
+        || async { (slots(&out).len() >= 2).then_some(()) },
+    )
+    .await;
+    pg.down();
+    let during = slots(&out).len();
+    eventually(
+        Duration::from_secs(10),
+        "the outage to be reported",
+        || async {
+            node.log_text()
+                .contains("database unreachable")
+                .then_some(())
+        },
+    )
+    .await;
+    // The daemon is still there.
+    assert!(
+        node.child.try_wait().unwrap().is_none(),
+        "daemon exited:\n{}",
+        node.log_text()
+    );
+    pg.up();
+    eventually(
+        Duration::from_secs(20),
+        "runs after the restart",
+        || async { (slots(&out).len() >= during + 2).then_some(()) },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(log.contains("database reachable again"), "{log}");
+    assert_eq!(
+        log.matches("database unreachable; retrying").count(),
+        1,
+        "one report per outage, not one per poll:\n{log}"
+    );
+    let all = slots(&out);
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), unique.len(), "a slot ran twice: {all:?}");
+    let status = node.child.try_wait().unwrap();
+    assert!(status.is_none());
+    let node_log = node.log_text();
+    let stopped = node.stop();
+    assert!(stopped.success(), "{node_log}");
+}
