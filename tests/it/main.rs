@@ -4,5 +4,6 @@ mod behaviour;
 mod cli_next;
 mod cluster;
 mod outage;
+mod signals;
 mod store;
 mod util;

@@ -1,0 +1,156 @@
+//! SIGTERM with a running job, SIGHUP with a valid and a broken file, and drift between nodes.
+
+use std::time::{Duration, Instant};
+
+use sqlcron::store::Dialect;
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_a_running_job_for_takeover() {
+    let db = TestDb::new(Dialect::Postgres).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    // A long job, and a lease long enough that a takeover before it ends proves the release.
+    let extra = format!(
+        "[[job]]\nname = \"long\"\nschedule = \"0 0 1 1 *\"\nkill_grace = \"1s\"\ncommand = \"echo start $SQLCRON_NODE $SQLCRON_ATTEMPT >> {}; sleep 60\"\n",
+        out.display()
+    );
+    let config = |name: &str| {
+        node_config(&db.url, name, "")
+            .replace("lease = \"3s\"", "lease = \"30s\"")
+            .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"1s\"")
+            + &extra
+    };
+    let a = DaemonProcess::start(dir.path(), "a", &config("a"));
+    let store = db.store().await;
+    eventually(Duration::from_secs(10), "job applied", || async {
+        store.job("long").await.unwrap().and_then(|j| j.next_exec)
+    })
+    .await;
+    // Make it due now; only node a runs so far.
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {now}, next_exec = {now} WHERE name = 'long'"
+        ))
+        .await
+        .unwrap();
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    eventually(
+        Duration::from_secs(5),
+        "node a to start the job",
+        || async { read().contains("start a 1").then_some(()) },
+    )
+    .await;
+    let b = DaemonProcess::start(dir.path(), "b", &config("b"));
+    let t = Instant::now();
+    let log_a = a.log_text();
+    let status = a.stop();
+    assert!(status.success(), "{log_a}");
+    // Grace 1 s + kill grace 1 s, then the row is released at once.
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "stop took {:?}",
+        t.elapsed()
+    );
+    eventually(
+        Duration::from_secs(10),
+        "node b to take the slot over",
+        || async { read().contains("start b 2").then_some(()) },
+    )
+    .await;
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "takeover waited for the lease: {:?}",
+        t.elapsed()
+    );
+    let history = store.history(Some("long"), 10).await.unwrap();
+    let first = history.iter().find(|h| h.attempt == 1).unwrap();
+    assert_eq!(first.outcome, "lost");
+    assert!(
+        first
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("shutdown of node a")
+    );
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_a_valid_file_and_keeps_the_old_one_when_broken() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let job = |name: &str| {
+        format!("[[job]]\nname = \"{name}\"\nschedule = \"@daily\"\ncommand = \"true\"\n")
+    };
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &job("one")));
+    let store = db.store().await;
+    eventually(Duration::from_secs(10), "first apply", || async {
+        store.job("one").await.unwrap().map(|_| ())
+    })
+    .await;
+    let path = dir.path().join("n.toml");
+    std::fs::write(&path, node_config(&db.url, "n", &job("two"))).unwrap();
+    node.signal(libc::SIGHUP);
+    eventually(Duration::from_secs(5), "reload", || async {
+        let names: Vec<String> = store
+            .jobs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.name)
+            .collect();
+        (names == vec!["two".to_string()]).then_some(())
+    })
+    .await;
+    std::fs::write(&path, "[daemon]\nlease = \n").unwrap();
+    node.signal(libc::SIGHUP);
+    eventually(
+        Duration::from_secs(5),
+        "the broken file to be reported",
+        || async {
+            node.log_text()
+                .contains("configuration not reloaded, keeping the running one")
+                .then_some(())
+        },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(log.contains("n.toml: line 2:"), "{log}");
+    assert_eq!(store.job("two").await.unwrap().unwrap().name, "two");
+    assert!(node.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_drift_between_nodes() {
+    let db = TestDb::new(Dialect::Mysql).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a_jobs = "[[job]]\nname = \"x\"\nschedule = \"@daily\"\ncommand = \"true\"\n";
+    let b_jobs = "[[job]]\nname = \"x\"\nschedule = \"@hourly\"\ncommand = \"true\"\n";
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", a_jobs));
+    let store = db.store().await;
+    eventually(Duration::from_secs(10), "node a registered", || async {
+        (store.nodes().await.unwrap().len() == 1).then_some(())
+    })
+    .await;
+    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", b_jobs));
+    eventually(Duration::from_secs(10), "node b registered", || async {
+        (store.nodes().await.unwrap().len() == 2).then_some(())
+    })
+    .await;
+    let cfg = dir.path().join("a.toml");
+    let r = sqlcron(&["--config", cfg.to_str().unwrap(), "status", "--json"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let status: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let drift = status["drift"].as_array().unwrap();
+    assert_eq!(drift.len(), 1, "{status}");
+    assert_eq!(drift[0]["job"], "x");
+    assert!(drift[0]["nodes"]["a"].is_string() && drift[0]["nodes"]["b"].is_string());
+    assert_ne!(drift[0]["nodes"]["a"], drift[0]["nodes"]["b"]);
+    let human = sqlcron(&["--config", cfg.to_str().unwrap(), "status"]);
+    assert!(crate::util::stdout(&human).contains("CONFIGURATION DRIFT"));
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+}
