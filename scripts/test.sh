@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 
 scripts/ensure-databases.sh
 
+# The unit file test runs `systemd-analyze verify`.
+if ! command -v systemd-analyze >/dev/null; then
+    echo "test.sh: installing systemd (for systemd-analyze)" >&2
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq systemd >/dev/null
+fi
+
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo test --all-targets

@@ -64,6 +64,12 @@ enum Command {
     Pause { job: String },
     /// Schedule a paused job again (missed slots follow its misfire policy).
     Resume { job: String },
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) to stdout.
+    #[command(hide = true)]
+    Man,
     /// Print the next fire times of a cron expression.
     Next {
         /// A 5-field (minute hour day-of-month month day-of-week) or 6-field (second first)
@@ -104,6 +110,22 @@ impl Failure {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    match &cli.command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(*shell, &mut cmd, "sqlcron", &mut std::io::stdout());
+            return Ok(0);
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map_err(Failure::runtime)?;
+            return Ok(0);
+        }
+        _ => {}
+    }
     if let Command::Next {
         expr,
         tz,
@@ -204,7 +226,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 println!("{job}: resumed");
                 Ok(0)
             }
-            Command::Check | Command::Next { .. } => unreachable!("handled above"),
+            Command::Check | Command::Next { .. } | Command::Completions { .. } | Command::Man => {
+                unreachable!("handled above")
+            }
         }
     })
 }
@@ -221,9 +245,35 @@ async fn connect(config: &Config) -> Result<Store, Failure> {
     Store::connect(&config.database_url, 4).map_err(|e| Failure::usage(e.to_string()))
 }
 
+/// Logs natively to journald under systemd (`$JOURNAL_STREAM`) or with `[log] target =
+/// "journald"`, with fields `SQLCRON_JOB=`, `SQLCRON_SLOT=`, `SQLCRON_NODE=`, `SQLCRON_OUTCOME=`
+/// and the priority mapped from the level; otherwise human-readable lines on stderr.
 fn init_logging(config: &Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let journald = match config.log.target.as_str() {
+        "journald" => true,
+        "stderr" => false,
+        _ => std::env::var_os("JOURNAL_STREAM").is_some(),
+    };
+    if journald {
+        match tracing_journald::layer() {
+            Ok(layer) => {
+                let layer = layer
+                    .with_field_prefix(Some("SQLCRON".into()))
+                    .with_syslog_identifier("sqlcron".into())
+                    .with_custom_fields([("SQLCRON_NODE", config.node_name.as_bytes())]);
+                let _ = tracing_subscriber::registry()
+                    .with(filter)
+                    .with(layer)
+                    .try_init();
+                return;
+            }
+            Err(e) => eprintln!("sqlcron: journald is not reachable ({e}); logging to stderr"),
+        }
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -265,10 +315,9 @@ async fn run_daemon(
             }
         }
     }
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    sqlcron::systemd::ready();
     tracing::info!("ready");
     daemon.run(rx).await;
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     store.close().await;
     Ok(0)
 }
@@ -299,7 +348,7 @@ fn spawn_signal_thread(
                     },
                     _ => {
                         stops += 1;
-                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                        sqlcron::systemd::stopping();
                         let msg = if stops == 1 { Control::Stop } else { Control::StopNow };
                         if tx.send(msg).is_err() {
                             break;

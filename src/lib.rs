@@ -13,6 +13,7 @@
 //! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type.
 //! - [`runner`]: running one command (process group, output tail, timeout); no database.
 //! - [`daemon`]: the poll loop, the lease loop and the shutdown sequence, gluing it together.
+//! - [`systemd`]: sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING); no-ops elsewhere.
 //!
 //! Dependency rule: `schedule`, `config`, `job` and `policy` import nothing from `store`,
 //! `runner` or `daemon`; `store` and `runner` never import each other; only `daemon` knows both.
@@ -27,3 +28,4 @@ pub mod policy;
 pub mod runner;
 pub mod schedule;
 pub mod store;
+pub mod systemd;

@@ -50,6 +50,8 @@ pub struct TickReport {
     /// Database clock at the peek.
     pub now: i64,
     pub next_due: Option<i64>,
+    /// The job of `next_due`.
+    pub next_job: Option<String>,
     pub prepared: usize,
     pub invalid: usize,
     pub claimed: usize,
@@ -166,6 +168,7 @@ impl Daemon {
         let mut report = TickReport {
             now: peek.now,
             next_due: peek.next_due,
+            next_job: peek.next_name.clone(),
             ..TickReport::default()
         };
         if peek.pending_prepare {
@@ -247,6 +250,8 @@ impl Daemon {
                             tracing::warn!(error = %e, "node heartbeat failed");
                         }
                     }
+                    let running = self.running_count();
+                    crate::systemd::status(&status_line(running, &report));
                     if report.saturated && report.claimed > 0 {
                         Duration::ZERO
                     } else {
@@ -269,12 +274,19 @@ impl Daemon {
                         outage_since = Some(Instant::now());
                         tracing::error!(error = %e, "database unreachable; retrying with backoff");
                     }
+                    let down = outage_since.map(|s| s.elapsed().as_secs()).unwrap_or(0);
+                    crate::systemd::status(&format!(
+                        "database unreachable for {down}s, retrying; {} running",
+                        self.running_count()
+                    ));
                     let backoff = Duration::from_millis(200)
                         .saturating_mul(1 << errors.min(8))
                         .min(ERROR_BACKOFF_MAX);
                     backoff.max(poll.min(ERROR_BACKOFF_MAX))
                 }
             };
+            // The loop completed a pass: tell the watchdog (never from a timer of its own).
+            crate::systemd::watchdog();
             tokio::select! {
                 _ = tokio::time::sleep(sleep_for) => {}
                 _ = self.shared.wake.notified() => {}
@@ -291,7 +303,12 @@ impl Daemon {
         lease_loop.abort();
     }
 
+    fn running_count(&self) -> usize {
+        self.shared.running.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
     async fn reload(&self, config: Config) {
+        crate::systemd::reloading();
         let old = self.config();
         if config.database_url != old.database_url || config.node_name != old.node_name {
             tracing::warn!(
@@ -310,6 +327,7 @@ impl Daemon {
             Ok(()) => tracing::info!("configuration reloaded"),
             Err(e) => tracing::error!(error = %e, "reload: applying the TOML jobs failed"),
         }
+        crate::systemd::ready();
     }
 
     async fn shutdown(
@@ -319,6 +337,7 @@ impl Daemon {
         mut stop_now: bool,
     ) {
         let shared = &self.shared;
+        crate::systemd::stopping();
         shared
             .stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -328,9 +347,16 @@ impl Daemon {
         if !stop_now && !tasks.is_empty() {
             let deadline = tokio::time::sleep(grace);
             tokio::pin!(deadline);
+            let mut ping = tokio::time::interval(Duration::from_secs(1));
             loop {
+                crate::systemd::status(&format!(
+                    "stopping: waiting for {} running job(s)",
+                    self.running_count()
+                ));
                 tokio::select! {
                     next = tasks.join_next() => if next.is_none() { break },
+                    // Still making progress: keep the watchdog fed while jobs finish.
+                    _ = ping.tick() => crate::systemd::watchdog(),
                     _ = &mut deadline => { stop_now = true; break }
                     msg = control.recv() => if matches!(msg, Some(Control::Stop | Control::StopNow)) {
                         stop_now = true;
@@ -948,6 +974,22 @@ fn run_spec(
         output_tail: config.daemon.output_tail,
         parent_death_signal: !under_systemd(),
     })
+}
+
+/// The one-line `STATUS=` for systemd: "3 running, next: backup in 4m12s".
+pub fn status_line(running: usize, report: &TickReport) -> String {
+    match (&report.next_job, report.next_due) {
+        (Some(job), Some(due)) if due > report.now => {
+            let secs = ((due - report.now) + 999) / 1000;
+            let wait = humantime::format_duration(Duration::from_secs(secs as u64));
+            format!(
+                "{running} running, next: {job} in {}",
+                wait.to_string().replace(' ', "")
+            )
+        }
+        (Some(job), Some(_)) => format!("{running} running, next: {job} now"),
+        _ => format!("{running} running, nothing scheduled"),
+    }
 }
 
 /// Whether this process is a systemd service (its control group then ends jobs with it).

@@ -165,7 +165,7 @@ impl JobRow {
 }
 
 /// What one cheap look at the table found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peek {
     /// The database clock.
     pub now: i64,
@@ -173,6 +173,8 @@ pub struct Peek {
     pub next_due: Option<i64>,
     /// Some row has no `next_exec` yet (inserted or changed with SQL).
     pub pending_prepare: bool,
+    /// The name of the row with the earliest `next_exec` (for the status line).
+    pub next_name: Option<String>,
 }
 
 /// The result of a write fenced by a claim.
@@ -311,7 +313,9 @@ fn statements(d: Dialect) -> Statements {
             "SELECT {now} AS db_now, \
              (SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL \
               ORDER BY next_exec LIMIT 1) AS next_due, \
-             CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE next_exec IS NULL) THEN 1 ELSE 0 END AS pending",
+             CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE next_exec IS NULL) THEN 1 ELSE 0 END AS pending, \
+             (SELECT name FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL \
+              ORDER BY next_exec LIMIT 1) AS next_name",
         ),
         to_prepare: d.render(&format!(
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE next_exec IS NULL ORDER BY id LIMIT ?"
@@ -525,6 +529,7 @@ impl Store {
                 .try_get::<i64, _>("pending")
                 .map_err(sql_err!(self, "peek"))?
                 != 0,
+            next_name: row.try_get("next_name").map_err(sql_err!(self, "peek"))?,
         })
     }
 

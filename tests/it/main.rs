@@ -4,6 +4,7 @@ mod behaviour;
 mod cli_next;
 mod cluster;
 mod outage;
+mod service;
 mod signals;
 mod store;
 mod util;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::util::{DaemonProcess, eventually, node_config};
 
 /// A PostgreSQL server in a temporary directory, listening on 127.0.0.1 only.
-struct ThrowawayPostgres {
+pub struct ThrowawayPostgres {
     bin: PathBuf,
-    data: PathBuf,
+    pub data: PathBuf,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -64,7 +64,7 @@ fn as_postgres(bin: &Path, tool: &str, args: &[&str]) -> std::process::Output {
 }
 
 impl ThrowawayPostgres {
-    fn start() -> ThrowawayPostgres {
+    pub fn start() -> ThrowawayPostgres {
         let bin = pg_bin();
         let dir = tempfile::Builder::new()
             .prefix("sqlcron-pg")
@@ -141,7 +141,7 @@ impl ThrowawayPostgres {
         );
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 }
