@@ -64,6 +64,38 @@ enum Command {
     Pause { job: String },
     /// Schedule a paused job again (missed slots follow its misfire policy).
     Resume { job: String },
+    /// Run a command while holding a cluster-wide lock (like flock(1) across hosts).
+    Lock {
+        name: String,
+        /// Lease of the hold, extended while the command runs.
+        #[arg(long, default_value = "10s")]
+        lease: String,
+        /// How long to wait for the lock (default: as long as it takes; 0: try once). When it
+        /// runs out, exit 75 without running the command.
+        #[arg(long)]
+        wait: Option<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run a command while holding one of N places of a cluster-wide semaphore.
+    Sem {
+        name: String,
+        /// Holders allowed at once.
+        #[arg(long)]
+        size: u32,
+        #[arg(long, default_value = "10s")]
+        lease: String,
+        #[arg(long)]
+        wait: Option<String>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// List lock and semaphore holders and waiters, and each lock's last release.
+    Locks {
+        #[arg(long)]
+        json: bool,
+    },
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
@@ -190,6 +222,20 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 Ok(0)
             }
             Command::Status { json } => status(&connect(&config).await?, &config, json).await,
+            Command::Lock {
+                name,
+                lease,
+                wait,
+                command,
+            } => guarded(&config, name, 1, &lease, wait.as_deref(), &command).await,
+            Command::Sem {
+                name,
+                size,
+                lease,
+                wait,
+                command,
+            } => guarded(&config, name, size, &lease, wait.as_deref(), &command).await,
+            Command::Locks { json } => locks(&connect(&config).await?, json).await,
             Command::History { job, limit, json } => {
                 history(&connect(&config).await?, job.as_deref(), limit, json).await
             }
@@ -231,6 +277,78 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
         }
     })
+}
+
+async fn guarded(
+    config: &Config,
+    name: String,
+    size: u32,
+    lease: &str,
+    wait: Option<&str>,
+    command: &[String],
+) -> Result<u8, Failure> {
+    let lease = config::parse_duration(lease).map_err(|m| Failure::usage(format!("--lease: {m}")))?;
+    if lease < Duration::from_secs(1) {
+        return Err(Failure::usage("--lease: must be at least 1s"));
+    }
+    let wait = wait
+        .map(config::parse_duration)
+        .transpose()
+        .map_err(|m| Failure::usage(format!("--wait: {m}")))?;
+    if size == 0 {
+        return Err(Failure::usage("--size: must be at least 1"));
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    let store = connect(config).await?;
+    store.migrate().await.map_err(Failure::runtime)?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let params = sqlcron::guard::GuardParams {
+        name,
+        size,
+        lease,
+        wait,
+        owner: config.node_name.clone(),
+        host,
+        pid: std::process::id(),
+    };
+    let code = sqlcron::guard::run_guarded(&store, &params, command)
+        .await
+        .map_err(Failure::runtime)?;
+    store.close().await;
+    Ok(code.clamp(0, 255) as u8)
+}
+
+async fn locks(store: &Store, json: bool) -> Result<u8, Failure> {
+    let rows = store.locks().await.map_err(Failure::runtime)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?);
+        return Ok(0);
+    }
+    println!(
+        "{:<20} {:<28} {:<16} {:<16} {:>8} {:<21} UNTIL",
+        "LOCK", "STATE", "NODE", "HOST", "PID", "SINCE"
+    );
+    for r in rows {
+        println!(
+            "{:<20} {:<28} {:<16} {:<16} {:>8} {:<21} {}",
+            r.name,
+            r.state,
+            r.owner.unwrap_or_default(),
+            r.host.unwrap_or_default(),
+            r.pid.map(|p| p.to_string()).unwrap_or_default(),
+            fmt_ms(r.since),
+            fmt_ms(r.until)
+        );
+    }
+    Ok(0)
 }
 
 fn found(job: &str, ok: bool) -> Result<(), Failure> {

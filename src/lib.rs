@@ -13,6 +13,7 @@
 //! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type.
 //! - [`runner`]: running one command (process group, output tail, timeout); no database.
 //! - [`daemon`]: the poll loop, the lease loop and the shutdown sequence, gluing it together.
+//! - [`guard`]: `sqlcron lock` / `sqlcron sem`: a command run under a cluster-wide lease.
 //! - [`systemd`]: sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING); no-ops elsewhere.
 //!
 //! Dependency rule: `schedule`, `config`, `job` and `policy` import nothing from `store`,
@@ -23,6 +24,7 @@
 
 pub mod config;
 pub mod daemon;
+pub mod guard;
 pub mod job;
 pub mod policy;
 pub mod runner;

@@ -40,6 +40,9 @@ pub struct ClaimedState {
     pub taken_over: bool,
     /// `sqlcron run JOB` asked for one extra run.
     pub run_now: bool,
+    /// The row waited for a free place in its pool: that wait does not make `slot` missed
+    /// (only `starting_deadline` does).
+    pub pool_wait: bool,
 }
 
 /// A run of missed slots that were not run, summarised.
@@ -169,6 +172,19 @@ pub fn plan_claim(
             plan.abandoned = Some((slot, attempt));
         }
         first = next;
+    }
+    if state.pool_wait && first == slot && slot <= now {
+        let within_deadline = policy
+            .starting_deadline
+            .is_none_or(|d| now - slot <= d.as_millis() as i64);
+        if within_deadline {
+            plan.action = ClaimAction::Run {
+                slot,
+                attempt,
+                manual: false,
+            };
+            return plan;
+        }
     }
     let (skipped, action) = catch_up(job, first, now, policy, schedule);
     plan.skipped = skipped;
@@ -420,6 +436,7 @@ mod tests {
             attempts: 0,
             taken_over: false,
             run_now: false,
+            pool_wait: false,
         }
     }
 
@@ -541,6 +558,7 @@ mod tests {
             attempts: 1,
             taken_over: true,
             run_now: false,
+            pool_wait: false,
         };
         let p = plan_claim("j", &lost, T0 + 15_000, &Policy::default(), &hourly());
         assert_eq!(p.lost, Some((T0, 1)));
@@ -580,6 +598,7 @@ mod tests {
             attempts: 0,
             taken_over: true,
             run_now: false,
+            pool_wait: false,
         };
         let p = plan_claim("j", &state, T0 + 15_000, &Policy::default(), &hourly());
         assert_eq!(p.lost, None);
@@ -597,6 +616,7 @@ mod tests {
             attempts: 1,
             taken_over: false,
             run_now: false,
+            pool_wait: false,
         };
         let plan = plan_claim("j", &retry, T0 + 30_000, &p, &every_minute());
         assert_eq!(plan.action, run(T0, 2));

@@ -118,6 +118,7 @@ impl Daemon {
     /// Applies the configuration's jobs and registers the node (daemon start and reload).
     pub async fn apply_config(&self) -> Result<(), StoreError> {
         let config = self.config();
+        self.shared.store.apply_pools(&config.pools).await?;
         let report = self.shared.store.apply_toml(&config.jobs, false).await?;
         for name in &report.created {
             tracing::info!(job = %name, "job created from TOML");
@@ -457,6 +458,7 @@ impl Shared {
             attempts: row.attempt.max(0) as u32,
             taken_over: false,
             run_now: row.run_now,
+            pool_wait: row.pool_wait,
         };
         if row.prev_exec_by.is_some() {
             // The previous claim was never released: find the run it started, if any.
@@ -498,6 +500,42 @@ impl Shared {
         }
         let plan = plan_claim(&row.name, &state, now, &policy, &schedule);
         tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
+        if let (ClaimAction::Run { .. }, Some(pool)) = (&plan.action, &row.pool) {
+            match self
+                .store
+                .pool_admit(row.id, pool, row.claimed_at.unwrap_or(now))
+                .await
+            {
+                Ok(Some(true)) => {}
+                Ok(Some(false)) => {
+                    // The pool is full cluster-wide: wait without spinning, keep the slot.
+                    tracing::debug!(job = %row.name, pool = %pool, "pool full; waiting");
+                    let delay = config.daemon.poll_interval;
+                    if let Err(e) = self.store.defer_for_pool(row.id, &self.node, row.token, delay).await {
+                        tracing::warn!(job = %row.name, error = %e, "could not release a job waiting for its pool; its lease will expire");
+                    }
+                    return;
+                }
+                Ok(None) => {
+                    let message = format!("pool: \"{pool}\" is not defined (add it under [pools] or to cron_pools)");
+                    tracing::error!(job = %row.name, error = %message, "job row is invalid; parked until fixed");
+                    let release = Release {
+                        slot: row.slot.unwrap_or(now),
+                        attempts: row.attempt.max(0) as u32,
+                        next_exec: crate::store::PARKED,
+                        clear_run_now: false,
+                        outcome: None,
+                    };
+                    let _ = self.store.release(row.id, &self.node, row.token, &release, None).await;
+                    let _ = self.store.park(row.id, &message).await;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(job = %row.name, error = %e, "could not check the pool; leaving the claim to expire");
+                    return;
+                }
+            }
+        }
         if let Some((slot, attempt)) = plan.lost {
             let by = row.prev_exec_by.clone().unwrap_or_default();
             tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, previous_node = %by, "run lost: its node stopped renewing the lease");

@@ -12,6 +12,7 @@
 //! `tests/it/store.rs` runs every statement against all three instead.
 
 pub mod dialect;
+pub mod locks;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -21,6 +22,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Executor, Row};
 
 pub use dialect::Dialect;
+pub use locks::{LockRow, LockState};
 use dialect::{JOB_COLUMNS, claim_sql};
 
 use crate::job::JobSpec;
@@ -101,6 +103,8 @@ pub struct JobRow {
     pub error: Option<String>,
     /// When the current claim was taken (database clock).
     pub claimed_at: Option<i64>,
+    /// The row waited for its pool: the wait does not make its slot missed.
+    pub pool_wait: bool,
 }
 
 /// Policy columns of `cron_table`, in the order the TOML keys are documented.
@@ -160,6 +164,7 @@ impl JobRow {
             last_node: row.try_get("last_node")?,
             error: row.try_get("error")?,
             claimed_at: row.try_get("claimed_at")?,
+            pool_wait: row.try_get::<i64, _>("pool_wait")? != 0,
         })
     }
 }
@@ -342,7 +347,7 @@ fn statements(d: Dialect) -> Statements {
                next_exec = CASE WHEN dirty = 1 THEN NULL \
                                 WHEN run_now = 1 AND ? = 0 THEN {now} ELSE ? END, \
                run_now = CASE WHEN ? = 1 THEN 0 ELSE run_now END, \
-               dirty = 0, exec_by = NULL, prev_exec_by = NULL, lease_until = NULL, claim_id = NULL, \
+               dirty = 0, pool_wait = 0, exec_by = NULL, prev_exec_by = NULL, lease_until = NULL, claim_id = NULL, \
                slot = ?, attempt = ?, \
                last_status = COALESCE(?, last_status), last_exit = CASE WHEN ? = 1 THEN ? ELSE last_exit END, \
                last_start = CASE WHEN ? = 1 THEN ? ELSE last_start END, \
@@ -452,6 +457,10 @@ impl Store {
 
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 
     /// Creates or upgrades the schema. Nodes starting at once against an empty database are

@@ -1,0 +1,390 @@
+//! Cluster-wide named locks and semaphores, and job pools, on the same lease machinery as jobs.
+//!
+//! # The semaphore
+//! Every holder *and* every waiter of a name has a row in `cron_lock_waiters`, with an id that
+//! grows with arrival (first come, first served) and a lease it extends while it lives. The first
+//! `size` **live** rows of a name (by id) hold it. A row becomes a holder only after checking that
+//! fewer than `size` live rows come before it; that count can only fall later (new rows get larger
+//! ids, and an expired lease is never extended again), so check-then-mark is safe without a lock.
+//! A dead holder or waiter stops extending; its lease ends and the queue moves on. A holder that
+//! cannot extend its lease before 80 % of it has passed must stop its command.
+//!
+//! # Pools
+//! A pooled job runs only while fewer than `size` claimed rows of its pool come before it in
+//! claim order (claimed_at, id); otherwise the node releases it to wait (`pool_wait`), without
+//! counting the wait against the slot's misfire threshold.
+
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{Dialect, Result, Store, StoreError};
+
+/// One row of `cron_lock_waiters`, or a summary line of `cron_locks`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LockRow {
+    pub name: String,
+    /// holding, waiting; or the last release (clean, expired) for an idle lock.
+    pub state: String,
+    pub owner: Option<String>,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+    /// When it was acquired (holding) or queued (waiting), or last acquired (idle).
+    pub since: Option<i64>,
+    /// The lease end (holding, waiting) or the last release (idle).
+    pub until: Option<i64>,
+    /// The fencing token (the queue id).
+    pub token: Option<i64>,
+}
+
+/// Where a queued lock request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockState {
+    Holding,
+    Waiting,
+    /// The request's lease ended (it stalled or the database was unreachable too long).
+    Lost,
+}
+
+macro_rules! err {
+    ($self:expr, $op:expr) => {
+        |source| StoreError::Sql {
+            dialect: $self.dialect().name(),
+            op: $op,
+            source,
+        }
+    };
+}
+
+impl Store {
+    fn upsert_lock_summary(&self) -> String {
+        let base = "INSERT INTO cron_locks (name, last_owner, last_host, last_pid, last_acquired, \
+                    last_released, last_release) VALUES (?, ?, ?, ?, ?, {now}, ?)";
+        let tail = match self.dialect() {
+            Dialect::Mysql => {
+                " ON DUPLICATE KEY UPDATE last_owner = VALUES(last_owner), last_host = VALUES(last_host), \
+                 last_pid = VALUES(last_pid), last_acquired = VALUES(last_acquired), \
+                 last_released = VALUES(last_released), last_release = VALUES(last_release)"
+            }
+            _ => {
+                " ON CONFLICT (name) DO UPDATE SET last_owner = excluded.last_owner, \
+                 last_host = excluded.last_host, last_pid = excluded.last_pid, \
+                 last_acquired = excluded.last_acquired, last_released = excluded.last_released, \
+                 last_release = excluded.last_release"
+            }
+        };
+        self.dialect().render(&format!("{base}{tail}"))
+    }
+
+    /// Queues a request for `name` (with `size` holders). Returns its id, which is also the
+    /// fencing token of the hold.
+    pub async fn lock_enqueue(
+        &self,
+        name: &str,
+        size: u32,
+        owner: &str,
+        host: &str,
+        pid: u32,
+        lease: Duration,
+    ) -> Result<i64> {
+        let insert = "INSERT INTO cron_lock_waiters (name, size, owner, host, pid, state, \
+                      enqueued_at, lease_until) VALUES (?, ?, ?, ?, ?, 'waiting', {now}, {now} + ?)";
+        let lease_ms = lease.as_millis() as i64;
+        let q = |text: String| {
+            sqlx::query(AssertSqlSafe(text))
+                .bind(name.to_string())
+                .bind(i64::from(size))
+                .bind(owner.to_string())
+                .bind(host.to_string())
+                .bind(i64::from(pid))
+                .bind(lease_ms)
+        };
+        if self.dialect().has_returning() {
+            let row = q(self.dialect().render(&format!("{insert} RETURNING id")))
+                .fetch_one(self.pool())
+                .await
+                .map_err(err!(self, "queue lock request"))?;
+            row.try_get("id").map_err(err!(self, "queue lock request"))
+        } else {
+            let done = q(self.dialect().render(insert))
+                .execute(self.pool())
+                .await
+                .map_err(err!(self, "queue lock request"))?;
+            done.last_insert_id().ok_or_else(|| StoreError::Sql {
+                dialect: self.dialect().name(),
+                op: "queue lock request",
+                source: sqlx::Error::RowNotFound,
+            })
+        }
+    }
+
+    /// One step of waiting: becomes a holder if fewer than `size` live requests came first,
+    /// else extends the waiting request's lease.
+    pub async fn lock_try_acquire(
+        &self,
+        id: i64,
+        name: &str,
+        size: u32,
+        lease: Duration,
+    ) -> Result<LockState> {
+        let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "SELECT COUNT(*) AS n FROM cron_lock_waiters WHERE name = ? AND id < ? AND lease_until > {now}",
+        )))
+        .bind(name.to_string())
+        .bind(id)
+        .fetch_one(self.pool())
+        .await
+        .map_err(err!(self, "count lock queue"))?
+        .try_get("n")
+        .map_err(err!(self, "count lock queue"))?;
+        let lease_ms = lease.as_millis() as i64;
+        if ahead < i64::from(size) {
+            let done = sqlx::query(AssertSqlSafe(self.dialect().render(
+                "UPDATE cron_lock_waiters SET state = 'holding', acquired_at = {now}, \
+                 lease_until = {now} + ? WHERE id = ? AND lease_until > {now}",
+            )))
+            .bind(lease_ms)
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .map_err(err!(self, "take lock"))?;
+            return Ok(if done.rows_affected() == 1 {
+                LockState::Holding
+            } else {
+                LockState::Lost
+            });
+        }
+        Ok(if self.lock_extend(id, lease).await? {
+            LockState::Waiting
+        } else {
+            LockState::Lost
+        })
+    }
+
+    /// Extends a request's lease if it is still live. False: it expired (lost).
+    pub async fn lock_extend(&self, id: i64, lease: Duration) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "UPDATE cron_lock_waiters SET lease_until = {now} + ? WHERE id = ? AND lease_until > {now}",
+        )))
+        .bind(lease.as_millis() as i64)
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(err!(self, "extend lock"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Ends a request: removes it, and records a clean release if it held the lock.
+    pub async fn lock_release(&self, id: i64) -> Result<()> {
+        let row = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "SELECT name, owner, host, pid, state, acquired_at FROM cron_lock_waiters WHERE id = ?",
+        )))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(err!(self, "read lock"))?;
+        sqlx::query(AssertSqlSafe(
+            self.dialect()
+                .render("DELETE FROM cron_lock_waiters WHERE id = ?"),
+        ))
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(err!(self, "release lock"))?;
+        if let Some(r) = row {
+            let state: String = r.try_get("state").map_err(err!(self, "read lock"))?;
+            if state == "holding" {
+                self.record_lock_release(&r, "clean").await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn record_lock_release(&self, r: &sqlx::any::AnyRow, how: &str) -> Result<()> {
+        let get_s = |c: &str| r.try_get::<Option<String>, _>(c);
+        let name: String = r.try_get("name").map_err(err!(self, "read lock"))?;
+        sqlx::query(AssertSqlSafe(self.upsert_lock_summary()))
+            .bind(name)
+            .bind(get_s("owner").map_err(err!(self, "read lock"))?)
+            .bind(get_s("host").map_err(err!(self, "read lock"))?)
+            .bind(r.try_get::<Option<i64>, _>("pid").map_err(err!(self, "read lock"))?)
+            .bind(r.try_get::<Option<i64>, _>("acquired_at").map_err(err!(self, "read lock"))?)
+            .bind(how.to_string())
+            .execute(self.pool())
+            .await
+            .map_err(err!(self, "record lock release"))?;
+        Ok(())
+    }
+
+    /// Removes requests of `name` whose lease ended, recording expired holds. Returns how many.
+    pub async fn lock_reap(&self, name: &str) -> Result<usize> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "SELECT id, name, owner, host, pid, state, acquired_at FROM cron_lock_waiters \
+             WHERE name = ? AND lease_until <= {now}",
+        )))
+        .bind(name.to_string())
+        .fetch_all(self.pool())
+        .await
+        .map_err(err!(self, "find expired locks"))?;
+        for r in &rows {
+            let id: i64 = r.try_get("id").map_err(err!(self, "find expired locks"))?;
+            let state: String = r.try_get("state").map_err(err!(self, "find expired locks"))?;
+            let deleted = sqlx::query(AssertSqlSafe(self.dialect().render(
+                "DELETE FROM cron_lock_waiters WHERE id = ? AND lease_until <= {now}",
+            )))
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .map_err(err!(self, "reap lock"))?;
+            if deleted.rows_affected() == 1 && state == "holding" {
+                self.record_lock_release(r, "expired").await?;
+            }
+        }
+        Ok(rows.len())
+    }
+
+    /// Holders and waiters of every lock, then idle locks with their last release.
+    pub async fn locks(&self) -> Result<Vec<LockRow>> {
+        let live = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "SELECT id, name, owner, host, pid, state, enqueued_at, acquired_at, lease_until \
+             FROM cron_lock_waiters WHERE lease_until > {now} ORDER BY name, id",
+        )))
+        .fetch_all(self.pool())
+        .await
+        .map_err(err!(self, "list locks"))?;
+        let mut out = Vec::new();
+        let mut busy = std::collections::HashSet::new();
+        for r in &live {
+            let decode = || -> std::result::Result<LockRow, sqlx::Error> {
+                let state: String = r.try_get("state")?;
+                Ok(LockRow {
+                    name: r.try_get("name")?,
+                    since: if state == "holding" {
+                        r.try_get("acquired_at")?
+                    } else {
+                        r.try_get("enqueued_at")?
+                    },
+                    state,
+                    owner: r.try_get("owner")?,
+                    host: r.try_get("host")?,
+                    pid: r.try_get("pid")?,
+                    until: r.try_get("lease_until")?,
+                    token: r.try_get("id")?,
+                })
+            };
+            let row = decode().map_err(err!(self, "list locks"))?;
+            busy.insert(row.name.clone());
+            out.push(row);
+        }
+        let idle = sqlx::query(
+            "SELECT name, last_owner, last_host, last_pid, last_acquired, last_released, last_release \
+             FROM cron_locks ORDER BY name",
+        )
+        .fetch_all(self.pool())
+        .await
+        .map_err(err!(self, "list locks"))?;
+        for r in &idle {
+            let decode = || -> std::result::Result<LockRow, sqlx::Error> {
+                Ok(LockRow {
+                    name: r.try_get("name")?,
+                    state: format!(
+                        "free (last release {})",
+                        r.try_get::<Option<String>, _>("last_release")?
+                            .unwrap_or_default()
+                    ),
+                    owner: r.try_get("last_owner")?,
+                    host: r.try_get("last_host")?,
+                    pid: r.try_get("last_pid")?,
+                    since: r.try_get("last_acquired")?,
+                    until: r.try_get("last_released")?,
+                    token: None,
+                })
+            };
+            let row = decode().map_err(err!(self, "list locks"))?;
+            if !busy.contains(&row.name) {
+                out.push(row);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `[pools]` sizes to `cron_pools` (pools defined only with SQL are left alone).
+    pub async fn apply_pools(&self, pools: &std::collections::BTreeMap<String, u32>) -> Result<()> {
+        let text = match self.dialect() {
+            Dialect::Mysql => {
+                "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON DUPLICATE KEY UPDATE size = VALUES(size)"
+            }
+            _ => "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET size = excluded.size",
+        };
+        let text = self.dialect().render(text);
+        for (name, size) in pools {
+            sqlx::query(AssertSqlSafe(text.clone()))
+                .bind(name.clone())
+                .bind(i64::from(*size))
+                .execute(self.pool())
+                .await
+                .map_err(err!(self, "write pool"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a claimed row of `pool` may run now: fewer than the pool's size of live claims
+    /// of that pool come before it (claim time, then id). `None` if the pool is not defined.
+    pub async fn pool_admit(&self, id: i64, pool: &str, claimed_at: i64) -> Result<Option<bool>> {
+        let size: Option<i64> = sqlx::query(AssertSqlSafe(
+            self.dialect()
+                .render("SELECT size FROM cron_pools WHERE name = ?"),
+        ))
+        .bind(pool.to_string())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(err!(self, "read pool"))?
+        .map(|r| r.try_get("size"))
+        .transpose()
+        .map_err(err!(self, "read pool"))?;
+        let Some(size) = size else { return Ok(None) };
+        let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "SELECT COUNT(*) AS n FROM cron_table WHERE pool = ? AND exec_by IS NOT NULL \
+             AND lease_until > {now} AND id <> ? \
+             AND (claimed_at < ? OR (claimed_at = ? AND id < ?))",
+        )))
+        .bind(pool.to_string())
+        .bind(id)
+        .bind(claimed_at)
+        .bind(claimed_at)
+        .bind(id)
+        .fetch_one(self.pool())
+        .await
+        .map_err(err!(self, "count pool"))?
+        .try_get("n")
+        .map_err(err!(self, "count pool"))?;
+        Ok(Some(ahead < size))
+    }
+
+    /// Releases a claimed row whose pool is full: it waits `delay` and keeps its slot; the wait
+    /// does not count against the slot's misfire threshold.
+    pub async fn defer_for_pool(
+        &self,
+        id: i64,
+        node: &str,
+        token: i64,
+        delay: Duration,
+    ) -> Result<super::Fenced> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "UPDATE cron_table SET next_exec = {now} + ?, pool_wait = 1, exec_by = NULL, \
+             lease_until = NULL WHERE id = ? AND exec_by = ? AND token = ?",
+        )))
+        .bind(delay.as_millis() as i64)
+        .bind(id)
+        .bind(node.to_string())
+        .bind(token)
+        .execute(self.pool())
+        .await
+        .map_err(err!(self, "defer for pool"))?;
+        Ok(if done.rows_affected() == 1 {
+            super::Fenced::Done
+        } else {
+            super::Fenced::Lost
+        })
+    }
+}
