@@ -287,7 +287,8 @@ async fn guarded(
     wait: Option<&str>,
     command: &[String],
 ) -> Result<u8, Failure> {
-    let lease = config::parse_duration(lease).map_err(|m| Failure::usage(format!("--lease: {m}")))?;
+    let lease =
+        config::parse_duration(lease).map_err(|m| Failure::usage(format!("--lease: {m}")))?;
     if lease < Duration::from_secs(1) {
         return Err(Failure::usage("--lease: must be at least 1s"));
     }
@@ -329,7 +330,10 @@ async fn guarded(
 async fn locks(store: &Store, json: bool) -> Result<u8, Failure> {
     let rows = store.locks().await.map_err(Failure::runtime)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?
+        );
         return Ok(0);
     }
     println!(

@@ -47,7 +47,11 @@ pub enum GuardError {
 
 /// Waits for the lock (or gives up with [`EXIT_BUSY`]), runs `argv`, releases, and returns the
 /// exit status to leave with: the command's, 128 + signal, [`EXIT_BUSY`] or [`EXIT_LOST`].
-pub async fn run_guarded(store: &Store, p: &GuardParams, argv: &[String]) -> Result<i32, GuardError> {
+pub async fn run_guarded(
+    store: &Store,
+    p: &GuardParams,
+    argv: &[String],
+) -> Result<i32, GuardError> {
     let started = Instant::now();
     let mut interrupts = Interrupts::new();
     store.lock_reap(&p.name).await?;
@@ -93,6 +97,8 @@ pub async fn run_guarded(store: &Store, p: &GuardParams, argv: &[String]) -> Res
         delay = (delay.mul_f32(1.5)).min(max_delay);
     }
     tracing::debug!(lock = %p.name, token = id, "holding");
+    // Record holders whose lease ran out before us (as "expired"), then hold.
+    let _ = store.lock_reap(&p.name).await;
     let status = hold_and_run(store, p, id, argv, &mut interrupts).await;
     let _ = store.lock_release(id).await;
     status

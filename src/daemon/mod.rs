@@ -511,13 +511,19 @@ impl Shared {
                     // The pool is full cluster-wide: wait without spinning, keep the slot.
                     tracing::debug!(job = %row.name, pool = %pool, "pool full; waiting");
                     let delay = config.daemon.poll_interval;
-                    if let Err(e) = self.store.defer_for_pool(row.id, &self.node, row.token, delay).await {
+                    if let Err(e) = self
+                        .store
+                        .defer_for_pool(row.id, &self.node, row.token, delay)
+                        .await
+                    {
                         tracing::warn!(job = %row.name, error = %e, "could not release a job waiting for its pool; its lease will expire");
                     }
                     return;
                 }
                 Ok(None) => {
-                    let message = format!("pool: \"{pool}\" is not defined (add it under [pools] or to cron_pools)");
+                    let message = format!(
+                        "pool: \"{pool}\" is not defined (add it under [pools] or to cron_pools)"
+                    );
                     tracing::error!(job = %row.name, error = %message, "job row is invalid; parked until fixed");
                     let release = Release {
                         slot: row.slot.unwrap_or(now),
@@ -526,7 +532,10 @@ impl Shared {
                         clear_run_now: false,
                         outcome: None,
                     };
-                    let _ = self.store.release(row.id, &self.node, row.token, &release, None).await;
+                    let _ = self
+                        .store
+                        .release(row.id, &self.node, row.token, &release, None)
+                        .await;
                     let _ = self.store.park(row.id, &message).await;
                     return;
                 }

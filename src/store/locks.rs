@@ -207,8 +207,14 @@ impl Store {
             .bind(name)
             .bind(get_s("owner").map_err(err!(self, "read lock"))?)
             .bind(get_s("host").map_err(err!(self, "read lock"))?)
-            .bind(r.try_get::<Option<i64>, _>("pid").map_err(err!(self, "read lock"))?)
-            .bind(r.try_get::<Option<i64>, _>("acquired_at").map_err(err!(self, "read lock"))?)
+            .bind(
+                r.try_get::<Option<i64>, _>("pid")
+                    .map_err(err!(self, "read lock"))?,
+            )
+            .bind(
+                r.try_get::<Option<i64>, _>("acquired_at")
+                    .map_err(err!(self, "read lock"))?,
+            )
             .bind(how.to_string())
             .execute(self.pool())
             .await
@@ -228,10 +234,13 @@ impl Store {
         .map_err(err!(self, "find expired locks"))?;
         for r in &rows {
             let id: i64 = r.try_get("id").map_err(err!(self, "find expired locks"))?;
-            let state: String = r.try_get("state").map_err(err!(self, "find expired locks"))?;
-            let deleted = sqlx::query(AssertSqlSafe(self.dialect().render(
-                "DELETE FROM cron_lock_waiters WHERE id = ? AND lease_until <= {now}",
-            )))
+            let state: String = r
+                .try_get("state")
+                .map_err(err!(self, "find expired locks"))?;
+            let deleted = sqlx::query(AssertSqlSafe(
+                self.dialect()
+                    .render("DELETE FROM cron_lock_waiters WHERE id = ? AND lease_until <= {now}"),
+            ))
             .bind(id)
             .execute(self.pool())
             .await
@@ -314,7 +323,9 @@ impl Store {
             Dialect::Mysql => {
                 "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON DUPLICATE KEY UPDATE size = VALUES(size)"
             }
-            _ => "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET size = excluded.size",
+            _ => {
+                "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET size = excluded.size"
+            }
         };
         let text = self.dialect().render(text);
         for (name, size) in pools {

@@ -22,8 +22,8 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Executor, Row};
 
 pub use dialect::Dialect;
-pub use locks::{LockRow, LockState};
 use dialect::{JOB_COLUMNS, claim_sql};
+pub use locks::{LockRow, LockState};
 
 use crate::job::JobSpec;
 

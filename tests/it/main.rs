@@ -3,6 +3,7 @@
 mod behaviour;
 mod cli_next;
 mod cluster;
+mod locks;
 mod outage;
 mod service;
 mod signals;

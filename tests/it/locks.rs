@@ -1,0 +1,273 @@
+//! `sqlcron lock`, `sqlcron sem` and job pools, against each database, with real processes.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sqlcron::store::Dialect;
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config};
+
+macro_rules! for_each_dialect {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
+    };
+}
+
+for_each_dialect!(
+    semaphore_of_three_with_eight_contenders,
+    busy_lock_with_wait_zero_exits_75_without_running,
+    killed_holder_frees_its_place_after_the_lease,
+    pool_of_two_across_three_nodes,
+);
+
+fn config_file(dir: &Path, url: &str, name: &str) -> String {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!("[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n"),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn spawn(config: &str, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("SQLCRON_DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Nanoseconds since the epoch, from the one machine clock all holders share.
+const STAMP: &str = "date +%s%N";
+
+async fn semaphore_of_three_with_eight_contenders(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    db.store().await; // schema in place before the race
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sem.log");
+    let mut children = vec![];
+    for i in 0..8 {
+        let cfg = config_file(dir.path(), &db.url, &format!("p{i}"));
+        let script = format!(
+            "echo enter {i} $({STAMP}) >> {log}; sleep 0.4; echo exit {i} $({STAMP}) >> {log}",
+            log = log.display()
+        );
+        children.push(spawn(
+            &cfg,
+            &[
+                "sem", "X", "--size", "3", "--lease", "5s", "--", "sh", "-c", &script,
+            ],
+        ));
+        // Arrival order is start order when starts are this far apart.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    for mut c in children {
+        let status = c.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut events: Vec<(u128, i32, usize)> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[2].parse().unwrap(),
+                if f[0] == "enter" { 1 } else { -1 },
+                f[1].parse().unwrap(),
+            )
+        })
+        .collect();
+    events.sort();
+    let (mut inside, mut max) = (0, 0);
+    for (_, delta, _) in &events {
+        inside += delta;
+        max = max.max(inside);
+    }
+    assert!(max <= 3, "{max} held at once:\n{text}");
+    assert_eq!(max, 3, "the semaphore was used to its size");
+    let order: Vec<usize> = events.iter().filter(|e| e.1 == 1).map(|e| e.2).collect();
+    assert_eq!(
+        order,
+        (0..8).collect::<Vec<_>>(),
+        "first come, first served:\n{text}"
+    );
+}
+
+async fn busy_lock_with_wait_zero_exits_75_without_running(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), &db.url, "a");
+    let mut holder = spawn(&cfg, &["lock", "L", "--", "sleep", "30"]);
+    eventually(Duration::from_secs(10), "the holder", || async {
+        store
+            .locks()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.state == "holding")
+    })
+    .await;
+    let marker = dir.path().join("ran");
+    let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args(["--config", &cfg, "lock", "L", "--wait", "0", "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists(), "the command ran");
+    // A bounded wait also gives up, after about that long.
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args([
+            "--config", &cfg, "lock", "L", "--wait", "700ms", "--", "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(t.elapsed() >= Duration::from_millis(700));
+    // The waiters left no trace in the queue.
+    let queue = store.locks().await.unwrap();
+    assert_eq!(
+        queue.iter().filter(|l| l.name == "L").count(),
+        1,
+        "{queue:?}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+async fn killed_holder_frees_its_place_after_the_lease(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = config_file(dir.path(), &db.url, "a");
+    let b = config_file(dir.path(), &db.url, "b");
+    let mut holder = spawn(&a, &["lock", "K", "--lease", "2s", "--", "sleep", "60"]);
+    eventually(Duration::from_secs(10), "the holder", || async {
+        store
+            .locks()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name == "K" && l.state == "holding")
+    })
+    .await;
+    let marker = dir.path().join("b-ran");
+    let script = format!("touch {}; sleep 1.5", marker.display());
+    let mut waiter = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args([
+            "--config", &b, "lock", "K", "--lease", "2s", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(5), "the waiter to queue", || async {
+        store
+            .locks()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name == "K" && l.state == "waiting")
+    })
+    .await;
+    let killed = Instant::now();
+    holder.kill().unwrap(); // SIGKILL
+    holder.wait().unwrap();
+    let took = eventually(Duration::from_secs(6), "the waiter to run", || async {
+        marker.exists().then(|| killed.elapsed())
+    })
+    .await;
+    assert!(
+        took <= Duration::from_millis(2_000 + 1_500),
+        "took {took:?}"
+    );
+    // While the waiter holds, the killed holder's end is on record as an expiry.
+    let last = store
+        .scalar_i64("SELECT CASE WHEN last_release = 'expired' THEN 1 ELSE 0 END FROM cron_locks WHERE name = 'K'")
+        .await
+        .unwrap();
+    assert_eq!(last, Some(1), "the expired hold is recorded");
+    assert!(waiter.wait().unwrap().success());
+    let summary = store.locks().await.unwrap();
+    let k = summary.iter().find(|l| l.name == "K").unwrap();
+    assert_eq!(k.state, "free (last release clean)", "{summary:?}");
+    assert_eq!(k.owner.as_deref(), Some("b"));
+}
+
+async fn pool_of_two_across_three_nodes(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pool.log");
+    let mut jobs = String::from("[pools]\nheavy = 2\n");
+    for i in 0..10 {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"h{i}\"\nschedule = \"0 0 1 1 *\"\npool = \"heavy\"\ncommand = \"echo enter {i} $({STAMP}) >> {log}; sleep 0.5; echo exit {i} $({STAMP}) >> {log}\"\n",
+            log = log.display()
+        ));
+    }
+    let nodes: Vec<DaemonProcess> = (0..3)
+        .map(|n| {
+            let name = format!("n{n}");
+            DaemonProcess::start(dir.path(), &name, &node_config(&db.url, &name, &jobs))
+        })
+        .collect();
+    eventually(Duration::from_secs(10), "jobs scheduled", || async {
+        let jobs = store.jobs().await.unwrap();
+        (jobs.len() == 10 && jobs.iter().all(|j| j.next_exec.is_some())).then_some(())
+    })
+    .await;
+    // All ten due at the same second.
+    let now = store.now().await.unwrap();
+    let slot = now - now.rem_euclid(1000) + 1000;
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {slot}, next_exec = {slot}"
+        ))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "all ten runs", || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        (text.lines().filter(|l| l.starts_with("exit")).count() == 10).then_some(())
+    })
+    .await;
+    for n in nodes {
+        assert!(n.stop().success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[2].parse().unwrap(), if f[0] == "enter" { 1 } else { -1 })
+        })
+        .collect();
+    events.sort();
+    let (mut inside, mut max) = (0, 0);
+    for (_, d) in &events {
+        inside += d;
+        max = max.max(inside);
+    }
+    assert!(max <= 2, "{max} jobs of pool heavy at once:\n{text}");
+    let history = store.history(None, 100).await.unwrap();
+    assert_eq!(history.iter().filter(|h| h.outcome == "ok").count(), 10);
+    assert!(
+        history.iter().all(|h| h.outcome != "skipped"),
+        "waiting for the pool is not missing the slot: {history:?}"
+    );
+}
