@@ -80,7 +80,7 @@ pub async fn run_guarded(
             return Ok(EXIT_BUSY);
         }
         polls += 1;
-        if polls % 8 == 0 {
+        if polls.is_multiple_of(8) {
             let _ = store.lock_reap(&p.name).await;
         }
         let mut sleep = delay;
