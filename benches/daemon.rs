@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness burst rss
+//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness burst rss locks
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -478,6 +478,103 @@ async fn rss(dialect: Dialect) {
     db.drop_db().await;
 }
 
+/// Lock acquire+release round trips per second with 1 and 8 contending clients.
+async fn lock_throughput(dialect: Dialect) {
+    use sqlcron::guard::{Acquired, GuardParams, Interrupts, acquire};
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    for clients in [1usize, 8] {
+        let window = Duration::from_secs(10);
+        let mut handles = vec![];
+        for c in 0..clients {
+            let store = Store::connect(&db.url, 2).unwrap();
+            handles.push(tokio::spawn(async move {
+                let p = GuardParams {
+                    name: "bench".into(),
+                    size: 1,
+                    lease: Duration::from_secs(10),
+                    wait: None,
+                    owner: format!("c{c}"),
+                    host: "bench".into(),
+                    pid: c as u32,
+                };
+                let mut interrupts = Interrupts::new();
+                let start = Instant::now();
+                let mut n = 0u64;
+                while start.elapsed() < window {
+                    if let Acquired::Holding(id) =
+                        acquire(&store, &p, &mut interrupts).await.unwrap()
+                    {
+                        store.lock_release(id).await.unwrap();
+                        n += 1;
+                    }
+                }
+                n
+            }));
+        }
+        let mut total = 0;
+        for h in handles {
+            total += h.await.unwrap();
+        }
+        println!(
+            "lock       {:<8} {clients} client(s): {:.0} acquire+release/s",
+            dialect.name(),
+            total as f64 / window.as_secs_f64()
+        );
+    }
+    store.close().await;
+    db.drop_db().await;
+}
+
+/// Time for a waiter to run after the holder is SIGKILLed, default lease (10 s).
+async fn lock_takeover(dialect: Dialect) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, format!("[database]\nurl = \"{}\"\n", db.url)).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut holder = run(&["lock", "T", "--", "sleep", "120"]);
+    while !store
+        .locks()
+        .await
+        .unwrap()
+        .iter()
+        .any(|l| l.state == "holding")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut waiter = run(&["lock", "T", "--", "true"]);
+    while !store
+        .locks()
+        .await
+        .unwrap()
+        .iter()
+        .any(|l| l.state == "waiting")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed = Instant::now();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    waiter.wait().unwrap();
+    println!(
+        "lock       {:<8} takeover after the holder's SIGKILL, default 10 s lease: {:.2} s",
+        dialect.name(),
+        killed.elapsed().as_secs_f64()
+    );
+    store.close().await;
+    db.drop_db().await;
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -513,6 +610,10 @@ async fn main() {
         burst(Dialect::Postgres, 16, false).await;
         burst(Dialect::Postgres, 16, true).await;
         burst(Dialect::Postgres, 64, true).await;
+    }
+    if on("locks") {
+        lock_throughput(Dialect::Postgres).await;
+        lock_takeover(Dialect::Postgres).await;
     }
     if on("rss") {
         rss(Dialect::Sqlite).await;

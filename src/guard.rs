@@ -52,19 +52,56 @@ pub async fn run_guarded(
     p: &GuardParams,
     argv: &[String],
 ) -> Result<i32, GuardError> {
-    let started = Instant::now();
     let mut interrupts = Interrupts::new();
+    let id = match acquire(store, p, &mut interrupts).await? {
+        Acquired::Holding(id) => id,
+        Acquired::Busy => return Ok(EXIT_BUSY),
+        Acquired::Interrupted => return Ok(130),
+    };
+    let status = hold_and_run(store, p, id, argv, &mut interrupts).await;
+    let _ = store.lock_release(id).await;
+    status
+}
+
+/// How waiting for a lock ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// Holding, with this fencing token (release it with `Store::lock_release`).
+    Holding(i64),
+    /// `wait` ran out; the request was withdrawn.
+    Busy,
+    /// SIGINT or SIGTERM while waiting; the request was withdrawn.
+    Interrupted,
+}
+
+/// Queues for the lock and waits until it is held, `wait` runs out or a signal comes.
+pub async fn acquire(
+    store: &Store,
+    p: &GuardParams,
+    interrupts: &mut Interrupts,
+) -> Result<Acquired, GuardError> {
+    let started = Instant::now();
     store.lock_reap(&p.name).await?;
     let mut id = store
         .lock_enqueue(&p.name, p.size, &p.owner, &p.host, p.pid, p.lease)
         .await?;
-    let mut delay = Duration::from_millis(50);
-    let max_delay = (p.lease / 3).min(Duration::from_secs(1));
+    let mut delay = POLL_MIN;
+    let mut max_delay = (p.lease / 3).min(POLL_MAX);
     let mut polls = 0u32;
+    let mut was_next = false;
     loop {
         match store.lock_try_acquire(id, &p.name, p.size, p.lease).await {
             Ok(LockState::Holding) => break,
-            Ok(LockState::Waiting) => {}
+            Ok(LockState::Waiting(ahead)) => {
+                // The request next in line looks often, so a release is noticed quickly; the
+                // others back off further. Only one request per free place polls fast.
+                let next = ahead <= u64::from(p.size);
+                if next && !was_next {
+                    delay = POLL_NEXT_MIN;
+                }
+                max_delay = if next { POLL_NEXT_MAX } else { POLL_MAX }.min(p.lease / 3);
+                was_next = next;
+            }
             Ok(LockState::Lost) => {
                 // Our place expired (we stalled, or the database was away): queue again.
                 tracing::warn!(lock = %p.name, "place in the queue expired; queueing again");
@@ -77,7 +114,7 @@ pub async fn run_guarded(
         let waited = started.elapsed();
         if p.wait.is_some_and(|w| waited >= w) {
             let _ = store.lock_release(id).await;
-            return Ok(EXIT_BUSY);
+            return Ok(Acquired::Busy);
         }
         polls += 1;
         if polls.is_multiple_of(8) {
@@ -91,7 +128,7 @@ pub async fn run_guarded(
             _ = tokio::time::sleep(sleep) => {}
             _ = interrupts.recv() => {
                 let _ = store.lock_release(id).await;
-                return Ok(130);
+                return Ok(Acquired::Interrupted);
             }
         }
         delay = (delay.mul_f32(1.5)).min(max_delay);
@@ -99,19 +136,30 @@ pub async fn run_guarded(
     tracing::debug!(lock = %p.name, token = id, "holding");
     // Record holders whose lease ran out before us (as "expired"), then hold.
     let _ = store.lock_reap(&p.name).await;
-    let status = hold_and_run(store, p, id, argv, &mut interrupts).await;
-    let _ = store.lock_release(id).await;
-    status
+    Ok(Acquired::Holding(id))
 }
 
+/// First and longest pause between two looks at the queue while waiting.
+const POLL_MIN: Duration = Duration::from_millis(50);
+const POLL_MAX: Duration = Duration::from_secs(1);
+/// The same for the request next in line.
+const POLL_NEXT_MIN: Duration = Duration::from_millis(10);
+const POLL_NEXT_MAX: Duration = Duration::from_millis(250);
+
 /// SIGINT and SIGTERM to this process, registered once so none is missed between waits.
-struct Interrupts {
+pub struct Interrupts {
     int: Option<tokio::signal::unix::Signal>,
     term: Option<tokio::signal::unix::Signal>,
 }
 
+impl Default for Interrupts {
+    fn default() -> Self {
+        Interrupts::new()
+    }
+}
+
 impl Interrupts {
-    fn new() -> Interrupts {
+    pub fn new() -> Interrupts {
         use tokio::signal::unix::{SignalKind, signal};
         Interrupts {
             int: signal(SignalKind::interrupt()).ok(),

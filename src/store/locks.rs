@@ -41,7 +41,8 @@ pub struct LockRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockState {
     Holding,
-    Waiting,
+    /// Still waiting, behind this many live requests.
+    Waiting(u64),
     /// The request's lease ended (it stalled or the database was unreachable too long).
     Lost,
 }
@@ -155,7 +156,7 @@ impl Store {
             });
         }
         Ok(if self.lock_extend(id, lease).await? {
-            LockState::Waiting
+            LockState::Waiting(ahead.max(0) as u64)
         } else {
             LockState::Lost
         })
