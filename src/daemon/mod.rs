@@ -559,20 +559,13 @@ impl Shared {
             }
         }
         if let Some((slot, attempt)) = plan.abandoned {
-            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "pending retries abandoned: the next regular slot has come");
-            let _ = self
-                .store
-                .record_summary(
-                    &row.name,
-                    slot,
-                    attempt,
-                    &self.node,
-                    "abandoned",
-                    None,
-                    None,
-                    "retries abandoned for the next regular slot",
-                )
-                .await;
+            self.record_abandoned(
+                &row.name,
+                slot,
+                attempt,
+                "pending retries abandoned: the next regular slot has come",
+            )
+            .await;
         }
         if let Some(skipped) = plan.skipped {
             tracing::warn!(job = %row.name, count = skipped.count, first = %fmt_ms(skipped.first), last = %fmt_ms(skipped.last), misfire = policy.misfire.as_str(), "missed slots skipped");
@@ -829,6 +822,18 @@ impl Shared {
         };
         self.release_with_retry(row, &release, Some(key), config)
             .await;
+    }
+
+    /// Logs and records retries given up: the history line `abandoned` for `(slot, attempt)`.
+    async fn record_abandoned(&self, job: &str, slot: i64, attempt: u32, why: &str) {
+        tracing::warn!(job = %job, slot = %fmt_ms(slot), attempt, "{why}");
+        if let Err(e) = self
+            .store
+            .record_summary(job, slot, attempt, &self.node, "abandoned", None, None, why)
+            .await
+        {
+            tracing::warn!(job = %job, error = %e, "could not record abandoned retries");
+        }
     }
 
     /// Releases a row, retrying through short database outages for up to one lease.

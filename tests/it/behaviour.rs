@@ -7,14 +7,6 @@ use sqlcron::store::{Dialect, HistoryRow, Store};
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr};
 
-macro_rules! for_each_dialect {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
-    };
-}
-
 for_each_dialect!(
     sql_insert_runs_and_garbage_rows_are_isolated,
     schedule_change_with_sql_takes_effect,

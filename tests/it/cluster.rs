@@ -7,14 +7,6 @@ use sqlcron::store::Dialect;
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config};
 
-macro_rules! for_each_dialect {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
-    };
-}
-
 for_each_dialect!(
     three_nodes_run_every_slot_exactly_once,
     killed_node_is_taken_over_within_lease_and_poll,

@@ -8,14 +8,6 @@ use sqlcron::store::Dialect;
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config};
 
-macro_rules! for_each_dialect {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
-    };
-}
-
 for_each_dialect!(
     semaphore_of_three_with_eight_contenders,
     busy_lock_with_wait_zero_exits_75_without_running,

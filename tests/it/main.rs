@@ -1,5 +1,14 @@
 //! The single integration-test binary: every file below is a module, sharing `util`.
 
+/// Generates one test per database for each listed `async fn(Dialect)` of the calling module.
+macro_rules! for_each_dialect {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
+    };
+}
+
 mod behaviour;
 mod cli_next;
 mod cluster;

@@ -6,15 +6,6 @@ use sqlcron::store::{Dialect, Fenced, PARKED, Release, RunKey, RunResult, Store}
 
 use crate::util::TestDb;
 
-/// Generates one test per dialect for an `async fn(Dialect)`.
-macro_rules! for_each_dialect {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Sqlite).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
-    };
-}
-
 for_each_dialect!(
     concurrent_migrations_do_not_collide,
     sql_row_gets_prepared_and_claimed_once,
