@@ -798,20 +798,13 @@ impl Shared {
             tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
         }
         if let Some((slot, attempt)) = next.abandoned {
-            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "retry abandoned: it would pass the next regular slot");
-            let _ = self
-                .store
-                .record_summary(
-                    &row.name,
-                    slot,
-                    attempt,
-                    &self.node,
-                    "abandoned",
-                    None,
-                    None,
-                    "retry would pass the next regular slot",
-                )
-                .await;
+            self.record_abandoned(
+                &row.name,
+                slot,
+                attempt,
+                "retry abandoned: it would pass the next regular slot",
+            )
+            .await;
         }
         let release = Release {
             slot: next.slot,
