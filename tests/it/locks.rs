@@ -12,6 +12,7 @@ for_each_dialect!(
     semaphore_of_three_with_eight_contenders,
     busy_lock_with_wait_zero_exits_75_without_running,
     killed_holder_frees_its_place_after_the_lease,
+    dead_waiter_does_not_block_the_queue,
     pool_of_two_across_three_nodes,
 );
 
@@ -199,6 +200,59 @@ async fn killed_holder_frees_its_place_after_the_lease(dialect: Dialect) {
     let k = summary.iter().find(|l| l.name == "K").unwrap();
     assert_eq!(k.state, "free (last release clean)", "{summary:?}");
     assert_eq!(k.owner.as_deref(), Some("b"));
+}
+
+async fn dead_waiter_does_not_block_the_queue(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |n: &str| config_file(dir.path(), &db.url, n);
+    let (a, w1, w2) = (cfg("a"), cfg("w1"), cfg("w2"));
+    let waiting = |owner: &'static str| {
+        let store = store.clone();
+        async move {
+            eventually(Duration::from_secs(5), owner, || async {
+                store
+                    .locks()
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .find(|l| l.owner.as_deref() == Some(owner) && l.state == "waiting")
+            })
+            .await
+        }
+    };
+    let mut holder = spawn(&a, &["lock", "Q", "--lease", "2s", "--", "sleep", "2"]);
+    eventually(Duration::from_secs(5), "the holder", || async {
+        store
+            .locks()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.state == "holding")
+    })
+    .await;
+    let mut dead = spawn(&w1, &["lock", "Q", "--lease", "2s", "--", "true"]);
+    waiting("w1").await;
+    let marker = dir.path().join("w2-ran");
+    let script = format!("touch {}", marker.display());
+    let mut second = spawn(
+        &w2,
+        &["lock", "Q", "--lease", "2s", "--", "sh", "-c", &script],
+    );
+    waiting("w2").await;
+    dead.kill().unwrap(); // the first waiter dies in the queue
+    dead.wait().unwrap();
+    assert!(holder.wait().unwrap().success());
+    let released = Instant::now();
+    assert!(second.wait().unwrap().success());
+    assert!(marker.exists());
+    // At most the dead waiter's lease after the release.
+    assert!(
+        released.elapsed() < Duration::from_millis(2_000 + 1_000),
+        "{:?}",
+        released.elapsed()
+    );
 }
 
 async fn pool_of_two_across_three_nodes(dialect: Dialect) {

@@ -154,3 +154,37 @@ async fn status_reports_drift_between_nodes() {
     assert!(a.stop().success());
     assert!(b.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_sigterm_stops_running_jobs_at_once() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("started");
+    let jobs = format!(
+        "[[job]]\nname = \"long\"\nschedule = \"* * * * * *\"\nkill_grace = \"1s\"\ncommand = \"touch {}; sleep 60\"\n",
+        out.display()
+    );
+    let config = node_config(&db.url, "n", &jobs)
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"60s\"");
+    let mut node = DaemonProcess::start(dir.path(), "n", &config);
+    eventually(Duration::from_secs(5), "the job to start", || async {
+        out.exists().then_some(())
+    })
+    .await;
+    node.signal(libc::SIGTERM);
+    eventually(Duration::from_secs(5), "the soft stop", || async {
+        node.log_text()
+            .contains("stopping: no more claims")
+            .then_some(())
+    })
+    .await;
+    let t = Instant::now();
+    node.signal(libc::SIGTERM);
+    let status = node.child.wait().unwrap();
+    assert!(status.success());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "the second SIGTERM did not cut the 60 s grace: {:?}",
+        t.elapsed()
+    );
+}
