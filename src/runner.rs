@@ -361,10 +361,18 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        // The background sleep was in the group and is gone (or a zombie waiting for a reaper).
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
-        let alive = matches!(state, Some(s) if s != 'Z' && s != 'X');
+        // The background sleep was in the group: it dies (signals are delivered
+        // asynchronously, so poll with a deadline; a zombie waiting for its reaper counts as dead).
+        let alive = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+            matches!(state, Some(s) if s != 'Z' && s != 'X')
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let alive = alive();
         assert!(!alive, "grandchild {pid} survived");
     }
 
