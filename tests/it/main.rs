@@ -13,6 +13,7 @@ mod behaviour;
 mod cli_next;
 mod cluster;
 mod locks;
+mod mariadb_outage;
 mod outage;
 mod service;
 mod signals;

@@ -1,0 +1,183 @@
+//! A MariaDB server that goes away and comes back: a throwaway instance of the test's own
+//! (mariadb-install-db in a temporary directory, on a free port), never the shared one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{DaemonProcess, eventually, node_config};
+
+/// A MariaDB server listening on 127.0.0.1 only, with its data in a temporary directory.
+struct ThrowawayMariadb {
+    dir: tempfile::TempDir,
+    port: u16,
+    server: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tool(name: &str) -> PathBuf {
+    ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is required: apt-get install mariadb-server"))
+}
+
+impl ThrowawayMariadb {
+    fn start() -> ThrowawayMariadb {
+        let dir = tempfile::Builder::new()
+            .prefix("sqlcron-my")
+            .tempdir()
+            .unwrap();
+        let data = dir.path().join("data");
+        let out = Command::new(tool("mariadb-install-db"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--user=root",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mariadb-install-db: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut db = ThrowawayMariadb {
+            dir,
+            port: free_port(),
+            server: None,
+        };
+        db.up();
+        db
+    }
+
+    fn up(&mut self) {
+        let data = self.dir.path().join("data");
+        let child = Command::new(tool("mariadbd"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join("sock").display()
+            ))
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.path().join("pid").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
+            .arg(format!(
+                "--log-error={}",
+                self.dir.path().join("err.log").display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "throwaway MariaDB did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn down(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            child.wait().unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/mysql", self.port)
+    }
+}
+
+impl Drop for ThrowawayMariadb {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_restart_daemon_keeps_running_reports_and_resumes() {
+    let mut db = ThrowawayMariadb::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let job = format!(
+        "[[job]]\nname = \"beat\"\nschedule = \"* * * * * *\"\ncommand = \"echo $SQLCRON_SLOT >> {}\"\n",
+        out.display()
+    );
+    // A database of our own on the throwaway server.
+    let admin = sqlcron::store::Store::connect(&db.url(), 1).unwrap();
+    admin.execute_raw("CREATE DATABASE sqlcron").await.unwrap();
+    admin.close().await;
+    let url = db.url().replace("/mysql", "/sqlcron");
+    let mut node = DaemonProcess::start(dir.path(), "n", &node_config(&url, "n", &job));
+    let start = Instant::now();
+    while lines(&out).len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no runs:\n{}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    db.down();
+    let before = lines(&out).len();
+    eventually(
+        Duration::from_secs(10),
+        "the outage to be reported",
+        || async {
+            node.log_text()
+                .contains("database unreachable")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        node.child.try_wait().unwrap().is_none(),
+        "daemon exited:\n{}",
+        node.log_text()
+    );
+    db.up();
+    eventually(
+        Duration::from_secs(30),
+        "runs after the restart",
+        || async { (lines(&out).len() >= before + 2).then_some(()) },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(log.contains("database reachable again"), "{log}");
+    let all = lines(&out);
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), unique.len(), "a slot ran twice: {all:?}");
+    assert!(node.stop().success(), "{log}");
+}
