@@ -458,8 +458,10 @@ impl Shared {
             attempts: row.attempt.max(0) as u32,
             taken_over: false,
             run_now: row.run_now,
-            pool_wait: row.pool_wait,
+            pool_wait: row.pool_wait > 0,
         };
+        // Deferred for its pool while owing a rerun of a lost run (see `defer_for_pool`).
+        state.taken_over = row.pool_wait == 2;
         if row.prev_exec_by.is_some() {
             // The previous claim was never released: find the run it started, if any.
             match self.store.run_by_token(&row.name, row.token - 1).await {
@@ -511,9 +513,21 @@ impl Shared {
                     // The pool is full cluster-wide: wait without spinning, keep the slot.
                     tracing::debug!(job = %row.name, pool = %pool, "pool full; waiting");
                     let delay = config.daemon.poll_interval;
+                    if let Some((slot, attempt)) = plan.lost {
+                        // Owed a rerun: record the loss now, keep the debt in the row.
+                        let key = RunKey {
+                            job: row.name.clone(),
+                            slot,
+                            attempt,
+                        };
+                        let _ = self
+                            .store
+                            .record_lost(&key, "its node stopped renewing the lease")
+                            .await;
+                    }
                     if let Err(e) = self
                         .store
-                        .defer_for_pool(row.id, &self.node, row.token, delay)
+                        .defer_for_pool(row.id, &self.node, row.token, delay, plan.lost)
                         .await
                     {
                         tracing::warn!(job = %row.name, error = %e, "could not release a job waiting for its pool; its lease will expire");

@@ -374,19 +374,32 @@ impl Store {
     }
 
     /// Releases a claimed row whose pool is full: it waits `delay` and keeps its slot; the wait
-    /// does not count against the slot's misfire threshold.
+    /// does not count against the slot's misfire threshold. `lost` carries a run the claim took
+    /// over (slot, attempt), so the rerun it is owed survives the wait.
     pub async fn defer_for_pool(
         &self,
         id: i64,
         node: &str,
         token: i64,
         delay: Duration,
+        lost: Option<(i64, u32)>,
     ) -> Result<super::Fenced> {
+        let (has_lost, slot, attempt) = match lost {
+            Some((slot, attempt)) => (1i64, slot, i64::from(attempt)),
+            None => (0, 0, 0),
+        };
         let done = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "UPDATE cron_table SET next_exec = {now} + ?, pool_wait = 1, exec_by = NULL, \
-             lease_until = NULL WHERE id = ? AND exec_by = ? AND token = ?",
+            "UPDATE cron_table SET next_exec = {now} + ?, pool_wait = ?, \
+             slot = CASE WHEN ? = 1 THEN ? ELSE slot END, \
+             attempt = CASE WHEN ? = 1 THEN ? ELSE attempt END, \
+             exec_by = NULL, lease_until = NULL WHERE id = ? AND exec_by = ? AND token = ?",
         )))
         .bind(delay.as_millis() as i64)
+        .bind(1 + has_lost)
+        .bind(has_lost)
+        .bind(slot)
+        .bind(has_lost)
+        .bind(attempt)
         .bind(id)
         .bind(node.to_string())
         .bind(token)

@@ -103,8 +103,9 @@ pub struct JobRow {
     pub error: Option<String>,
     /// When the current claim was taken (database clock).
     pub claimed_at: Option<i64>,
-    /// The row waited for its pool: the wait does not make its slot missed.
-    pub pool_wait: bool,
+    /// The row waits for its pool (1), or waits to rerun a lost run of `slot`/`attempt` (2).
+    /// The wait does not make its slot missed.
+    pub pool_wait: i64,
 }
 
 /// Policy columns of `cron_table`, in the order the TOML keys are documented.
@@ -164,7 +165,7 @@ impl JobRow {
             last_node: row.try_get("last_node")?,
             error: row.try_get("error")?,
             claimed_at: row.try_get("claimed_at")?,
-            pool_wait: row.try_get::<i64, _>("pool_wait")? != 0,
+            pool_wait: row.try_get("pool_wait")?,
         })
     }
 }

@@ -16,6 +16,7 @@ for_each_dialect!(
     expired_lease_is_taken_over_with_the_previous_holder_visible,
     extend_reports_lost_claims,
     toml_apply_creates_updates_and_removes_only_toml_jobs,
+    pool_deferral_keeps_the_slot_and_a_lost_rerun,
 );
 
 async fn insert(store: &Store, name: &str, schedule: &str, command: &str) {
@@ -454,4 +455,91 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     let a = store.job("a").await.unwrap().unwrap();
     assert_eq!(a.schedule, "*/5 * * * *");
     assert_eq!(a.policy.get("retries").cloned().flatten(), None);
+}
+
+async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let pools = std::collections::BTreeMap::from([("p".to_string(), 1u32)]);
+    store.apply_pools(&pools).await.unwrap();
+    insert(&store, "a", "* * * * *", "true").await;
+    insert(&store, "b", "* * * * *", "true").await;
+    store
+        .execute_raw("UPDATE cron_table SET pool = 'p'")
+        .await
+        .unwrap();
+    make_due(&store, "a").await;
+    make_due(&store, "b").await;
+    let (_, rows) = store.claim("n", 2, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    let (first, second) = if (rows[0].claimed_at, rows[0].id) <= (rows[1].claimed_at, rows[1].id) {
+        (&rows[0], &rows[1])
+    } else {
+        (&rows[1], &rows[0])
+    };
+    // Pool of one: the earlier claim runs, the later waits.
+    assert_eq!(
+        store
+            .pool_admit(first.id, "p", first.claimed_at.unwrap())
+            .await
+            .unwrap(),
+        Some(true)
+    );
+    assert_eq!(
+        store
+            .pool_admit(second.id, "p", second.claimed_at.unwrap())
+            .await
+            .unwrap(),
+        Some(false)
+    );
+    assert_eq!(store.pool_admit(second.id, "nope", 0).await.unwrap(), None);
+    // Deferred while owing a lost run's rerun: the row remembers it.
+    let fenced = store
+        .defer_for_pool(
+            second.id,
+            "n",
+            second.token,
+            Duration::from_secs(1),
+            Some((1_000, 1)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fenced, Fenced::Done);
+    let waiting = store.job(&second.name).await.unwrap().unwrap();
+    assert_eq!(
+        (waiting.pool_wait, waiting.slot, waiting.attempt),
+        (2, Some(1_000), 1)
+    );
+    assert_eq!(waiting.exec_by, None);
+    // A plain deferral keeps the slot; a release clears the wait.
+    let fenced = store
+        .defer_for_pool(first.id, "n", first.token, Duration::from_secs(1), None)
+        .await
+        .unwrap();
+    assert_eq!(fenced, Fenced::Done);
+    let plain = store.job(&first.name).await.unwrap().unwrap();
+    assert_eq!((plain.pool_wait, plain.slot), (1, first.slot));
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = 0 WHERE id = {}",
+            first.id
+        ))
+        .await
+        .unwrap();
+    let (_, again) = store.claim("n", 1, Duration::from_secs(10)).await.unwrap();
+    let release = Release {
+        slot: 5,
+        attempts: 0,
+        next_exec: 5,
+        clear_run_now: false,
+        outcome: None,
+    };
+    store
+        .release(again[0].id, "n", again[0].token, &release, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.job(&again[0].name).await.unwrap().unwrap().pool_wait,
+        0
+    );
 }
