@@ -18,4 +18,5 @@ mod outage;
 mod service;
 mod signals;
 mod store;
+mod tick;
 mod util;
