@@ -201,7 +201,7 @@ async fn plays_systemd_ready_watchdog_status_reload_stall_and_stop() {
     let after_ready = Instant::now();
     std::thread::sleep(Duration::from_millis(3200));
     let pings = notify.count_since("WATCHDOG=1", after_ready);
-    assert!(pings >= 3, "only {pings} watchdog pings in 3.2 s");
+    assert!(pings >= 2, "only {pings} watchdog pings in 3.2 s");
     let status = notify.wait_for("STATUS=", after_ready, Duration::from_secs(2));
     assert!(
         status.starts_with("STATUS=0 running, next: later in "),
