@@ -437,19 +437,7 @@ impl Shared {
         let (schedule, policy) = match resolve(&row, &config.defaults) {
             Ok(v) => v,
             Err(message) => {
-                tracing::error!(job = %row.name, error = %message, "claimed job row is invalid; parked until fixed");
-                let release = Release {
-                    slot: row.slot.unwrap_or(now),
-                    attempts: 0,
-                    next_exec: crate::store::PARKED,
-                    clear_run_now: true,
-                    outcome: None,
-                };
-                let _ = self
-                    .store
-                    .release(row.id, &self.node, row.token, &release, None)
-                    .await;
-                let _ = self.store.park(row.id, &message).await;
+                self.park_claimed(&row, now, &message).await;
                 return;
             }
         };
@@ -538,19 +526,7 @@ impl Shared {
                     let message = format!(
                         "pool: \"{pool}\" is not defined (add it under [pools] or to cron_pools)"
                     );
-                    tracing::error!(job = %row.name, error = %message, "job row is invalid; parked until fixed");
-                    let release = Release {
-                        slot: row.slot.unwrap_or(now),
-                        attempts: row.attempt.max(0) as u32,
-                        next_exec: crate::store::PARKED,
-                        clear_run_now: false,
-                        outcome: None,
-                    };
-                    let _ = self
-                        .store
-                        .release(row.id, &self.node, row.token, &release, None)
-                        .await;
-                    let _ = self.store.park(row.id, &message).await;
+                    self.park_claimed(&row, now, &message).await;
                     return;
                 }
                 Err(e) => {
@@ -829,6 +805,29 @@ impl Shared {
         };
         self.release_with_retry(row, &release, Some(key), config)
             .await;
+    }
+
+    /// Releases a claimed row that cannot run and parks it with the reason in `error`, until a
+    /// change to the row clears it. Its slot and attempts are kept.
+    async fn park_claimed(&self, row: &JobRow, now: i64, message: &str) {
+        tracing::error!(job = %row.name, error = %message, "claimed job row is invalid; parked until fixed");
+        let release = Release {
+            slot: row.slot.unwrap_or(now),
+            attempts: row.attempt.max(0) as u32,
+            next_exec: crate::store::PARKED,
+            clear_run_now: false,
+            outcome: None,
+        };
+        if let Err(e) = self
+            .store
+            .release(row.id, &self.node, row.token, &release, None)
+            .await
+        {
+            tracing::warn!(job = %row.name, error = %e, "could not release the invalid row; its lease will expire");
+        }
+        if let Err(e) = self.store.park(row.id, message).await {
+            tracing::warn!(job = %row.name, error = %e, "could not record why the row is invalid");
+        }
     }
 
     /// Logs and records retries given up: the history line `abandoned` for `(slot, attempt)`.

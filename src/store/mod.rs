@@ -884,21 +884,24 @@ impl Store {
         Ok(())
     }
 
+    /// Refreshes this node's `last_seen` (heartbeat).
     pub async fn node_seen(&self, name: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.node_seen.clone()))
-            .bind(name.to_string())
-            .execute(&self.pool)
+        self.node_touch(name, &self.sql.node_seen, "node heartbeat")
             .await
-            .map_err(sql_err!(self, "node heartbeat"))?;
-        Ok(())
     }
 
+    /// Records that this node stopped.
     pub async fn node_stopped(&self, name: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.node_stopped.clone()))
+        self.node_touch(name, &self.sql.node_stopped, "node stop")
+            .await
+    }
+
+    async fn node_touch(&self, name: &str, statement: &str, op: &'static str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(statement.to_string()))
             .bind(name.to_string())
             .execute(&self.pool)
             .await
-            .map_err(sql_err!(self, "node stop"))?;
+            .map_err(sql_err!(self, op))?;
         Ok(())
     }
 
