@@ -430,7 +430,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
             Some(n) => format!("job \"{n}\""),
             None => format!("job #{}", i + 1),
         };
-        match job_spec(job, &defaults, &pools) {
+        match job_spec(job, &pools) {
             Ok(spec) => {
                 if !seen.insert(spec.name.clone()) {
                     c.push(format!("{label} name"), "is defined twice");
@@ -464,11 +464,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
 }
 
 /// Validates one `[[job]]` table; errors are (key, message) pairs.
-fn job_spec(
-    job: &RawJob,
-    defaults: &Policy,
-    pools: &BTreeMap<String, u32>,
-) -> Result<JobSpec, Vec<(String, String)>> {
+fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<(String, String)>> {
     let mut problems = Vec::new();
     let name = match &job.name {
         Some(n) if !n.trim().is_empty() && n.len() <= 200 => n.clone(),
@@ -522,7 +518,6 @@ fn job_spec(
             PolicyOverrides::default()
         }
     };
-    let _ = defaults;
     if !problems.is_empty() {
         return Err(problems);
     }

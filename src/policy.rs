@@ -122,7 +122,6 @@ pub fn jitter_ms(job: &str, slot: i64, jitter: Duration) -> i64 {
 
 /// Decides what a claimed row does now.
 pub fn plan_claim(
-    job: &str,
     state: &ClaimedState,
     now: i64,
     policy: &Policy,
@@ -186,7 +185,7 @@ pub fn plan_claim(
             return plan;
         }
     }
-    let (skipped, action) = catch_up(job, first, now, policy, schedule);
+    let (skipped, action) = catch_up(first, now, policy, schedule);
     plan.skipped = skipped;
     plan.action = action;
     plan
@@ -194,7 +193,6 @@ pub fn plan_claim(
 
 /// Misfire handling from `first` (attempt 1) at `now`; see the module documentation.
 fn catch_up(
-    _job: &str,
     first: i64,
     now: i64,
     policy: &Policy,
@@ -458,7 +456,7 @@ mod tests {
     #[test]
     fn on_time_slot_runs_under_every_policy() {
         for m in [Misfire::Skip, Misfire::RunOnce, Misfire::RunAll] {
-            let p = plan_claim("j", &fresh(T0), T0 + 300, &policy(m), &every_minute());
+            let p = plan_claim(&fresh(T0), T0 + 300, &policy(m), &every_minute());
             assert_eq!(p.action, run(T0, 1));
             assert_eq!(p.skipped, None);
         }
@@ -468,7 +466,7 @@ mod tests {
     fn skip_drops_missed_and_waits_for_the_next_future_slot() {
         // Hourly job, cluster down for 3.5 hours.
         let now = T0 + 210 * MIN;
-        let p = plan_claim("j", &fresh(T0), now, &policy(Misfire::Skip), &hourly());
+        let p = plan_claim(&fresh(T0), now, &policy(Misfire::Skip), &hourly());
         assert_eq!(
             p.action,
             ClaimAction::Wait {
@@ -488,7 +486,7 @@ mod tests {
     #[test]
     fn run_once_serves_the_latest_missed_slot_once() {
         let now = T0 + 210 * MIN;
-        let p = plan_claim("j", &fresh(T0), now, &policy(Misfire::RunOnce), &hourly());
+        let p = plan_claim(&fresh(T0), now, &policy(Misfire::RunOnce), &hourly());
         assert_eq!(p.action, run(T0 + 180 * MIN, 1));
         assert_eq!(
             p.skipped,
@@ -503,12 +501,12 @@ mod tests {
     #[test]
     fn run_all_replays_oldest_first_up_to_max_catch_up() {
         let now = T0 + 210 * MIN;
-        let p = plan_claim("j", &fresh(T0), now, &policy(Misfire::RunAll), &hourly());
+        let p = plan_claim(&fresh(T0), now, &policy(Misfire::RunAll), &hourly());
         assert_eq!(p.action, run(T0, 1));
         assert_eq!(p.skipped, None);
         let mut limited = policy(Misfire::RunAll);
         limited.max_catch_up = 2;
-        let p = plan_claim("j", &fresh(T0), now, &limited, &hourly());
+        let p = plan_claim(&fresh(T0), now, &limited, &hourly());
         assert_eq!(p.action, run(T0 + 120 * MIN, 1));
         assert_eq!(
             p.skipped,
@@ -524,7 +522,7 @@ mod tests {
     fn starting_deadline_is_a_hard_limit() {
         let mut p = policy(Misfire::RunOnce);
         p.starting_deadline = Some(Duration::from_secs(5));
-        let plan = plan_claim("j", &fresh(T0), T0 + 10_000, &p, &hourly());
+        let plan = plan_claim(&fresh(T0), T0 + 10_000, &p, &hourly());
         assert_eq!(
             plan.action,
             ClaimAction::Wait {
@@ -532,7 +530,7 @@ mod tests {
             }
         );
         assert_eq!(plan.skipped.unwrap().count, 1);
-        let plan = plan_claim("j", &fresh(T0), T0 + 4_000, &p, &hourly());
+        let plan = plan_claim(&fresh(T0), T0 + 4_000, &p, &hourly());
         assert_eq!(plan.action, run(T0, 1));
     }
 
@@ -540,13 +538,7 @@ mod tests {
     fn fresh_slot_after_missed_ones_runs() {
         // Every minute, down 10 minutes: skip runs the slot that is due now.
         let now = T0 + 10 * MIN + 500;
-        let p = plan_claim(
-            "j",
-            &fresh(T0),
-            now,
-            &policy(Misfire::Skip),
-            &every_minute(),
-        );
+        let p = plan_claim(&fresh(T0), now, &policy(Misfire::Skip), &every_minute());
         assert_eq!(p.action, run(T0 + 10 * MIN, 1));
         assert_eq!(p.skipped.unwrap().count, 10);
     }
@@ -560,7 +552,7 @@ mod tests {
             run_now: false,
             pool_wait: false,
         };
-        let p = plan_claim("j", &lost, T0 + 15_000, &Policy::default(), &hourly());
+        let p = plan_claim(&lost, T0 + 15_000, &Policy::default(), &hourly());
         assert_eq!(p.lost, Some((T0, 1)));
         assert_eq!(p.action, run(T0, 2));
         // The rerun died too: record it, move to the next slot.
@@ -568,7 +560,7 @@ mod tests {
             attempts: 2,
             ..lost.clone()
         };
-        let p = plan_claim("j", &again, T0 + 30_000, &Policy::default(), &hourly());
+        let p = plan_claim(&again, T0 + 30_000, &Policy::default(), &hourly());
         assert_eq!(p.lost, Some((T0, 2)));
         assert_eq!(
             p.action,
@@ -581,7 +573,7 @@ mod tests {
             rerun_lost: false,
             ..Policy::default()
         };
-        let p = plan_claim("j", &lost, T0 + 15_000, &at_most_once, &hourly());
+        let p = plan_claim(&lost, T0 + 15_000, &at_most_once, &hourly());
         assert_eq!(p.lost, Some((T0, 1)));
         assert_eq!(
             p.action,
@@ -600,7 +592,7 @@ mod tests {
             run_now: false,
             pool_wait: false,
         };
-        let p = plan_claim("j", &state, T0 + 15_000, &Policy::default(), &hourly());
+        let p = plan_claim(&state, T0 + 15_000, &Policy::default(), &hourly());
         assert_eq!(p.lost, None);
         assert_eq!(p.action, run(T0, 1));
     }
@@ -618,9 +610,9 @@ mod tests {
             run_now: false,
             pool_wait: false,
         };
-        let plan = plan_claim("j", &retry, T0 + 30_000, &p, &every_minute());
+        let plan = plan_claim(&retry, T0 + 30_000, &p, &every_minute());
         assert_eq!(plan.action, run(T0, 2));
-        let plan = plan_claim("j", &retry, T0 + MIN + 1_000, &p, &every_minute());
+        let plan = plan_claim(&retry, T0 + MIN + 1_000, &p, &every_minute());
         assert_eq!(plan.abandoned, Some((T0, 2)));
         assert_eq!(plan.action, run(T0 + MIN, 1));
     }
@@ -715,7 +707,7 @@ mod tests {
             run_now: true,
             ..fresh(T0 + 60 * MIN)
         };
-        let p = plan_claim("j", &state, T0 + 5_000, &Policy::default(), &hourly());
+        let p = plan_claim(&state, T0 + 5_000, &Policy::default(), &hourly());
         assert_eq!(
             p.action,
             ClaimAction::Run {
@@ -757,7 +749,7 @@ mod tests {
     fn a_per_second_job_down_for_a_day_is_one_summary() {
         let s = Schedule::parse("* * * * * *", "UTC").unwrap();
         let now = T0 + 86_400_000;
-        let p = plan_claim("j", &fresh(T0), now, &policy(Misfire::Skip), &s);
+        let p = plan_claim(&fresh(T0), now, &policy(Misfire::Skip), &s);
         let skipped = p.skipped.unwrap();
         assert_eq!(skipped.count, 86_400 - 60);
         assert_eq!(p.action, run(now - 60_000, 1));

@@ -488,7 +488,7 @@ impl Shared {
                 }
             }
         }
-        let plan = plan_claim(&row.name, &state, now, &policy, &schedule);
+        let plan = plan_claim(&state, now, &policy, &schedule);
         tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
         if let (ClaimAction::Run { .. }, Some(pool)) = (&plan.action, &row.pool) {
             match self

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{DaemonProcess, eventually, node_config};
+use crate::outage::daemon_survives_restart;
 
 /// A MariaDB server listening on 127.0.0.1 only, with its data in a temporary directory.
 struct ThrowawayMariadb {
@@ -118,66 +118,19 @@ impl Drop for ThrowawayMariadb {
     }
 }
 
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_restart_daemon_keeps_running_reports_and_resumes() {
     let mut db = ThrowawayMariadb::start();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.txt");
-    let job = format!(
-        "[[job]]\nname = \"beat\"\nschedule = \"* * * * * *\"\ncommand = \"echo $SQLCRON_SLOT >> {}\"\n",
-        out.display()
-    );
     // A database of our own on the throwaway server.
     let admin = sqlcron::store::Store::connect(&db.url(), 1).unwrap();
     admin.execute_raw("CREATE DATABASE sqlcron").await.unwrap();
     admin.close().await;
     let url = db.url().replace("/mysql", "/sqlcron");
-    let mut node = DaemonProcess::start(dir.path(), "n", &node_config(&url, "n", &job));
-    let start = Instant::now();
-    while lines(&out).len() < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "no runs:\n{}",
-            node.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    db.down();
-    let before = lines(&out).len();
-    eventually(
-        Duration::from_secs(10),
-        "the outage to be reported",
-        || async {
-            node.log_text()
-                .contains("database unreachable")
-                .then_some(())
-        },
-    )
-    .await;
-    assert!(
-        node.child.try_wait().unwrap().is_none(),
-        "daemon exited:\n{}",
-        node.log_text()
-    );
-    db.up();
-    eventually(
+    daemon_survives_restart(
+        &url,
+        Duration::from_secs(15),
         Duration::from_secs(30),
-        "runs after the restart",
-        || async { (lines(&out).len() >= before + 2).then_some(()) },
+        |up| if up { db.up() } else { db.down() },
     )
     .await;
-    let log = node.log_text();
-    assert!(log.contains("database reachable again"), "{log}");
-    let all = lines(&out);
-    let unique: std::collections::HashSet<_> = all.iter().collect();
-    assert_eq!(all.len(), unique.len(), "a slot ran twice: {all:?}");
-    assert!(node.stop().success(), "{log}");
 }

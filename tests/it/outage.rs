@@ -156,7 +156,7 @@ impl Drop for ThrowawayPostgres {
     }
 }
 
-fn slots(path: &Path) -> Vec<String> {
+fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -164,24 +164,28 @@ fn slots(path: &Path) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn database_restart_daemon_keeps_running_reports_and_resumes() {
-    let pg = ThrowawayPostgres::start();
+/// Runs a per-second job against `url`, stops the server with `server(false)` and starts it
+/// again with `server(true)`, and checks that the daemon keeps running, reports the outage,
+/// resumes, and never runs a slot twice. Returns the daemon's log.
+pub async fn daemon_survives_restart(
+    url: &str,
+    first_runs: Duration,
+    resume: Duration,
+    mut server: impl FnMut(bool),
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("runs.txt");
     let job = format!(
         "[[job]]\nname = \"beat\"\nschedule = \"* * * * * *\"\ncommand = \"echo $SQLCRON_SLOT >> {}\"\n",
         out.display()
     );
-    let mut node = DaemonProcess::start(dir.path(), "n", &node_config(&pg.url(), "n", &job));
-    eventually(
-        Duration::from_secs(10),
-        "runs before the outage",
-        || async { (slots(&out).len() >= 2).then_some(()) },
-    )
+    let mut node = DaemonProcess::start(dir.path(), "n", &node_config(url, "n", &job));
+    eventually(first_runs, "runs before the outage", || async {
+        (lines(&out).len() >= 2).then_some(())
+    })
     .await;
-    pg.down();
-    let during = slots(&out).len();
+    server(false);
+    let before = lines(&out).len();
     eventually(
         Duration::from_secs(10),
         "the outage to be reported",
@@ -192,32 +196,39 @@ async fn database_restart_daemon_keeps_running_reports_and_resumes() {
         },
     )
     .await;
-    // The daemon is still there.
     assert!(
         node.child.try_wait().unwrap().is_none(),
         "daemon exited:\n{}",
         node.log_text()
     );
-    pg.up();
-    eventually(
-        Duration::from_secs(20),
-        "runs after the restart",
-        || async { (slots(&out).len() >= during + 2).then_some(()) },
-    )
+    server(true);
+    eventually(resume, "runs after the restart", || async {
+        (lines(&out).len() >= before + 2).then_some(())
+    })
     .await;
     let log = node.log_text();
     assert!(log.contains("database reachable again"), "{log}");
+    let all = lines(&out);
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), unique.len(), "a slot ran twice: {all:?}");
+    assert!(node.child.try_wait().unwrap().is_none());
+    assert!(node.stop().success(), "{log}");
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_restart_daemon_keeps_running_reports_and_resumes() {
+    let pg = ThrowawayPostgres::start();
+    let log = daemon_survives_restart(
+        &pg.url(),
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+        |up| if up { pg.up() } else { pg.down() },
+    )
+    .await;
     assert_eq!(
         log.matches("database unreachable; retrying").count(),
         1,
         "one report per outage, not one per poll:\n{log}"
     );
-    let all = slots(&out);
-    let unique: std::collections::HashSet<_> = all.iter().collect();
-    assert_eq!(all.len(), unique.len(), "a slot ran twice: {all:?}");
-    let status = node.child.try_wait().unwrap();
-    assert!(status.is_none());
-    let node_log = node.log_text();
-    let stopped = node.stop();
-    assert!(stopped.success(), "{node_log}");
 }
