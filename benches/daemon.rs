@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness burst rss locks
+//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness burst burst-systemd rss locks
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -390,6 +390,7 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     let now = store.now().await.unwrap();
     let slot = now - now.rem_euclid(1000) + 3_000;
     fill(&store, dialect, "burst", 10_000, slot, 0, "true").await;
+    let commits_before = commits(&db, false).await;
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut done = 0;
     while Instant::now() < deadline {
@@ -416,8 +417,9 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     for n in &mut nodes {
         stop(n);
     }
+    let per_job = (commits(&db, true).await - commits_before) as f64 / 10_000.0;
     println!(
-        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}, {}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}",
+        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}, {}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}; {per_job:.2} transactions per job",
         dialect.name(),
         if systemd {
             "as under systemd (posix_spawn)"
@@ -429,6 +431,28 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     );
     store.close().await;
     db.drop_db().await;
+}
+
+/// Transactions committed in the bench's PostgreSQL database so far. Statistics reach the view
+/// about once a second and at disconnect: with `settle`, wait until the figure stops moving
+/// (with no one connected, it is then exact).
+async fn commits(db: &Db, settle: bool) -> i64 {
+    let admin = Store::connect(PG_ADMIN, 1).unwrap();
+    let sql = format!(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '{}'",
+        db.name
+    );
+    let mut last = admin.scalar_i64(&sql).await.unwrap().unwrap_or(0);
+    for _ in 0..if settle { 10 } else { 0 } {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let n = admin.scalar_i64(&sql).await.unwrap().unwrap_or(0);
+        if n == last {
+            break;
+        }
+        last = n;
+    }
+    admin.close().await;
+    last
 }
 
 /// Resident memory of an idle daemon with 10,000 jobs defined (in TOML, and as SQL rows).
@@ -608,6 +632,8 @@ async fn main() {
     }
     if on("burst") {
         burst(Dialect::Postgres, 16, false).await;
+    }
+    if on("burst") || on("burst-systemd") {
         burst(Dialect::Postgres, 16, true).await;
         burst(Dialect::Postgres, 64, true).await;
     }

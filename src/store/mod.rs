@@ -288,6 +288,9 @@ struct Statements {
     run_by_token: String,
     release: String,
     finish_run: String,
+    /// PostgreSQL: the history update and the release in one statement (a data-modifying
+    /// `WITH`), so one round trip and one commit end a run.
+    finish_and_release: Option<String>,
     lost_run: String,
     summary: String,
     node_upsert: String,
@@ -295,6 +298,27 @@ struct Statements {
     node_stopped: String,
     shutdown_release: String,
 }
+
+/// Releases a claimed row, fenced by node and token. Parameters: manual (twice, see
+/// [`Store::release`]), next_exec, slot, attempts, outcome, has_outcome + exit code, has_outcome +
+/// start, has_outcome, has_outcome + node, then id, node, token.
+const RELEASE: &str = "UPDATE cron_table SET \
+       next_exec = CASE WHEN dirty = 1 THEN NULL \
+                        WHEN run_now = 1 AND ? = 0 THEN {now} ELSE ? END, \
+       run_now = CASE WHEN ? = 1 THEN 0 ELSE run_now END, \
+       dirty = 0, pool_wait = 0, exec_by = NULL, prev_exec_by = NULL, lease_until = NULL, claim_id = NULL, \
+       slot = ?, attempt = ?, \
+       last_status = COALESCE(?, last_status), last_exit = CASE WHEN ? = 1 THEN ? ELSE last_exit END, \
+       last_start = CASE WHEN ? = 1 THEN ? ELSE last_start END, \
+       last_end = CASE WHEN ? = 1 THEN {now} ELSE last_end END, \
+       last_node = CASE WHEN ? = 1 THEN ? ELSE last_node END \
+     WHERE id = ? AND exec_by = ? AND token = ?";
+
+/// Writes a run's outcome to the history. Parameters: outcome, exit code, signal, output,
+/// message, then job, slot, attempt, token.
+const FINISH_RUN: &str = "UPDATE cron_runs SET ended = {now}, outcome = ?, exit_code = ?, \
+     exit_signal = ?, output = ?, message = ? \
+     WHERE job_name = ? AND slot = ? AND attempt = ? AND token = ? AND outcome = 'running'";
 
 fn statements(d: Dialect) -> Statements {
     let (ins, conflict) = d.insert_ignore();
@@ -343,24 +367,10 @@ fn statements(d: Dialect) -> Statements {
             "SELECT slot, attempt, outcome FROM cron_runs WHERE job_name = ? AND token = ? \
              ORDER BY id DESC LIMIT 1",
         ),
-        release: d.render(
-            "UPDATE cron_table SET \
-               next_exec = CASE WHEN dirty = 1 THEN NULL \
-                                WHEN run_now = 1 AND ? = 0 THEN {now} ELSE ? END, \
-               run_now = CASE WHEN ? = 1 THEN 0 ELSE run_now END, \
-               dirty = 0, pool_wait = 0, exec_by = NULL, prev_exec_by = NULL, lease_until = NULL, claim_id = NULL, \
-               slot = ?, attempt = ?, \
-               last_status = COALESCE(?, last_status), last_exit = CASE WHEN ? = 1 THEN ? ELSE last_exit END, \
-               last_start = CASE WHEN ? = 1 THEN ? ELSE last_start END, \
-               last_end = CASE WHEN ? = 1 THEN {now} ELSE last_end END, \
-               last_node = CASE WHEN ? = 1 THEN ? ELSE last_node END \
-             WHERE id = ? AND exec_by = ? AND token = ?",
-        ),
-        finish_run: d.render(
-            "UPDATE cron_runs SET ended = {now}, outcome = ?, exit_code = ?, exit_signal = ?, \
-             output = ?, message = ? \
-             WHERE job_name = ? AND slot = ? AND attempt = ? AND token = ? AND outcome = 'running'",
-        ),
+        release: d.render(RELEASE),
+        finish_run: d.render(FINISH_RUN),
+        finish_and_release: (d == Dialect::Postgres)
+            .then(|| d.render(&format!("WITH finished AS ({FINISH_RUN}) {RELEASE}"))),
         lost_run: d.render(
             "UPDATE cron_runs SET ended = {now}, outcome = 'lost', message = ? \
              WHERE job_name = ? AND slot = ? AND attempt = ? AND outcome = 'running'",
@@ -751,8 +761,9 @@ impl Store {
 
     /// Releases a claimed row (fenced) and, after a run, writes its outcome to the history.
     ///
-    /// Two statements, history first: if the node dies between them, the row's lease expires
-    /// and the next holder finds the run's outcome by token instead of rerunning it.
+    /// On PostgreSQL one statement does both. Elsewhere two, history first: if the node dies
+    /// between them, the row's lease expires and the next holder finds the run's outcome by
+    /// token instead of rerunning it.
     pub async fn release(
         &self,
         id: i64,
@@ -761,9 +772,9 @@ impl Store {
         release: &Release,
         run: Option<&RunKey>,
     ) -> Result<Fenced> {
-        if let (Some(key), Some(outcome)) = (run, &release.outcome) {
-            sqlx::query(AssertSqlSafe(self.sql.finish_run.clone()))
-                .bind(outcome.outcome.to_string())
+        type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+        let bind_finish = |q: Query<'static>, key: &RunKey, outcome: &RunResult| {
+            q.bind(outcome.outcome.to_string())
                 .bind(outcome.exit_code)
                 .bind(outcome.signal)
                 .bind(outcome.output.clone())
@@ -772,13 +783,28 @@ impl Store {
                 .bind(key.slot)
                 .bind(i64::from(key.attempt))
                 .bind(token)
+        };
+        let finished = run.zip(release.outcome.as_ref());
+        let q = match (finished, &self.sql.finish_and_release) {
+            (Some((key, outcome)), Some(both)) => {
+                bind_finish(sqlx::query(AssertSqlSafe(both.clone())), key, outcome)
+            }
+            (Some((key, outcome)), None) => {
+                bind_finish(
+                    sqlx::query(AssertSqlSafe(self.sql.finish_run.clone())),
+                    key,
+                    outcome,
+                )
                 .execute(&self.pool)
                 .await
                 .map_err(sql_err!(self, "record run end"))?;
-        }
+                sqlx::query(AssertSqlSafe(self.sql.release.clone()))
+            }
+            (None, _) => sqlx::query(AssertSqlSafe(self.sql.release.clone())),
+        };
         let manual = i64::from(release.clear_run_now);
         let has_outcome = i64::from(release.outcome.is_some());
-        let updated = sqlx::query(AssertSqlSafe(self.sql.release.clone()))
+        let updated = q
             .bind(manual)
             .bind(release.next_exec)
             .bind(manual)
