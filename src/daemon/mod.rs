@@ -77,6 +77,72 @@ struct Running {
     on_lease_lost: OnLeaseLost,
 }
 
+/// A claimed row that is to run one (slot, attempt), with what the run needs.
+struct Run<'a> {
+    row: &'a JobRow,
+    key: RunKey,
+    manual: bool,
+    /// Database clock at the claim.
+    claim_now: i64,
+    /// When the claim was made (the lease's trust window starts here).
+    claimed_at: Instant,
+    policy: &'a Policy,
+    schedule: &'a Schedule,
+    config: &'a Config,
+}
+
+/// The decision for a claimed row that simply runs its slot.
+struct Planned {
+    schedule: Schedule,
+    policy: Policy,
+    key: RunKey,
+    manual: bool,
+}
+
+/// What a claimed row's history says before planning: its slot, attempts and how it came.
+fn claimed_state(row: &JobRow) -> ClaimedState {
+    ClaimedState {
+        slot: row.slot,
+        attempts: row.attempt.max(0) as u32,
+        // Deferred for its pool while owing a rerun of a lost run (see `defer_for_pool`).
+        taken_over: row.pool_wait == 2,
+        run_now: row.run_now,
+        pool_wait: row.pool_wait > 0,
+    }
+}
+
+/// The plan of a claimed row when it is the common case: no previous holder to account for, no
+/// pool, nothing missed or abandoned, just a run. `None` for everything else.
+fn plain_run(row: &JobRow, now: i64, config: &Config) -> Option<Planned> {
+    if row.prev_exec_by.is_some() || row.pool.is_some() || row.pool_wait != 0 {
+        return None;
+    }
+    let (schedule, policy) = resolve(row, &config.defaults).ok()?;
+    let plan = plan_claim(&claimed_state(row), now, &policy, &schedule);
+    if plan.lost.is_some() || plan.abandoned.is_some() || plan.skipped.is_some() {
+        return None;
+    }
+    let ClaimAction::Run {
+        slot,
+        attempt,
+        manual,
+    } = plan.action
+    else {
+        return None;
+    };
+    tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
+    Some(Planned {
+        schedule,
+        policy,
+        key: RunKey {
+            job: row.name.clone(),
+            slot,
+            attempt,
+        },
+        manual,
+    })
+}
+
 /// State shared by the poll loop, the lease loop and the run tasks.
 struct Shared {
     store: Store,
@@ -200,18 +266,71 @@ impl Daemon {
         report.claimed = rows.len();
         report.saturated = rows.len() == free;
         let now = now.unwrap_or(peek.now);
+        // Rows that simply run their slot have their run starts recorded in one statement;
+        // the others (takeovers, pools, missed slots, invalid rows) go one by one.
+        let mut ready = Vec::new();
         for row in rows {
             let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
                 // Cannot happen (we claimed at most the free permits); the lease will expire.
                 tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");
                 continue;
             };
+            if let Some(plan) = plain_run(&row, now, &config) {
+                ready.push((row, plan, permit));
+                continue;
+            }
             let shared = self.shared.clone();
             let config = config.clone();
             tasks.spawn(async move {
                 shared
                     .handle_claimed(row, now, claim_started, &config)
                     .await;
+                drop(permit);
+                shared.wake.notify_one();
+            });
+        }
+        if ready.is_empty() {
+            return Ok(report);
+        }
+        let starts: Vec<(i64, i64, &RunKey)> = ready
+            .iter()
+            .map(|(row, plan, _)| (row.id, row.token, &plan.key))
+            .collect();
+        let started = match shared.store.start_runs(&shared.node, &starts).await {
+            Ok(started) => Some(started),
+            Err(e) => {
+                tracing::debug!(error = %e, "recording the run starts together failed; one by one");
+                None
+            }
+        };
+        for (i, (row, plan, permit)) in ready.into_iter().enumerate() {
+            let started = started.as_ref().map(|s| s[i]);
+            let shared = self.shared.clone();
+            let config = config.clone();
+            tasks.spawn(async move {
+                let Planned {
+                    schedule,
+                    policy,
+                    key,
+                    manual,
+                } = plan;
+                let run = Run {
+                    row: &row,
+                    key,
+                    manual,
+                    claim_now: now,
+                    claimed_at: claim_started,
+                    policy: &policy,
+                    schedule: &schedule,
+                    config: &config,
+                };
+                match started {
+                    Some(true) => shared.supervise(run).await,
+                    Some(false) => {
+                        tracing::warn!(job = %row.name, "claim lost before the run started; not running");
+                    }
+                    None => shared.execute(run).await,
+                }
                 drop(permit);
                 shared.wake.notify_one();
             });
@@ -441,15 +560,7 @@ impl Shared {
                 return;
             }
         };
-        let mut state = ClaimedState {
-            slot: row.slot,
-            attempts: row.attempt.max(0) as u32,
-            taken_over: false,
-            run_now: row.run_now,
-            pool_wait: row.pool_wait > 0,
-        };
-        // Deferred for its pool while owing a rerun of a lost run (see `defer_for_pool`).
-        state.taken_over = row.pool_wait == 2;
+        let mut state = claimed_state(&row);
         if row.prev_exec_by.is_some() {
             // The previous claim was never released: find the run it started, if any.
             match self.store.run_by_token(&row.name, row.token - 1).await {
@@ -593,35 +704,38 @@ impl Shared {
                 attempt,
                 manual,
             } => {
-                self.execute(
-                    &row, slot, attempt, manual, now, claimed_at, &policy, &schedule, config,
-                )
+                self.execute(Run {
+                    row: &row,
+                    key: RunKey {
+                        job: row.name.clone(),
+                        slot,
+                        attempt,
+                    },
+                    manual,
+                    claim_now: now,
+                    claimed_at,
+                    policy: &policy,
+                    schedule: &schedule,
+                    config,
+                })
                 .await;
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn execute(
-        self: &Arc<Self>,
-        row: &JobRow,
-        slot: i64,
-        attempt: u32,
-        manual: bool,
-        claim_now: i64,
-        claimed_at: Instant,
-        policy: &Policy,
-        schedule: &Schedule,
-        config: &Config,
-    ) {
-        let key = RunKey {
-            job: row.name.clone(),
-            slot,
-            attempt,
-        };
+    /// Records the run's start (fenced by the claim), then supervises it.
+    async fn execute(self: &Arc<Self>, run: Run<'_>) {
+        let Run {
+            row,
+            key,
+            manual,
+            schedule,
+            config,
+            ..
+        } = &run;
         match self
             .store
-            .start_run(row.id, &self.node, row.token, &key)
+            .start_run(row.id, &self.node, row.token, key)
             .await
         {
             Ok(Fenced::Done) => {}
@@ -630,12 +744,13 @@ impl Shared {
                 return;
             }
             Err(e) if e.is_unique_violation() => {
-                tracing::error!(job = %row.name, slot = %fmt_ms(slot), attempt, "this run is already recorded; not running it twice");
+                tracing::error!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, "this run is already recorded; not running it twice");
+                let next = policy::next_slot(schedule, key.slot);
                 let release = Release {
-                    slot: policy::next_slot(schedule, slot),
+                    slot: next,
                     attempts: 0,
-                    next_exec: policy::next_slot(schedule, slot),
-                    clear_run_now: manual,
+                    next_exec: next,
+                    clear_run_now: *manual,
                     outcome: None,
                 };
                 self.release_with_retry(row, &release, None, config).await;
@@ -646,6 +761,22 @@ impl Shared {
                 return;
             }
         }
+        self.supervise(run).await;
+    }
+
+    /// Runs a started run's process, keeps its lease, and releases the row by policy.
+    async fn supervise(self: &Arc<Self>, run: Run<'_>) {
+        let Run {
+            row,
+            key,
+            manual,
+            claim_now,
+            claimed_at,
+            policy,
+            schedule,
+            config,
+        } = run;
+        let (slot, attempt) = (key.slot, key.attempt);
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.running
             .lock()

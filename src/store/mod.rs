@@ -676,6 +676,51 @@ impl Store {
         })
     }
 
+    /// Records the starts of several runs in one statement, each fenced by its claim (row id
+    /// and token); see [`Store::start_run`]. Returns, per run, whether it was recorded. A
+    /// unique-key violation fails the whole statement: the caller then goes one by one.
+    pub async fn start_runs(&self, node: &str, runs: &[(i64, i64, &RunKey)]) -> Result<Vec<bool>> {
+        if let [(id, token, key)] = runs {
+            return Ok(vec![
+                self.start_run(*id, node, *token, key).await? == Fenced::Done,
+            ]);
+        }
+        let values = vec!["SELECT ? AS id, ? AS token, ? AS slot, ? AS attempt"; runs.len()]
+            .join(" UNION ALL ");
+        let text = self.dialect.render(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             SELECT c.name, v.slot, v.attempt, ?, c.token, {{now}}, 'running' \
+             FROM cron_table c JOIN ({values}) v ON c.id = v.id AND c.token = v.token \
+             WHERE c.exec_by = ?"
+        ));
+        // Placeholders in the order of the text: the node, the runs, the node again.
+        let mut q = sqlx::query(AssertSqlSafe(text)).bind(node.to_string());
+        for (id, token, key) in runs {
+            q = q
+                .bind(*id)
+                .bind(*token)
+                .bind(key.slot)
+                .bind(i64::from(key.attempt));
+        }
+        let done = q
+            .bind(node.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "record run starts"))?;
+        if done.rows_affected() as usize == runs.len() {
+            return Ok(vec![true; runs.len()]);
+        }
+        // Some claims were lost in between (rare): look up which runs were recorded.
+        let mut started = Vec::with_capacity(runs.len());
+        for (_, token, key) in runs {
+            let run = self.run_by_token(&key.job, *token).await?;
+            started.push(
+                run.is_some_and(|(slot, attempt, _)| slot == key.slot && attempt == key.attempt),
+            );
+        }
+        Ok(started)
+    }
+
     /// The run started under a claim token: (slot, attempt, outcome), if any. A node taking over
     /// an expired claim looks up the run of the previous token to know what was lost.
     pub async fn run_by_token(&self, job: &str, token: i64) -> Result<Option<(i64, u32, String)>> {

@@ -12,6 +12,7 @@ for_each_dialect!(
     claims_race_without_duplicates,
     writes_are_fenced_by_the_claim_token,
     run_is_recorded_once_per_slot_and_attempt,
+    run_starts_are_recorded_together_and_fenced_each,
     schedule_change_with_sql_resets_next_exec,
     expired_lease_is_taken_over_with_the_previous_holder_visible,
     extend_reports_lost_claims,
@@ -271,6 +272,66 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
     let job = store.job("r").await.unwrap().unwrap();
     assert_eq!(job.last_status.as_deref(), Some("ok"));
     assert_eq!(job.last_exit, Some(0));
+}
+
+async fn run_starts_are_recorded_together_and_fenced_each(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    for name in ["s1", "s2", "s3"] {
+        insert(&store, name, "* * * * *", "true").await;
+        make_due(&store, name).await;
+    }
+    let (_, rows) = store.claim("a", 3, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    let keys: Vec<RunKey> = rows
+        .iter()
+        .map(|r| RunKey {
+            job: r.name.clone(),
+            slot: 1_000,
+            attempt: 1,
+        })
+        .collect();
+    // Another node's name does not pass the fence.
+    let all: Vec<(i64, i64, &RunKey)> = rows
+        .iter()
+        .zip(&keys)
+        .map(|(r, k)| (r.id, r.token, k))
+        .collect();
+    assert_eq!(
+        store.start_runs("b", &all).await.unwrap(),
+        vec![false, false, false]
+    );
+    // The second claim is stale (its token moved on): only that run is refused.
+    let starts: Vec<(i64, i64, &RunKey)> = rows
+        .iter()
+        .zip(&keys)
+        .enumerate()
+        .map(|(i, (r, k))| (r.id, if i == 1 { r.token + 1 } else { r.token }, k))
+        .collect();
+    assert_eq!(
+        store.start_runs("a", &starts).await.unwrap(),
+        vec![true, false, true]
+    );
+    let recorded = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE outcome = 'running' AND node = 'a'")
+        .await
+        .unwrap();
+    assert_eq!(recorded, Some(2));
+    let first = store.history(Some(&rows[0].name), 10).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].token, Some(rows[0].token));
+    assert_eq!((first[0].slot, first[0].attempt), (1_000, 1));
+    // Recording a run twice is refused by the unique key, for the whole statement.
+    let again = [
+        (rows[0].id, rows[0].token, &keys[0]),
+        (rows[1].id, rows[1].token, &keys[1]),
+    ];
+    let err = store.start_runs("a", &again).await.unwrap_err();
+    assert!(err.is_unique_violation(), "{err}");
+    assert_eq!(
+        store.history(Some(&rows[1].name), 10).await.unwrap().len(),
+        0
+    );
 }
 
 async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
