@@ -245,6 +245,7 @@ fn start_daemon_env(
         .arg(&cfg)
         .arg("daemon")
         .env("RUST_LOG", rust_log)
+        .env_remove("INVOCATION_ID")
         .envs(env.iter().copied())
         .env_remove("NOTIFY_SOCKET")
         .env_remove("JOURNAL_STREAM")
@@ -367,8 +368,7 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     let extra = format!("[daemon]\nmax_parallel = {max_parallel}\n");
     let mut nodes: Vec<Daemon> = (0..3)
         .map(|n| {
-            // Under systemd the daemon spawns with posix_spawn (see runner.rs); INVOCATION_ID is
-            // how it knows.
+            // Under systemd (INVOCATION_ID is how it knows) the daemon starts no job reaper.
             let env: &[(&str, &str)] = if systemd {
                 &[("INVOCATION_ID", "bench")]
             } else {
@@ -387,6 +387,8 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     for n in &nodes {
         wait_ready(n).await;
     }
+    let postmaster = postmaster_pid().await;
+    let pg_cpu_before = postmaster.map(|pid| cpu_seconds(pid).0 + cpu_seconds(pid).1);
     let now = store.now().await.unwrap();
     let slot = now - now.rem_euclid(1000) + 3_000;
     fill(&store, dialect, "burst", 10_000, slot, 0, "true").await;
@@ -414,23 +416,65 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
         .await
         .unwrap()
         .unwrap_or(0);
+    // Each daemon's own CPU, and its reaped jobs'; the database's, from the postmaster (which
+    // reaps its backends once the daemons disconnect).
+    let (mut daemons_cpu, mut jobs_cpu) = (0.0, 0.0);
     for n in &mut nodes {
+        let (own, children) = cpu_seconds(n.child.id());
         stop(n);
+        daemons_cpu += own;
+        jobs_cpu += children;
     }
     let per_job = (commits(&db, true).await - commits_before) as f64 / 10_000.0;
+    let pg_cpu = match (postmaster, pg_cpu_before) {
+        (Some(pid), Some(before)) => {
+            let (own, children) = cpu_seconds(pid);
+            format!("{:.1} s", own + children - before)
+        }
+        _ => "unknown".to_string(),
+    };
     println!(
-        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}, {}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}; {per_job:.2} transactions per job",
+        "burst      {:<8} 10,000 jobs due at once, 3 nodes, max_parallel {max_parallel}, {}: all started {:.2} s after the slot; {done} finished; {distinct} distinct jobs; duplicates {}; {per_job:.2} transactions per job; CPU: daemons {daemons_cpu:.1} s (incl. starting), jobs {jobs_cpu:.1} s, PostgreSQL {pg_cpu}",
         dialect.name(),
         if systemd {
-            "as under systemd (posix_spawn)"
+            "as under systemd"
         } else {
-            "outside systemd (fork + PDEATHSIG)"
+            "outside systemd (with the job reaper)"
         },
         (last_start - slot) as f64 / 1000.0,
         done - distinct
     );
     store.close().await;
     db.drop_db().await;
+}
+
+/// CPU seconds of a process: (its own, its reaped children's), from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let field = |n: usize| f.get(n - 3).copied().unwrap_or(0.0) / hz;
+    (field(14) + field(15), field(16) + field(17))
+}
+
+/// The PostgreSQL server's main process, when this machine runs it and may read its data
+/// directory.
+async fn postmaster_pid() -> Option<u32> {
+    let admin = Store::connect(PG_ADMIN, 1).unwrap();
+    let dir = admin
+        .scalar_text("SELECT current_setting('data_directory')")
+        .await
+        .ok()
+        .flatten();
+    admin.close().await;
+    let pidfile = std::fs::read_to_string(Path::new(&dir?).join("postmaster.pid")).ok()?;
+    pidfile.lines().next()?.trim().parse().ok()
 }
 
 /// Transactions committed in the bench's PostgreSQL database so far. Statistics reach the view

@@ -102,6 +102,9 @@ enum Command {
     /// Print the man page (roff) to stdout.
     #[command(hide = true)]
     Man,
+    /// The daemon's job reaper (started by `sqlcron daemon` outside systemd).
+    #[command(name = sqlcron::reaper::SUBCOMMAND, hide = true)]
+    Reaper,
     /// Print the next fire times of a cron expression.
     Next {
         /// A 5-field (minute hour day-of-month month day-of-week) or 6-field (second first)
@@ -143,6 +146,7 @@ impl Failure {
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
+        Command::Reaper => return Ok(sqlcron::reaper::serve()),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
@@ -272,7 +276,11 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 println!("{job}: resumed");
                 Ok(0)
             }
-            Command::Check | Command::Next { .. } | Command::Completions { .. } | Command::Man => {
+            Command::Check
+            | Command::Next { .. }
+            | Command::Completions { .. }
+            | Command::Man
+            | Command::Reaper => {
                 unreachable!("handled above")
             }
         }
@@ -410,6 +418,15 @@ async fn run_daemon(
     env: Environment,
 ) -> Result<u8, Failure> {
     init_logging(&config);
+    if !sqlcron::systemd::under_systemd() {
+        // Outside systemd nothing else would end this daemon's jobs if it were killed.
+        match sqlcron::reaper::start() {
+            Ok(pid) => tracing::debug!(pid, "job reaper started"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed")
+            }
+        }
+    }
     let store = Store::connect(
         &config.database_url,
         (config.daemon.max_parallel as u32 / 2).clamp(4, 16),

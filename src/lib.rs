@@ -27,6 +27,7 @@ pub mod daemon;
 pub mod guard;
 pub mod job;
 pub mod policy;
+pub mod reaper;
 pub mod runner;
 pub mod schedule;
 pub mod store;

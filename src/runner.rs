@@ -4,14 +4,10 @@
 //! Why the process group: a job is often a shell running a pipeline; a timeout or a lost lease
 //! must stop all of it, so signals go to the whole group (`killpg`).
 //!
-//! Why `PR_SET_PDEATHSIG`: if the daemon itself dies (SIGKILL, OOM), its jobs must not go on
-//! running unsupervised while another node reruns the slot. The kernel delivers the signal when
-//! the *thread* that forked the child exits, so children are spawned from tokio's worker threads
-//! (which live as long as the runtime), never from `spawn_blocking` threads (which exit when
-//! idle and would take the job with them). Under systemd the unit's control group covers the
-//! grandchildren too; outside it only the direct child gets the signal. Because the hook forces
-//! `fork` (a `pre_exec` closure rules out `posix_spawn`), it is only used outside systemd: under
-//! systemd (`$INVOCATION_ID` set) the control group already ends every job with the daemon.
+//! Spawned with `posix_spawn` (no hook between fork and exec), which costs the daemon far less
+//! than a `fork` of its whole address space. What ends a dead daemon's jobs is the unit's control
+//! group under systemd, and the reaper elsewhere (see `reaper.rs`): each job's process group is
+//! registered with it while the job runs.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -50,10 +46,6 @@ pub struct RunSpec {
     pub kill_grace: Duration,
     /// Bytes of output kept.
     pub output_tail: usize,
-    /// Have the kernel SIGKILL the child if the daemon dies. Needs a `pre_exec` hook, which
-    /// forces `fork` instead of the much cheaper `posix_spawn`; under systemd the unit's control
-    /// group gives the same guarantee for the whole process tree, so it is off there.
-    pub parent_death_signal: bool,
 }
 
 /// Why a run was stopped from outside.
@@ -149,21 +141,13 @@ pub async fn run(
     if let Some(dir) = &spec.workdir {
         cmd.current_dir(dir);
     }
-    if spec.parent_death_signal {
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                Ok(())
-            });
-        }
-    }
     let mut child = cmd.spawn().map_err(|source| SpawnError {
         job: spec.job.clone(),
         what,
         source,
     })?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    crate::reaper::register(pgid);
     let tail = Arc::new(Mutex::new(Tail {
         cap: spec.output_tail,
         bytes: VecDeque::new(),
@@ -209,6 +193,8 @@ pub async fn run(
         .await;
         readers.abort_all();
     }
+    // Done with the group: from here on its id may be reused by an unrelated process.
+    crate::reaper::unregister(pgid);
     let output = {
         let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
@@ -311,7 +297,6 @@ mod tests {
             timeout: Duration::from_secs(30),
             kill_grace: Duration::from_secs(2),
             output_tail: 64,
-            parent_death_signal: true,
         }
     }
 

@@ -54,3 +54,9 @@ fn monotonic_usec() -> i128 {
     }
     i128::from(ts.tv_sec) * 1_000_000 + i128::from(ts.tv_nsec) / 1_000
 }
+
+/// Whether this process is a systemd service (`$INVOCATION_ID` is set for service processes):
+/// its control group then ends every job with it.
+pub fn under_systemd() -> bool {
+    std::env::var_os("INVOCATION_ID").is_some()
+}

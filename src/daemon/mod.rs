@@ -1161,7 +1161,6 @@ fn run_spec(
         timeout: policy.timeout,
         kill_grace: policy.kill_grace,
         output_tail: config.daemon.output_tail,
-        parent_death_signal: !under_systemd(),
     })
 }
 
@@ -1179,12 +1178,6 @@ pub fn status_line(running: usize, report: &TickReport) -> String {
         (Some(job), Some(_)) => format!("{running} running, next: {job} now"),
         _ => format!("{running} running, nothing scheduled"),
     }
-}
-
-/// Whether this process is a systemd service (its control group then ends jobs with it).
-fn under_systemd() -> bool {
-    static UNDER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *UNDER.get_or_init(|| std::env::var_os("INVOCATION_ID").is_some())
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).

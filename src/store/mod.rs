@@ -1205,6 +1205,15 @@ impl Store {
             .map_err(sql_err!(self, "query"))?;
         row.try_get(0).map_err(sql_err!(self, "query"))
     }
+
+    /// One text value (benchmarks and tests).
+    pub async fn scalar_text(&self, sql: &str) -> Result<Option<String>> {
+        let row = sqlx::query(AssertSqlSafe(sql.to_string()))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql_err!(self, "query"))?;
+        row.try_get(0).map_err(sql_err!(self, "query"))
+    }
 }
 
 /// Columns a TOML apply writes (after `name`).

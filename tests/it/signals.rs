@@ -188,3 +188,44 @@ async fn second_sigterm_stops_running_jobs_at_once() {
         t.elapsed()
     );
 }
+
+/// Whether any process of the group is still alive.
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::killpg(pgid, 0) == 0 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_daemon_takes_its_jobs_process_groups_with_it() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids.txt");
+    // The shell writes its PID (= its process group) and leaves a grandchild running too.
+    let extra = format!(
+        "[[job]]\nname = \"tree\"\nschedule = \"* * * * * *\"\ncommand = \"echo $$ >> {}; sleep 60 & sleep 60\"\n",
+        pids.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &extra));
+    let pgid: i32 = eventually(Duration::from_secs(15), "the job to start", || async {
+        std::fs::read_to_string(&pids)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+    })
+    .await;
+    assert!(group_alive(pgid));
+    let log = node.log_text();
+    node.signal(libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while group_alive(pgid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survived = group_alive(pgid);
+    if survived {
+        // The test started it: do not leave it behind.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+    assert!(
+        !survived,
+        "the job's process group outlived the daemon by 5 s\n{log}"
+    );
+}

@@ -169,6 +169,8 @@ impl DaemonProcess {
             .env_remove("SQLCRON_DATABASE_URL")
             .env_remove("NOTIFY_SOCKET")
             .env_remove("JOURNAL_STREAM")
+            // Not a systemd service, even when the tests run inside one.
+            .env_remove("INVOCATION_ID")
             .env("RUST_LOG", "sqlcron=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
