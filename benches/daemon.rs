@@ -468,7 +468,7 @@ fn cpu_seconds(pid: u32) -> (f64, f64) {
 async fn postmaster_pid() -> Option<u32> {
     let admin = Store::connect(PG_ADMIN, 1).unwrap();
     let dir = admin
-        .scalar_text("SELECT current_setting('data_directory')")
+        .scalar::<String>("SELECT current_setting('data_directory')")
         .await
         .ok()
         .flatten();

@@ -1199,15 +1199,14 @@ impl Store {
 
     /// Runs a query returning one integer (tests and benchmarks).
     pub async fn scalar_i64(&self, sql: &str) -> Result<Option<i64>> {
-        let row = sqlx::query(AssertSqlSafe(sql.to_string()))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(sql_err!(self, "query"))?;
-        row.try_get(0).map_err(sql_err!(self, "query"))
+        self.scalar(sql).await
     }
 
-    /// One text value (benchmarks and tests).
-    pub async fn scalar_text(&self, sql: &str) -> Result<Option<String>> {
+    /// Runs a query returning one value of any type the driver decodes (tests and benchmarks).
+    pub async fn scalar<T>(&self, sql: &str) -> Result<Option<T>>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+    {
         let row = sqlx::query(AssertSqlSafe(sql.to_string()))
             .fetch_one(&self.pool)
             .await
