@@ -12,30 +12,30 @@
 //! rules out `posix_spawn`; forking the daemon for every job cost about a quarter of the burst
 //! start rate. It also reaches only the direct child, where the reaper ends the whole process
 //! group (a shell and its pipeline). What it does not cover: a job that leaves its process group
-//! (`setsid`), the microseconds between a job's spawn and its registration, and a SIGKILL sent
-//! to the reaper itself (it ignores the terminal and termination signals).
+//! (`setsid`), the microseconds between a job's spawn and its registration, and the daemon dying
+//! while its reaper is dead. The reaper ignores the terminal and termination signals; if it is
+//! killed anyway, the daemon starts a new one at the next job start or end and tells it every
+//! group still registered.
 
 use std::collections::HashSet;
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 /// The hidden subcommand the reaper runs as.
 pub const SUBCOMMAND: &str = "__reaper";
 
+/// The daemon's side: the running reaper and what it was told.
 struct Link {
-    pipe: Mutex<Option<ChildStdin>>,
-    pid: u32,
+    reaper: Option<(Child, ChildStdin)>,
+    /// Process groups registered and not yet unregistered: a new reaper is told them again.
+    groups: HashSet<i32>,
 }
 
-static LINK: OnceLock<Link> = OnceLock::new();
+static LINK: OnceLock<Mutex<Link>> = OnceLock::new();
 
-/// Starts the reaper for this process. Later calls do nothing. Returns the reaper's PID.
-pub fn start() -> std::io::Result<u32> {
-    if let Some(link) = LINK.get() {
-        return Ok(link.pid);
-    }
+fn spawn() -> std::io::Result<(Child, ChildStdin)> {
     // `/proc/self/exe` is this very binary, even if the file was replaced by an upgrade since.
     let mut child = Command::new("/proc/self/exe")
         .arg(SUBCOMMAND)
@@ -43,41 +43,77 @@ pub fn start() -> std::io::Result<u32> {
         .stdout(Stdio::null())
         .process_group(0)
         .spawn()?;
-    let pid = child.id();
     // The pipe is created close-on-exec: jobs do not inherit it, so only the daemon's death
     // (or exit) closes it.
-    let pipe = child.stdin.take();
-    // The reaper is never waited for: it outlives the daemon by design.
-    drop(child);
-    let _ = LINK.set(Link {
-        pipe: Mutex::new(pipe),
-        pid,
-    });
+    let pipe = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no pipe to the reaper"))?;
+    Ok((child, pipe))
+}
+
+/// Starts the reaper for this process. Later calls do nothing. Returns the reaper's PID.
+pub fn start() -> std::io::Result<u32> {
+    if let Some(link) = LINK.get() {
+        let link = link.lock().unwrap_or_else(|e| e.into_inner());
+        return Ok(link.reaper.as_ref().map(|(c, _)| c.id()).unwrap_or(0));
+    }
+    let (child, pipe) = spawn()?;
+    let pid = child.id();
+    let _ = LINK.set(Mutex::new(Link {
+        reaper: Some((child, pipe)),
+        groups: HashSet::new(),
+    }));
     Ok(pid)
 }
 
-fn send(line: &str) {
-    let Some(link) = LINK.get() else { return };
-    let mut pipe = link.pipe.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = pipe.as_mut()
-        && let Err(e) = p.write_all(line.as_bytes())
+/// Writes to the reaper; if it is gone (killed by someone), starts a new one and tells it every
+/// group still registered.
+fn send(link: &mut Link, line: &str) {
+    if let Some((_, pipe)) = link.reaper.as_mut()
+        && pipe.write_all(line.as_bytes()).is_ok()
     {
-        tracing::error!(error = %e, reaper_pid = link.pid, "the job reaper is gone: jobs will not be stopped if this daemon dies");
-        *pipe = None;
+        return;
+    }
+    if let Some((mut old, _)) = link.reaper.take() {
+        // Reap the dead one (it is our child).
+        let _ = old.kill();
+        let _ = old.wait();
+    }
+    let replaced = spawn().and_then(|(child, mut pipe)| {
+        let all: String = link.groups.iter().map(|g| format!("+{g}\n")).collect();
+        pipe.write_all(all.as_bytes())?;
+        Ok((child, pipe))
+    });
+    match replaced {
+        Ok((child, pipe)) => {
+            tracing::warn!(
+                pid = child.id(),
+                "the job reaper was gone; started a new one"
+            );
+            link.reaper = Some((child, pipe));
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the job reaper is gone and cannot be restarted: jobs will not be stopped if this daemon dies");
+        }
     }
 }
 
 /// A job's process group started (no-op without a reaper).
 pub fn register(pgid: i32) {
-    if pgid > 0 {
-        send(&format!("+{pgid}\n"));
+    let Some(link) = LINK.get() else { return };
+    let mut link = link.lock().unwrap_or_else(|e| e.into_inner());
+    if pgid > 0 && link.groups.insert(pgid) {
+        send(&mut link, &format!("+{pgid}\n"));
     }
 }
 
 /// A job's process group is done (no-op without a reaper).
 pub fn unregister(pgid: i32) {
-    if pgid > 0 {
-        send(&format!("-{pgid}\n"));
+    let Some(link) = LINK.get() else { return };
+    let mut link = link.lock().unwrap_or_else(|e| e.into_inner());
+    if link.groups.remove(&pgid) {
+        send(&mut link, &format!("-{pgid}\n"));
     }
 }
 

@@ -195,6 +195,24 @@ fn group_alive(pgid: i32) -> bool {
     unsafe { libc::killpg(pgid, 0) == 0 }
 }
 
+/// Waits up to 5 s for a killed daemon's job group to end; kills it if not (the test started
+/// it), then fails.
+async fn assert_group_ends(pgid: i32, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while group_alive(pgid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survived = group_alive(pgid);
+    if survived {
+        // SAFETY: killpg has no memory-safety preconditions.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+    assert!(
+        !survived,
+        "the job's process group outlived the daemon by 5 s\n{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_daemon_takes_its_jobs_process_groups_with_it() {
     let db = TestDb::new(Dialect::Sqlite).await;
@@ -215,17 +233,44 @@ async fn killed_daemon_takes_its_jobs_process_groups_with_it() {
     assert!(group_alive(pgid));
     let log = node.log_text();
     node.signal(libc::SIGKILL);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while group_alive(pgid) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let survived = group_alive(pgid);
-    if survived {
-        // The test started it: do not leave it behind.
-        unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    }
-    assert!(
-        !survived,
-        "the job's process group outlived the daemon by 5 s\n{log}"
+    assert_group_ends(pgid, &log).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_reaper_is_replaced_and_told_the_running_jobs() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids.txt");
+    // A long job, and a short one whose starts make the daemon talk to its reaper.
+    let extra = format!(
+        "[[job]]\nname = \"tree\"\nschedule = \"* * * * * *\"\ncommand = \"echo $$ >> {}; sleep 60\"\n\
+         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n",
+        pids.display()
     );
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &extra));
+    let reaper: i32 = eventually(Duration::from_secs(10), "the reaper's pid", || async {
+        node.log_text()
+            .lines()
+            .find(|l| l.contains("job reaper started"))
+            .and_then(|l| l.split("pid=").nth(1))
+            .and_then(|p| p.trim().parse().ok())
+    })
+    .await;
+    let pgid: i32 = eventually(Duration::from_secs(15), "the job to start", || async {
+        std::fs::read_to_string(&pids)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+    })
+    .await;
+    // SAFETY: the reaper is a child of the daemon this test started.
+    unsafe { libc::kill(reaper, libc::SIGKILL) };
+    eventually(Duration::from_secs(10), "a new reaper", || async {
+        node.log_text()
+            .contains("the job reaper was gone; started a new one")
+            .then_some(())
+    })
+    .await;
+    let log = node.log_text();
+    node.signal(libc::SIGKILL);
+    assert_group_ends(pgid, &log).await;
 }
