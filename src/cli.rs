@@ -144,12 +144,24 @@ impl Failure {
     }
 }
 
+/// The command line without its hidden subcommands: clap_complete offers every subcommand,
+/// hidden or not, and `__reaper` or `man` have no place in an operator's tab completion.
+fn visible_command() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    let root = clap::Command::new("sqlcron")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned());
+    full.get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .fold(root, |cmd, sub| cmd.subcommand(sub.clone()))
+}
+
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
         Command::Reaper => return Ok(sqlcron::reaper::serve()),
         Command::Completions { shell } => {
-            use clap::CommandFactory;
-            let mut cmd = Cli::command();
+            let mut cmd = visible_command();
             clap_complete::generate(*shell, &mut cmd, "sqlcron", &mut std::io::stdout());
             return Ok(0);
         }

@@ -12,6 +12,21 @@ use crate::outage::ThrowawayPostgres;
 use crate::util::{DaemonProcess, TestDb, node_config};
 
 #[test]
+fn completions_offer_the_visible_subcommands_only() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = crate::util::sqlcron(&["completions", shell]);
+        assert!(out.status.success());
+        let text = crate::util::stdout(&out);
+        for visible in ["daemon", "status", "history", "lock", "next", "config"] {
+            assert!(text.contains(visible), "{shell}: {visible} missing");
+        }
+        for hidden in ["__reaper", "completions"] {
+            assert!(!text.contains(hidden), "{shell}: offers {hidden}");
+        }
+    }
+}
+
+#[test]
 fn systemd_unit_passes_systemd_analyze_verify() {
     let dir = tempfile::tempdir().unwrap();
     let unit = std::fs::read_to_string("systemd/sqlcron.service").unwrap();
