@@ -38,6 +38,7 @@ static LINK: OnceLock<Mutex<Link>> = OnceLock::new();
 fn spawn() -> std::io::Result<(Child, ChildStdin)> {
     // `/proc/self/exe` is this very binary, even if the file was replaced by an upgrade since.
     let mut child = Command::new("/proc/self/exe")
+        .arg0("sqlcron")
         .arg(SUBCOMMAND)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -125,6 +126,8 @@ pub fn serve() -> u8 {
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
             libc::signal(sig, libc::SIG_IGN);
         }
+        // Started through /proc/self/exe, it would be called "exe" in top and ps.
+        libc::prctl(libc::PR_SET_NAME, c"sqlcron-reaper".as_ptr());
     }
     let groups = follow(std::io::stdin().lock());
     for pgid in groups {
