@@ -12,7 +12,8 @@
 //! rules out `posix_spawn`; forking the daemon for every job cost about a quarter of the burst
 //! start rate. It also reaches only the direct child, where the reaper ends the whole process
 //! group (a shell and its pipeline). What it does not cover: a job that leaves its process group
-//! (`setsid`), the microseconds between a job's spawn and its registration, and the daemon dying
+//! (`setsid`), the moment between a job's spawn and its registration (microseconds, unless the
+//! machine pauses the daemon's thread right there), and the daemon dying
 //! while its reaper is dead. The reaper ignores the terminal and termination signals; if it is
 //! killed anyway, the daemon starts a new one at the next job start or end and tells it every
 //! group still registered.

@@ -148,6 +148,7 @@ pub async fn run(
     })?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     crate::reaper::register(pgid);
+    tracing::debug!(job = %spec.job, pgid, "job process started");
     let tail = Arc::new(Mutex::new(Tail {
         cap: spec.output_tail,
         bytes: VecDeque::new(),

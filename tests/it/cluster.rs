@@ -116,6 +116,19 @@ async fn killed_node_is_taken_over_within_lease_and_poll(dialect: Dialect) {
     let (holder, slot) = (f[1].to_string(), f[3].to_string());
     assert_eq!(f[2], "1");
     let (victim, survivor) = if holder == "a" { (a, b) } else { (b, a) };
+    // The job is seen running once its shell wrote the line; the daemon may not yet have handed
+    // its process group to the reaper (a loaded machine can pause it between the two).
+    eventually(
+        Duration::from_secs(5),
+        "the job's process handed over",
+        || async {
+            victim
+                .log_text()
+                .contains("job process started")
+                .then_some(())
+        },
+    )
+    .await;
     let killed_at = Instant::now();
     victim.signal(libc::SIGKILL);
     // lease 3s + poll 1s, plus slack for process start.

@@ -195,6 +195,22 @@ fn group_alive(pgid: i32) -> bool {
     unsafe { libc::killpg(pgid, 0) == 0 }
 }
 
+/// Waits until the daemon logged that it started the process group `pgid` (and so handed it to
+/// its reaper: the shell may write its PID before the daemon gets there on a loaded machine).
+async fn wait_registered(node: &DaemonProcess, pgid: i32) {
+    eventually(
+        Duration::from_secs(5),
+        "the job's process handed over",
+        || async {
+            node.log_text()
+                .lines()
+                .any(|l| l.contains("job process started") && l.contains(&format!("pgid={pgid}")))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// Waits up to 5 s for a killed daemon's job group to end; kills it if not (the test started
 /// it), then fails.
 async fn assert_group_ends(pgid: i32, log: &str) {
@@ -231,6 +247,7 @@ async fn killed_daemon_takes_its_jobs_process_groups_with_it() {
     })
     .await;
     assert!(group_alive(pgid));
+    wait_registered(&node, pgid).await;
     let log = node.log_text();
     node.signal(libc::SIGKILL);
     assert_group_ends(pgid, &log).await;
@@ -262,6 +279,7 @@ async fn a_killed_reaper_is_replaced_and_told_the_running_jobs() {
             .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
     })
     .await;
+    wait_registered(&node, pgid).await;
     // SAFETY: the reaper is a child of the daemon this test started.
     unsafe { libc::kill(reaper, libc::SIGKILL) };
     eventually(Duration::from_secs(10), "a new reaper", || async {
