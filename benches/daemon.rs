@@ -487,7 +487,8 @@ async fn commits(db: &Db, settle: bool) -> i64 {
         db.name
     );
     let mut last = admin.scalar_i64(&sql).await.unwrap().unwrap_or(0);
-    for _ in 0..if settle { 10 } else { 0 } {
+    let rounds = if settle { 10 } else { 0 };
+    for _ in 0..rounds {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let n = admin.scalar_i64(&sql).await.unwrap().unwrap_or(0);
         if n == last {

@@ -264,30 +264,8 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 println!("{job}: will run as soon as a node is free");
                 Ok(0)
             }
-            Command::Pause { job } => {
-                let store = connect(&config).await?;
-                found(
-                    &job,
-                    store
-                        .set_enabled(&job, false)
-                        .await
-                        .map_err(Failure::runtime)?,
-                )?;
-                println!("{job}: paused");
-                Ok(0)
-            }
-            Command::Resume { job } => {
-                let store = connect(&config).await?;
-                found(
-                    &job,
-                    store
-                        .set_enabled(&job, true)
-                        .await
-                        .map_err(Failure::runtime)?,
-                )?;
-                println!("{job}: resumed");
-                Ok(0)
-            }
+            Command::Pause { job } => set_enabled(&config, &job, false).await,
+            Command::Resume { job } => set_enabled(&config, &job, true).await,
             Command::Check
             | Command::Next { .. }
             | Command::Completions { .. }
@@ -372,6 +350,18 @@ async fn locks(store: &Store, json: bool) -> Result<u8, Failure> {
             fmt_ms(r.until)
         );
     }
+    Ok(0)
+}
+
+/// `pause` and `resume`.
+async fn set_enabled(config: &Config, job: &str, enabled: bool) -> Result<u8, Failure> {
+    let store = connect(config).await?;
+    let changed = store
+        .set_enabled(job, enabled)
+        .await
+        .map_err(Failure::runtime)?;
+    found(job, changed)?;
+    println!("{job}: {}", if enabled { "resumed" } else { "paused" });
     Ok(0)
 }
 

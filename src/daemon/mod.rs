@@ -111,14 +111,18 @@ fn claimed_state(row: &JobRow) -> ClaimedState {
     }
 }
 
-/// The plan of a claimed row when it is the common case: no previous holder to account for, no
-/// pool, nothing missed or abandoned, just a run. `None` for everything else.
-fn plain_run(row: &JobRow, now: i64, config: &Config) -> Option<Planned> {
+/// The run of a claimed row when it is the common case: no previous holder to account for, no
+/// pool, nothing missed or abandoned, just a run of `(key, manual)`. `None` for everything else.
+fn plain_run(
+    row: &JobRow,
+    now: i64,
+    schedule: &Schedule,
+    policy: &Policy,
+) -> Option<(RunKey, bool)> {
     if row.prev_exec_by.is_some() || row.pool.is_some() || row.pool_wait != 0 {
         return None;
     }
-    let (schedule, policy) = resolve(row, &config.defaults).ok()?;
-    let plan = plan_claim(&claimed_state(row), now, &policy, &schedule);
+    let plan = plan_claim(&claimed_state(row), now, policy, schedule);
     if plan.lost.is_some() || plan.abandoned.is_some() || plan.skipped.is_some() {
         return None;
     }
@@ -131,16 +135,12 @@ fn plain_run(row: &JobRow, now: i64, config: &Config) -> Option<Planned> {
         return None;
     };
     tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
-    Some(Planned {
-        schedule,
-        policy,
-        key: RunKey {
-            job: row.name.clone(),
-            slot,
-            attempt,
-        },
-        manual,
-    })
+    let key = RunKey {
+        job: row.name.clone(),
+        slot,
+        attempt,
+    };
+    Some((key, manual))
 }
 
 /// State shared by the poll loop, the lease loop and the run tasks.
@@ -275,15 +275,29 @@ impl Daemon {
                 tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");
                 continue;
             };
-            if let Some(plan) = plain_run(&row, now, &config) {
-                ready.push((row, plan, permit));
-                continue;
-            }
+            let resolved = resolve(&row, &config.defaults);
+            let plain = resolved
+                .as_ref()
+                .ok()
+                .and_then(|(schedule, policy)| plain_run(&row, now, schedule, policy));
+            let resolved = match (plain, resolved) {
+                (Some((key, manual)), Ok((schedule, policy))) => {
+                    let plan = Planned {
+                        schedule,
+                        policy,
+                        key,
+                        manual,
+                    };
+                    ready.push((row, plan, permit));
+                    continue;
+                }
+                (_, resolved) => resolved,
+            };
             let shared = self.shared.clone();
             let config = config.clone();
             tasks.spawn(async move {
                 shared
-                    .handle_claimed(row, now, claim_started, &config)
+                    .handle_claimed(row, resolved, now, claim_started, &config)
                     .await;
                 drop(permit);
                 shared.wake.notify_one();
@@ -546,14 +560,17 @@ impl Shared {
         Ok((ok, bad))
     }
 
+    /// Decides and does what a claimed row needs, given its schedule and policy as resolved at
+    /// the claim (or why it cannot run).
     async fn handle_claimed(
         self: &Arc<Self>,
         row: JobRow,
+        resolved: Result<(Schedule, Policy), String>,
         now: i64,
         claimed_at: Instant,
         config: &Config,
     ) {
-        let (schedule, policy) = match resolve(&row, &config.defaults) {
+        let (schedule, policy) = match resolved {
             Ok(v) => v,
             Err(message) => {
                 self.park_claimed(&row, now, &message).await;

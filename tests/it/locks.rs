@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sqlcron::store::Dialect;
+use sqlcron::store::{Dialect, Store};
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config};
 
@@ -37,6 +37,19 @@ fn spawn(config: &str, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// Waits until some lock is held.
+async fn wait_for_holder(store: &Store, timeout: Duration) {
+    eventually(timeout, "the holder", || async {
+        store
+            .locks()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.state == "holding")
+    })
+    .await;
 }
 
 /// Nanoseconds since the epoch, from the one machine clock all holders share.
@@ -131,15 +144,7 @@ async fn busy_lock_with_wait_zero_exits_75_without_running(dialect: Dialect) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(dir.path(), &db.url, "a");
     let mut holder = spawn(&cfg, &["lock", "L", "--", "sleep", "30"]);
-    eventually(Duration::from_secs(10), "the holder", || async {
-        store
-            .locks()
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|l| l.state == "holding")
-    })
-    .await;
+    wait_for_holder(&store, Duration::from_secs(10)).await;
     let marker = dir.path().join("ran");
     let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
         .args(["--config", &cfg, "lock", "L", "--wait", "0", "--", "touch"])
@@ -253,15 +258,7 @@ async fn dead_waiter_does_not_block_the_queue(dialect: Dialect) {
         }
     };
     let mut holder = spawn(&a, &["lock", "Q", "--lease", "2s", "--", "sleep", "2"]);
-    eventually(Duration::from_secs(5), "the holder", || async {
-        store
-            .locks()
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|l| l.state == "holding")
-    })
-    .await;
+    wait_for_holder(&store, Duration::from_secs(5)).await;
     let mut dead = spawn(&w1, &["lock", "Q", "--lease", "2s", "--", "true"]);
     waiting("w1").await;
     let marker = dir.path().join("w2-ran");

@@ -6,20 +6,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::outage::daemon_survives_restart;
+use crate::util::free_port;
 
 /// A MariaDB server listening on 127.0.0.1 only, with its data in a temporary directory.
 struct ThrowawayMariadb {
     dir: tempfile::TempDir,
     port: u16,
     server: Option<Child>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn tool(name: &str) -> PathBuf {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{DaemonProcess, eventually, node_config};
+use crate::util::{DaemonProcess, eventually, free_port, node_config};
 
 /// A PostgreSQL server in a temporary directory, listening on 127.0.0.1 only.
 pub struct ThrowawayPostgres {
@@ -31,14 +31,6 @@ fn pg_bin() -> PathBuf {
         .expect(
             "PostgreSQL server binaries (initdb, pg_ctl) are required: apt-get install postgresql",
         )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Runs a PostgreSQL tool as the `postgres` user when we are root (initdb refuses root).

@@ -220,3 +220,12 @@ pub fn node_config(url: &str, name: &str, extra: &str) -> String {
         "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"1s\"\nlease = \"3s\"\nshutdown_grace = \"5s\"\n{extra}\n"
     )
 }
+
+/// A TCP port free on 127.0.0.1 right now, for a throwaway server.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
