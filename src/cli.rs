@@ -429,13 +429,16 @@ async fn run_daemon(
             }
         }
     }
-    let store = Store::connect(
+    let store = Store::connect_with(
         &config.database_url,
         (config.daemon.max_parallel as u32 / 2).clamp(4, 16),
+        Some(sqlcron::daemon::lease::statement_timeout(
+            config.daemon.lease,
+        )),
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
     tracing::info!(node = %config.node_name, database = %config::redact_url(&config.database_url), jobs = config.jobs.len(), "starting");
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = mpsc::unbounded_channel();
     spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
 
     // Migrate and apply, retrying while the database is unreachable: a node must be able to start
@@ -447,12 +450,34 @@ async fn run_daemon(
             store.migrate().await?;
             daemon.apply_config().await
         };
-        match attempt.await {
-            Ok(()) => break,
-            Err(e) => {
-                tracing::error!(error = %e, "database not ready; retrying");
-                tokio::time::sleep(delay).await;
+        // A stop signal ends the wait: a node that never got its database still obeys SIGTERM.
+        let outcome = tokio::select! {
+            r = attempt => Some(r),
+            msg = rx.recv() => match msg {
+                Some(Control::Stop | Control::StopNow) | None => None,
+                Some(Control::Reload(_)) => {
+                    tracing::warn!("reload ignored: the database is not ready yet");
+                    continue;
+                }
+            },
+        };
+        match outcome {
+            Some(Ok(())) => break,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, kind = e.kind(), "database not ready; retrying");
+                let stop = tokio::select! {
+                    _ = tokio::time::sleep(delay) => false,
+                    msg = rx.recv() => matches!(msg, Some(Control::Stop | Control::StopNow) | None),
+                };
+                if stop {
+                    tracing::info!("stopped before the database was ready");
+                    return Ok(0);
+                }
                 delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            None => {
+                tracing::info!("stopped before the database was ready");
+                return Ok(0);
             }
         }
     }

@@ -25,6 +25,11 @@ pub const LEASE_DEFAULT: Duration = Duration::from_secs(10);
 pub const MAX_PARALLEL_DEFAULT: usize = 16;
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 pub const OUTPUT_TAIL_DEFAULT: usize = 64 * 1024;
+/// Lines of one run's output written to the log (journald or stderr) before the rest is only
+/// counted.
+pub const OUTPUT_LOG_LINES_DEFAULT: usize = 1000;
+/// Bytes of one run's output written to the log before the rest is only counted.
+pub const OUTPUT_LOG_BYTES_DEFAULT: usize = 256 * 1024;
 
 /// The file as written. Every field is optional; defaults are applied in [`validate`].
 #[derive(Debug, Default, Deserialize)]
@@ -66,6 +71,8 @@ pub struct RawDaemon {
     pub max_parallel: Option<i64>,
     pub shutdown_grace: Option<String>,
     pub output_tail: Option<i64>,
+    pub output_log_lines: Option<i64>,
+    pub output_log_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +147,10 @@ pub struct DaemonConfig {
     pub shutdown_grace: Duration,
     /// Bytes of a run's output kept in the history.
     pub output_tail: usize,
+    /// Lines of a run's output written to the log; then one line says how much was left out.
+    pub output_log_lines: usize,
+    /// Bytes of a run's output written to the log (same rule).
+    pub output_log_bytes: usize,
 }
 
 impl Default for DaemonConfig {
@@ -150,6 +161,8 @@ impl Default for DaemonConfig {
             max_parallel: MAX_PARALLEL_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
             output_tail: OUTPUT_TAIL_DEFAULT,
+            output_log_lines: OUTPUT_LOG_LINES_DEFAULT,
+            output_log_bytes: OUTPUT_LOG_BYTES_DEFAULT,
         }
     }
 }
@@ -332,10 +345,14 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         .clone()
         .or(env.hostname.clone())
         .unwrap_or_else(|| "localhost".into());
-    if node_name.trim().is_empty() || node_name.len() > 200 {
+    let name_max = name_max_chars(&database_url);
+    if node_name.trim().is_empty() || node_name.chars().count() > name_max {
         c.push(
             "[node] name",
-            format!("\"{node_name}\" must be 1-200 characters"),
+            format!(
+                "\"{node_name}\" must be 1-{name_max} characters{}",
+                name_limit_reason(name_max)
+            ),
         );
     }
 
@@ -369,6 +386,28 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                     format!("{n} must be 0-16777216 bytes"),
                 );
                 OUTPUT_TAIL_DEFAULT
+            }
+        },
+        output_log_lines: match d.output_log_lines {
+            None => OUTPUT_LOG_LINES_DEFAULT,
+            Some(n) if (0..=10_000_000).contains(&n) => n as usize,
+            Some(n) => {
+                c.push(
+                    "[daemon] output_log_lines",
+                    format!("{n} must be 0-10000000 lines"),
+                );
+                OUTPUT_LOG_LINES_DEFAULT
+            }
+        },
+        output_log_bytes: match d.output_log_bytes {
+            None => OUTPUT_LOG_BYTES_DEFAULT,
+            Some(n) if (0..=1024 * 1024 * 1024).contains(&n) => n as usize,
+            Some(n) => {
+                c.push(
+                    "[daemon] output_log_bytes",
+                    format!("{n} must be 0-1073741824 bytes"),
+                );
+                OUTPUT_LOG_BYTES_DEFAULT
             }
         },
     };
@@ -435,6 +474,16 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                 if !seen.insert(spec.name.clone()) {
                     c.push(format!("{label} name"), "is defined twice");
                 }
+                if spec.name.chars().count() > name_max {
+                    c.push(
+                        format!("{label} name"),
+                        format!(
+                            "\"{}\" must be 1-{name_max} characters{}",
+                            spec.name,
+                            name_limit_reason(name_max)
+                        ),
+                    );
+                }
                 jobs.push(spec);
             }
             Err(problems) => {
@@ -463,11 +512,25 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     })
 }
 
+/// Longest job or node name the database in `url` stores: 191 characters on MySQL/MariaDB
+/// (`VARCHAR(191)`, the most a utf8mb4 unique index allows), else 200.
+fn name_max_chars(url: &str) -> usize {
+    if url.starts_with("mysql:") || url.starts_with("mariadb:") {
+        191
+    } else {
+        200
+    }
+}
+
+fn name_limit_reason(max: usize) -> &'static str {
+    if max == 191 { " on MySQL/MariaDB" } else { "" }
+}
+
 /// Validates one `[[job]]` table; errors are (key, message) pairs.
 fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<(String, String)>> {
     let mut problems = Vec::new();
     let name = match &job.name {
-        Some(n) if !n.trim().is_empty() && n.len() <= 200 => n.clone(),
+        Some(n) if !n.trim().is_empty() && n.chars().count() <= 200 => n.clone(),
         Some(n) => {
             problems.push(("name".into(), format!("\"{n}\" must be 1-200 characters")));
             String::new()
@@ -636,6 +699,21 @@ mod tests {
     fn the_documented_example_parses() {
         let c = parse_ok(include_str!("../config/sqlcron.example.toml"));
         assert_eq!(c.node_name, "web-1");
+        // MySQL/MariaDB store at most 191 characters of a name: refused at check, not at run.
+        let long = "j".repeat(195);
+        let text = format!(
+            "[database]\nurl = \"mysql://db/x\"\n[node]\nname = \"{long}\"\n\
+             [[job]]\nname = \"{long}\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+        );
+        let e = parse(&text, Path::new("m.toml"), &Environment::default()).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("[node] name") && msg.contains("1-191 characters on MySQL"),
+            "{msg}"
+        );
+        assert!(msg.contains("name: \"jjj"), "{msg}");
+        let text = text.replace("mysql://db/x", "postgres://db/x");
+        parse(&text, Path::new("p.toml"), &Environment::default()).unwrap();
         assert_eq!(c.pools.get("heavy"), Some(&2));
         let backup = c.jobs.iter().find(|j| j.name == "nightly-backup").unwrap();
         assert_eq!(backup.timezone.as_deref(), Some("Asia/Tokyo"));

@@ -34,6 +34,68 @@ impl Misfire {
     }
 }
 
+/// How a run, or a history line that stands for slots not run, ended. Stored as text in
+/// `cron_runs.outcome` and `cron_table.last_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Started and not ended yet (or its node died: a taker records it `Lost`).
+    Running,
+    Ok,
+    /// A non-zero exit, a signal, or a command that could not be started.
+    Failed,
+    Timeout,
+    /// Its node stopped renewing the lease while it ran (died, stalled, shut down).
+    Lost,
+    /// A summary of missed slots not run (misfire policy).
+    Skipped,
+    /// Retries given up because the next regular slot came.
+    Abandoned,
+}
+
+impl Outcome {
+    pub fn parse(s: &str) -> Result<Outcome, String> {
+        Ok(match s {
+            "running" => Outcome::Running,
+            "ok" => Outcome::Ok,
+            "failed" => Outcome::Failed,
+            "timeout" => Outcome::Timeout,
+            "lost" => Outcome::Lost,
+            "skipped" => Outcome::Skipped,
+            "abandoned" => Outcome::Abandoned,
+            other => return Err(format!("\"{other}\" is not a run outcome")),
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Ok => "ok",
+            Outcome::Failed => "failed",
+            Outcome::Timeout => "timeout",
+            Outcome::Lost => "lost",
+            Outcome::Skipped => "skipped",
+            Outcome::Abandoned => "abandoned",
+        }
+    }
+
+    /// The run ended on its node and its end was recorded (whatever the exit).
+    pub fn is_finished(self) -> bool {
+        matches!(self, Outcome::Ok | Outcome::Failed | Outcome::Timeout)
+    }
+}
+
+/// The newest run record of a job under an older claim token: what a node taking over an
+/// unreleased claim accounts for (see `policy::account_previous`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousRun {
+    pub slot: i64,
+    pub attempt: u32,
+    /// `Err` holds an outcome text this version does not know.
+    pub outcome: Result<Outcome, String>,
+    /// The claim token that wrote it.
+    pub token: i64,
+}
+
 /// What a node does with a running job whose lease it lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnLeaseLost {
@@ -49,6 +111,13 @@ impl OnLeaseLost {
             "kill" => Ok(OnLeaseLost::Kill),
             "ignore" => Ok(OnLeaseLost::Ignore),
             other => Err(format!("\"{other}\" must be kill or ignore")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnLeaseLost::Kill => "kill",
+            OnLeaseLost::Ignore => "ignore",
         }
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::job::{Misfire, Policy};
+use crate::job::{Misfire, Outcome, Policy, PreviousRun};
 use crate::schedule::Schedule;
 
 /// Lateness after which a slot counts as missed when the job sets no `starting_deadline`.
@@ -140,7 +140,9 @@ pub fn plan_claim(
         };
         return plan;
     };
-    if state.run_now {
+    // A lost run is accounted for before a manual run: the manual run waits (its request stays
+    // in the row and is served right after this claim's release).
+    if state.run_now && !(state.taken_over && state.attempts > 0) {
         plan.action = ClaimAction::Run {
             slot: now,
             attempt: 1,
@@ -339,6 +341,54 @@ fn previous_of(schedule: &Schedule, first: i64, latest: i64) -> i64 {
         n += 1;
     }
     prev
+}
+
+/// What the previous, never released claim of a row left behind, as its taker accounts for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Previous {
+    /// Nothing the row does not know already: plan from the row's own slot and attempts.
+    Nothing,
+    /// The run `(slot, attempt)` started and never ended on its node: it is lost.
+    Lost { slot: i64, attempt: u32 },
+    /// The run `(slot, attempt)` ended and was recorded, but the row was never released:
+    /// continue as that release would have.
+    Finished {
+        slot: i64,
+        attempt: u32,
+        failed: bool,
+    },
+}
+
+/// Decides what the newest run record under an older claim token means for a row waiting for
+/// `row_slot` with `row_attempts` attempts started.
+///
+/// A record is *unaccounted* when it serves the row's slot with a higher attempt than the row
+/// counts: it was started, and no release has moved the row past it since. A manual run (its
+/// own slot) or a record the row has moved past is accounted for. A slot that was claimed but
+/// never started has no record: it is still owed and follows the misfire policy.
+pub fn account_previous(
+    row_slot: Option<i64>,
+    row_attempts: u32,
+    previous: Option<&PreviousRun>,
+) -> Previous {
+    let Some(p) = previous else {
+        return Previous::Nothing;
+    };
+    if row_slot != Some(p.slot) || p.attempt <= row_attempts {
+        return Previous::Nothing;
+    }
+    match p.outcome {
+        Ok(Outcome::Running | Outcome::Lost) => Previous::Lost {
+            slot: p.slot,
+            attempt: p.attempt,
+        },
+        Ok(o) if o.is_finished() => Previous::Finished {
+            slot: p.slot,
+            attempt: p.attempt,
+            failed: o != Outcome::Ok,
+        },
+        _ => Previous::Nothing,
+    }
 }
 
 /// A run that just ended, as [`after_run`] needs it.
@@ -581,6 +631,83 @@ mod tests {
                 slot: T0 + 60 * MIN
             }
         );
+    }
+
+    fn prev(slot: i64, attempt: u32, outcome: Outcome) -> PreviousRun {
+        PreviousRun {
+            slot,
+            attempt,
+            outcome: Ok(outcome),
+            token: 7,
+        }
+    }
+
+    #[test]
+    fn previous_run_is_accounted_by_the_rows_slot_and_attempts() {
+        // Started and never ended: lost, whatever token wrote it (a takeover chain).
+        let running = prev(T0, 1, Outcome::Running);
+        assert_eq!(
+            account_previous(Some(T0), 0, Some(&running)),
+            Previous::Lost {
+                slot: T0,
+                attempt: 1
+            }
+        );
+        // Recorded lost by a taker that died before its rerun started: still owed.
+        let lost = prev(T0, 1, Outcome::Lost);
+        assert_eq!(
+            account_previous(Some(T0), 0, Some(&lost)),
+            Previous::Lost {
+                slot: T0,
+                attempt: 1
+            }
+        );
+        // Ended, but the release never landed: continue from it.
+        let failed = prev(T0, 2, Outcome::Failed);
+        assert_eq!(
+            account_previous(Some(T0), 1, Some(&failed)),
+            Previous::Finished {
+                slot: T0,
+                attempt: 2,
+                failed: true
+            }
+        );
+        // The row has moved past it (released, or a lost run already owed by the row).
+        assert_eq!(
+            account_previous(Some(T0 + 3_600_000), 0, Some(&running)),
+            Previous::Nothing
+        );
+        assert_eq!(
+            account_previous(Some(T0), 1, Some(&lost)),
+            Previous::Nothing
+        );
+        // Summaries and unknown outcomes say nothing about a run.
+        assert_eq!(
+            account_previous(Some(T0), 0, Some(&prev(T0, 1, Outcome::Skipped))),
+            Previous::Nothing
+        );
+        assert_eq!(account_previous(Some(T0), 0, None), Previous::Nothing);
+    }
+
+    #[test]
+    fn manual_run_waits_until_a_lost_run_is_rerun() {
+        let state = ClaimedState {
+            slot: Some(T0),
+            attempts: 1,
+            taken_over: true,
+            run_now: true,
+            pool_wait: false,
+        };
+        let p = plan_claim(&state, T0 + 15_000, &Policy::default(), &hourly());
+        assert_eq!(p.lost, Some((T0, 1)));
+        assert_eq!(p.action, run(T0, 2));
+        let manual = ClaimedState {
+            taken_over: false,
+            attempts: 0,
+            ..state
+        };
+        let p = plan_claim(&manual, T0 + 15_000, &Policy::default(), &hourly());
+        assert!(matches!(p.action, ClaimAction::Run { manual: true, .. }));
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct RunSpec {
     pub kill_grace: Duration,
     /// Bytes of output kept.
     pub output_tail: usize,
+    /// Lines and bytes of output written to the log; the rest is counted, not logged.
+    pub log_lines: usize,
+    pub log_bytes: usize,
 }
 
 /// Why a run was stopped from outside.
@@ -66,6 +69,8 @@ pub struct RunOutcome {
     pub stopped: bool,
     /// The last `output_tail` bytes of stdout and stderr, interleaved as read.
     pub output: String,
+    /// Set when output was left out of the log: how much, for the run's history.
+    pub log_note: Option<String>,
 }
 
 impl RunOutcome {
@@ -81,6 +86,39 @@ pub struct SpawnError {
     pub what: String,
     #[source]
     pub source: std::io::Error,
+}
+
+/// How much of a run's output may still go to the log, and how much was left out.
+#[derive(Debug)]
+struct LogBudget {
+    lines_left: usize,
+    bytes_left: usize,
+    dropped_lines: u64,
+    dropped_bytes: u64,
+}
+
+impl LogBudget {
+    /// Whether a line of `len` bytes may be logged; counts it as dropped if not.
+    fn take(&mut self, len: usize) -> bool {
+        if self.dropped_lines == 0 && self.lines_left > 0 && len <= self.bytes_left {
+            self.lines_left -= 1;
+            self.bytes_left -= len;
+            true
+        } else {
+            self.dropped_lines += 1;
+            self.dropped_bytes += len as u64;
+            false
+        }
+    }
+
+    fn note(&self) -> Option<String> {
+        (self.dropped_lines > 0).then(|| {
+            format!(
+                "{} line(s), {} byte(s) of output not logged (output_log_lines / output_log_bytes)",
+                self.dropped_lines, self.dropped_bytes
+            )
+        })
+    }
 }
 
 /// The last N bytes of a run's output.
@@ -153,12 +191,30 @@ pub async fn run(
         cap: spec.output_tail,
         bytes: VecDeque::new(),
     }));
+    let budget = Arc::new(Mutex::new(LogBudget {
+        lines_left: spec.log_lines,
+        bytes_left: spec.log_bytes,
+        dropped_lines: 0,
+        dropped_bytes: 0,
+    }));
     let mut readers = tokio::task::JoinSet::new();
     if let Some(out) = child.stdout.take() {
-        readers.spawn(pump(out, spec.job.clone(), "stdout", tail.clone()));
+        let sink = Sink {
+            job: spec.job.clone(),
+            stream: "stdout",
+            tail: tail.clone(),
+            budget: budget.clone(),
+        };
+        readers.spawn(pump(out, sink));
     }
     if let Some(err) = child.stderr.take() {
-        readers.spawn(pump(err, spec.job.clone(), "stderr", tail.clone()));
+        let sink = Sink {
+            job: spec.job.clone(),
+            stream: "stderr",
+            tail: tail.clone(),
+            budget: budget.clone(),
+        };
+        readers.spawn(pump(err, sink));
     }
 
     let mut timed_out = false;
@@ -211,12 +267,17 @@ pub async fn run(
             (None, None)
         }
     };
+    let log_note = budget.lock().unwrap_or_else(|e| e.into_inner()).note();
+    if let Some(note) = &log_note {
+        tracing::warn!(target: "sqlcron::job", job = %spec.job, "{note}");
+    }
     Ok(RunOutcome {
         exit_code,
         signal,
         timed_out,
         stopped,
         output,
+        log_note,
     })
 }
 
@@ -240,48 +301,67 @@ async fn terminate(
     }
 }
 
-/// Reads one output stream in chunks (never a whole line into memory: a job may print
-/// gigabytes without a newline), logs it line by line, and feeds the tail.
-async fn pump(
-    mut stream: impl AsyncRead + Unpin,
+/// Where one output stream goes: the log (within the run's budget) and the tail.
+struct Sink {
     job: String,
-    name: &'static str,
+    stream: &'static str,
     tail: Arc<Mutex<Tail>>,
-) {
+    budget: Arc<Mutex<LogBudget>>,
+}
+
+impl Sink {
+    fn line(&self, line: &[u8], read_len: usize, cut: bool) {
+        let allowed = self
+            .budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(read_len);
+        if !allowed {
+            return;
+        }
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches('\r');
+        let (job, stream) = (&self.job, self.stream);
+        if cut {
+            tracing::info!(target: "sqlcron::job", job = %job, stream, "{text} [line cut]");
+        } else {
+            tracing::info!(target: "sqlcron::job", job = %job, stream, "{text}");
+        }
+    }
+}
+
+/// Reads one output stream in chunks (never a whole line into memory: a job may print
+/// gigabytes without a newline), logs it line by line within the budget, and feeds the tail.
+async fn pump(mut stream: impl AsyncRead + Unpin, sink: Sink) {
     let mut buf = vec![0u8; 16 * 1024];
     let mut line: Vec<u8> = Vec::with_capacity(256);
-    let mut line_cut = false;
+    // Bytes of the current line as read (it may be longer than what is kept of it).
+    let mut read_len = 0usize;
     loop {
         let n = match stream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         let chunk = &buf[..n];
-        tail.lock().unwrap_or_else(|e| e.into_inner()).push(chunk);
+        sink.tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(chunk);
         for &b in chunk {
             if b == b'\n' {
-                emit(&job, name, &line, line_cut);
+                sink.line(&line, read_len + 1, read_len > MAX_LOG_LINE);
                 line.clear();
-                line_cut = false;
-            } else if line.len() < MAX_LOG_LINE {
-                line.push(b);
+                read_len = 0;
             } else {
-                line_cut = true;
+                read_len += 1;
+                if line.len() < MAX_LOG_LINE {
+                    line.push(b);
+                }
             }
         }
     }
-    if !line.is_empty() {
-        emit(&job, name, &line, line_cut);
-    }
-}
-
-fn emit(job: &str, stream: &str, line: &[u8], cut: bool) {
-    let text = String::from_utf8_lossy(line);
-    let text = text.trim_end_matches('\r');
-    if cut {
-        tracing::info!(target: "sqlcron::job", job = %job, stream, "{text} [line cut]");
-    } else {
-        tracing::info!(target: "sqlcron::job", job = %job, stream, "{text}");
+    if read_len > 0 {
+        sink.line(&line, read_len, read_len > MAX_LOG_LINE);
     }
 }
 
@@ -298,6 +378,8 @@ mod tests {
             timeout: Duration::from_secs(30),
             kill_grace: Duration::from_secs(2),
             output_tail: 64,
+            log_lines: 1000,
+            log_bytes: 1 << 20,
         }
     }
 
@@ -329,6 +411,22 @@ mod tests {
         .unwrap();
         assert_eq!(out.output.len(), 64);
         assert!(out.output.ends_with("xxEND\n"));
+    }
+
+    #[tokio::test]
+    async fn log_is_bounded_and_says_how_much_it_left_out() {
+        let mut s = spec("yes | head -n 100000");
+        s.log_lines = 10;
+        let out = run(&s, no_stop()).await.unwrap();
+        assert!(out.success());
+        let note = out.log_note.expect("a note on what was left out");
+        assert!(note.starts_with("99990 line(s), 199980 byte(s)"), "{note}");
+        let mut s = spec("head -c 5000 /dev/zero | tr '\\0' x; echo; echo more");
+        s.log_bytes = 100;
+        let out = run(&s, no_stop()).await.unwrap();
+        assert!(out.log_note.unwrap().starts_with("2 line(s), 5006 byte(s)"));
+        let out = run(&spec("echo one; echo two"), no_stop()).await.unwrap();
+        assert_eq!(out.log_note, None);
     }
 
     #[tokio::test]

@@ -1,32 +1,54 @@
-//! Keeping leases alive for the runs this node supervises.
+//! Keeping leases alive for the claims this node supervises, and stopping trusting them in time.
 //!
 //! # States of one claimed row, as seen by its holder
 //! ```text
 //!   claim ──► Held ──(extend ok)──► Held
 //!               │
-//!               ├─(extend: row no longer ours)────────────► Lost
-//!               ├─(extend fails; trust window runs out)───► Lost
-//!               └─(process exits)──► release (fenced) ──► Done | Lost
+//!               ├─(extend: row no longer ours)─────────────► Lost
+//!               ├─(no successful extension within the trust window)──► Lost
+//!               └─(process exits)──► releasing (lease still extended) ──► Done | Lost
 //! ```
-//! The lease is extended every third of its length, for every live run at once, in one
+//! A claim is *supervised* from the moment it is claimed until its release is written (or the
+//! claim is lost): before the process starts, while it runs, and while its release is retried.
+//! The supervision map is keyed by (row id, claim token), and a node never claims a row it
+//! still supervises, so two runs of one row can never share an entry.
+//!
+//! The lease is extended every third of its length, for every supervised claim at once, in one
 //! statement. Each successful extension moves the *trust window* to (the moment the attempt
 //! started) + 80% of the lease: the node stops trusting its claim before the database could
 //! hand it to someone else, even though the exact expiry is decided by the database clock.
+//!
+//! The window is enforced by time, not by errors: [`trust_watch`] checks every supervised claim
+//! every [`TRUST_CHECK`] on its own, so a statement that hangs (a stalled connection, a row
+//! lock held by an operator) cannot keep a claim trusted. Every statement also carries a
+//! timeout shorter than the window (see `store::connect`), and a run's process is never spawned
+//! once its window has passed.
 //!
 //! # Failures
 //! | what happens | what the node does |
 //! |---|---|
 //! | database slow or down for less than the trust window | keeps running, retries each third of the lease |
-//! | database down past the trust window | run is lost: `on_lease_lost = "kill"` stops the process group, `"ignore"` lets it finish; nothing more is written for it |
+//! | database down, or a statement hung, past the trust window | claim lost: `on_lease_lost = "kill"` stops the process group, `"ignore"` lets it finish; nothing more is written for it |
 //! | another node took the row (extension matched nothing) | same as above, at once |
 //! | the job's process is stuck but alive | the lease is extended: liveness is the process, and `timeout` bounds it |
+//! | the process ended but its release cannot be written | the lease is still extended; the release is retried until it lands or the claim is lost |
 //! | the node dies | the lease expires; another node takes over by `rerun_lost` |
 //! | the node is stopped (SIGTERM) | after `shutdown_grace`, runs are stopped and their leases ended at once |
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::Shared;
+use crate::job::OnLeaseLost;
+use crate::runner::StopRequest;
 
 /// Part of the lease a node trusts after a successful extension.
 pub const TRUST_FRACTION: f64 = 0.8;
+/// How often the trust windows are checked, independently of any database call.
+pub const TRUST_CHECK: Duration = Duration::from_millis(100);
 
 /// How often leases are extended.
 pub fn extend_interval(lease: Duration) -> Duration {
@@ -36,6 +58,132 @@ pub fn extend_interval(lease: Duration) -> Duration {
 /// Until when a claim may be trusted, given when the extension (or the claim) was attempted.
 pub fn trusted_until(attempt_started: Instant, lease: Duration) -> Instant {
     attempt_started + lease.mul_f64(TRUST_FRACTION)
+}
+
+/// The timeout of every statement: half the trust window (at least 500 ms), so a hung
+/// statement returns an error while the claim is still trusted.
+pub fn statement_timeout(lease: Duration) -> Duration {
+    lease
+        .mul_f64(TRUST_FRACTION / 2.0)
+        .max(Duration::from_millis(500))
+}
+
+/// Why a claim's supervision ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Interrupt {
+    LeaseLost,
+    Shutdown,
+}
+
+/// One claim this node supervises, from its claim until its release is written.
+pub(super) struct Supervised {
+    pub job: String,
+    /// Until when the claim may be trusted (see the module documentation).
+    pub trusted_until: Instant,
+    /// Tells the run's process to stop (lease lost, shutdown).
+    pub stop: watch::Sender<StopRequest>,
+    pub interrupted: Option<Interrupt>,
+    pub on_lease_lost: OnLeaseLost,
+    /// The process is running (a shutdown stops only those).
+    pub running: bool,
+}
+
+/// Claims under supervision, by (row id, claim token).
+pub(super) type Supervision = Mutex<HashMap<(i64, i64), Supervised>>;
+
+/// Ends a claim's supervision when dropped (the run task ended, whatever way).
+pub(super) struct SupervisionGuard {
+    pub shared: Arc<Shared>,
+    pub key: (i64, i64),
+}
+
+impl Drop for SupervisionGuard {
+    fn drop(&mut self) {
+        self.shared.supervision().remove(&self.key);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Marks a claim lost and, by its policy, stops its process.
+pub(super) fn lose(r: &mut Supervised, token: i64, why: &str) {
+    if r.interrupted.is_some() {
+        return;
+    }
+    r.interrupted = Some(Interrupt::LeaseLost);
+    match r.on_lease_lost {
+        OnLeaseLost::Kill => {
+            tracing::error!(job = %r.job, token, reason = why, "lease lost; stopping the job");
+            let _ = r.stop.send(StopRequest::Kill);
+        }
+        OnLeaseLost::Ignore => {
+            tracing::error!(job = %r.job, token, reason = why, "lease lost; letting the job finish (on_lease_lost = ignore)");
+        }
+    }
+}
+
+/// Extends the leases of every supervised claim every third of the lease.
+pub(super) async fn lease_loop(shared: Arc<Shared>) {
+    let mut failing = false;
+    loop {
+        let lease = shared.config().daemon.lease;
+        tokio::time::sleep(extend_interval(lease)).await;
+        let held: Vec<(i64, i64)> = shared
+            .supervision()
+            .iter()
+            .filter(|(_, r)| r.interrupted.is_none())
+            .map(|(key, _)| *key)
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let attempt = Instant::now();
+        let result = shared.store.extend(&shared.node, &held, lease).await;
+        let mut supervision = shared.supervision();
+        match result {
+            Ok(lost) => {
+                if failing {
+                    tracing::info!("lease extension works again");
+                    failing = false;
+                }
+                for key in &held {
+                    let Some(r) = supervision.get_mut(key) else {
+                        continue;
+                    };
+                    if lost.contains(&key.0) {
+                        lose(r, key.1, "another node holds the row now");
+                    } else if r.interrupted.is_none() {
+                        r.trusted_until = trusted_until(attempt, lease);
+                    }
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::error!(error = %e, kind = e.kind(), "lease extension failed; runs continue until their trust window ends");
+                    failing = true;
+                }
+            }
+        }
+    }
+}
+
+/// Ends the trust in every claim whose window has passed, on its own timer: no database call
+/// can hold it up.
+pub(super) async fn trust_watch(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(TRUST_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        for (key, r) in shared.supervision().iter_mut() {
+            if r.interrupted.is_none() && r.trusted_until <= now {
+                lose(
+                    r,
+                    key.1,
+                    "no lease extension succeeded within the trust window",
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -49,5 +197,10 @@ mod tests {
         assert_eq!(trusted_until(t0, lease), t0 + Duration::from_secs(8));
         assert_eq!(extend_interval(lease), Duration::from_nanos(3_333_333_333));
         assert!(extend_interval(lease) * 2 < lease.mul_f64(TRUST_FRACTION));
+        assert_eq!(statement_timeout(lease), Duration::from_secs(4));
+        assert_eq!(
+            statement_timeout(Duration::from_millis(600)),
+            Duration::from_millis(500)
+        );
     }
 }

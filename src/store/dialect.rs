@@ -72,6 +72,36 @@ impl Dialect {
         }
     }
 
+    /// Most bytes of job output stored with a run. MySQL/MariaDB's `MEDIUMTEXT` holds 16 MiB,
+    /// but a statement larger than `max_allowed_packet` (16 MiB by default on MariaDB, 4 MiB on
+    /// older MySQL) is refused outright; 1 MiB stays well inside every default.
+    pub fn output_max(self) -> usize {
+        match self {
+            Dialect::Mysql => 1024 * 1024,
+            Dialect::Sqlite | Dialect::Postgres => 16 * 1024 * 1024,
+        }
+    }
+
+    /// Text as this database can store it: NUL bytes (which PostgreSQL's `text` refuses) become
+    /// U+FFFD, and text longer than `max_bytes` keeps its last `max_bytes` bytes, cut at a
+    /// character boundary. The input is valid UTF-8 already (output is decoded lossily). The
+    /// same on every dialect, so a run's history reads the same wherever it was written.
+    pub fn storable_text(self, text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+        fn tail(text: &str, max_bytes: usize) -> &str {
+            let mut start = text.len().saturating_sub(max_bytes);
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
+            &text[start..]
+        }
+        if text.contains('\0') {
+            let replaced = text.replace('\0', "\u{FFFD}");
+            std::borrow::Cow::Owned(tail(&replaced, max_bytes).to_string())
+        } else {
+            std::borrow::Cow::Borrowed(tail(text, max_bytes))
+        }
+    }
+
     /// Whether `UPDATE ... RETURNING` exists (MySQL and MariaDB's UPDATE have none).
     pub fn has_returning(self) -> bool {
         self != Dialect::Mysql
@@ -86,11 +116,19 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
     last_end, last_node, error, claimed_at, pool_wait";
 
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
-/// round trip.
-pub fn claim_sql(dialect: Dialect) -> String {
+/// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
+/// rows the node still supervises, which it must not claim again.
+pub fn claim_sql(dialect: Dialect, excluded: usize) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
-    let due = "enabled = 1 AND next_exec <= {now}";
+    let due = if excluded == 0 {
+        "enabled = 1 AND next_exec <= {now}".to_string()
+    } else {
+        format!(
+            "enabled = 1 AND next_exec <= {{now}} AND id NOT IN ({})",
+            vec!["?"; excluded].join(", ")
+        )
+    };
     let template = match dialect {
         // Writes are serialised by SQLite itself: a plain UPDATE ... RETURNING.
         Dialect::Sqlite => format!(

@@ -18,6 +18,12 @@ for_each_dialect!(
     extend_reports_lost_claims,
     toml_apply_creates_updates_and_removes_only_toml_jobs,
     pool_deferral_keeps_the_slot_and_a_lost_rerun,
+    claim_leaves_out_rows_the_node_supervises,
+    park_is_fenced_and_any_definition_fix_unparks,
+    output_the_database_cannot_store_is_made_storable,
+    previous_run_is_found_by_token_order_across_a_takeover_chain,
+    fencing_token_never_decreases_when_a_row_is_recreated,
+    toml_update_keeps_a_pause,
 );
 
 async fn insert(store: &Store, name: &str, schedule: &str, command: &str) {
@@ -237,11 +243,35 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
         store.start_run(row.id, "a", row.token, &key).await.unwrap(),
         Fenced::Done
     );
-    let err = store
-        .start_run(row.id, "a", row.token, &key)
+    // Issue 9 (3): a start retried after its reply was lost finds its own record and goes on;
+    // a unique violation alone is not taken as proof of anything.
+    assert_eq!(
+        store.start_run(row.id, "a", row.token, &key).await.unwrap(),
+        Fenced::Done
+    );
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    // The same run planned under a later claim: the record belongs to another token.
+    store
+        .execute_raw("UPDATE cron_table SET token = token + 1")
         .await
-        .unwrap_err();
-    assert!(err.is_unique_violation(), "{err}");
+        .unwrap();
+    assert_eq!(
+        store
+            .start_run(row.id, "a", row.token + 1, &key)
+            .await
+            .unwrap(),
+        Fenced::Conflict
+    );
+    store
+        .execute_raw("UPDATE cron_table SET token = token - 1")
+        .await
+        .unwrap();
     // The history line ends with the outcome.
     let release = Release {
         slot: 61_000,
@@ -249,7 +279,7 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
         next_exec: 61_000,
         clear_run_now: false,
         outcome: Some(RunResult {
-            outcome: "ok",
+            outcome: sqlcron::job::Outcome::Ok,
             exit_code: Some(0),
             signal: None,
             started: 1_000,
@@ -602,5 +632,245 @@ async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
     assert_eq!(
         store.job(&again[0].name).await.unwrap().unwrap().pool_wait,
         0
+    );
+}
+
+/// Issue 9 (1): a node never claims a row it still supervises.
+async fn claim_leaves_out_rows_the_node_supervises(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "x", "* * * * *", "true").await;
+    insert(&store, "y", "* * * * *", "true").await;
+    make_due(&store, "x").await;
+    make_due(&store, "y").await;
+    let x = store.job("x").await.unwrap().unwrap();
+    let (_, rows) = store
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id])
+        .await
+        .unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["y"]);
+    let (_, rows) = store
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id, rows[0].id])
+        .await
+        .unwrap();
+    assert!(rows.is_empty());
+    let (_, rows) = store.claim("a", 10, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].name, "x");
+}
+
+/// Issue 9 (8): parking is one fenced write, and a fix to any definition or policy column of a
+/// parked row un-parks it; the same change on a healthy row keeps its schedule state.
+async fn park_is_fenced_and_any_definition_fix_unparks(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "p", "* * * * *", "true").await;
+    insert(&store, "h", "* * * * *", "true").await;
+    make_due(&store, "p").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    let row = &rows[0];
+    assert_eq!(
+        store.park(row.id, "a", row.token + 1, "bad").await.unwrap(),
+        Fenced::Lost
+    );
+    assert_eq!(
+        store.park(row.id, "b", row.token, "bad").await.unwrap(),
+        Fenced::Lost
+    );
+    assert_eq!(
+        store
+            .park(row.id, "a", row.token, "env: not a JSON object")
+            .await
+            .unwrap(),
+        Fenced::Done
+    );
+    let parked = store.job("p").await.unwrap().unwrap();
+    assert_eq!(parked.next_exec, Some(PARKED));
+    assert_eq!(parked.exec_by, None);
+    assert_eq!(parked.error.as_deref(), Some("env: not a JSON object"));
+    for fix in [
+        "env = '{}'",
+        "workdir = '/tmp'",
+        "retries = 2",
+        "pool = 'p1'",
+        "on_lease_lost = 'ignore'",
+    ] {
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET error = 'still bad', next_exec = {PARKED} WHERE name = 'p'"
+            ))
+            .await
+            .unwrap();
+        store
+            .execute_raw(&format!("UPDATE cron_table SET {fix} WHERE name = 'p'"))
+            .await
+            .unwrap();
+        let row = store.job("p").await.unwrap().unwrap();
+        assert_eq!((row.next_exec, row.error.as_deref()), (None, None), "{fix}");
+    }
+    // A healthy row keeps its state when a policy column changes.
+    store
+        .execute_raw(
+            "UPDATE cron_table SET next_exec = 5000, slot = 5000, attempt = 1 WHERE name = 'h'",
+        )
+        .await
+        .unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET retries = 3, env = '{}' WHERE name = 'h'")
+        .await
+        .unwrap();
+    let h = store.job("h").await.unwrap().unwrap();
+    assert_eq!(
+        (h.next_exec, h.slot, h.attempt),
+        (Some(5000), Some(5000), 1)
+    );
+}
+
+/// Issue 9 (2): output with NUL bytes (PostgreSQL's `text` refuses them) or larger than the
+/// dialect stores is written, not retried until the lease is lost.
+async fn output_the_database_cannot_store_is_made_storable(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "n", "* * * * *", "true").await;
+    make_due(&store, "n").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    let row = &rows[0];
+    let key = RunKey {
+        job: "n".into(),
+        slot: 1_000,
+        attempt: 1,
+    };
+    store.start_run(row.id, "a", row.token, &key).await.unwrap();
+    let big = "é".repeat(dialect.output_max()); // twice the limit in bytes
+    let release = Release {
+        slot: 61_000,
+        attempts: 0,
+        next_exec: 61_000,
+        clear_run_now: false,
+        outcome: Some(RunResult {
+            outcome: sqlcron::job::Outcome::Ok,
+            exit_code: Some(0),
+            signal: None,
+            started: 1_000,
+            output: format!("{big}a\0b\u{FFFD}\n"),
+            message: Some("m\0".into()),
+        }),
+    };
+    assert_eq!(
+        store
+            .release(row.id, "a", row.token, &release, Some(&key))
+            .await
+            .unwrap(),
+        Fenced::Done
+    );
+    let h = store.history(Some("n"), 1).await.unwrap().remove(0);
+    let out = h.output.unwrap();
+    assert!(
+        out.ends_with("a\u{FFFD}b\u{FFFD}\n"),
+        "{}",
+        &out[out.len() - 20..]
+    );
+    assert!(out.len() <= dialect.output_max());
+    assert!(out.len() > dialect.output_max() - 4);
+    assert_eq!(h.message.as_deref(), Some("m\u{FFFD}"));
+}
+
+/// Issue 9 (4): the run a takeover must account for is found by token order, whatever the
+/// holders in between did (a chain: A started it, B claimed and started nothing, C looks).
+async fn previous_run_is_found_by_token_order_across_a_takeover_chain(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "c", "* * * * *", "true").await;
+    make_due(&store, "c").await;
+    let (_, a) = store.claim("A", 1, Duration::from_millis(1)).await.unwrap();
+    let key = RunKey {
+        job: "c".into(),
+        slot: 1_000,
+        attempt: 1,
+    };
+    store
+        .start_run(a[0].id, "A", a[0].token, &key)
+        .await
+        .unwrap();
+    let mut last = a[0].clone();
+    for node in ["B", "C"] {
+        store
+            .execute_raw("UPDATE cron_table SET next_exec = 0, lease_until = 0")
+            .await
+            .unwrap();
+        let (_, rows) = store.claim(node, 1, Duration::from_secs(10)).await.unwrap();
+        last = rows[0].clone();
+    }
+    assert_eq!(last.token, a[0].token + 2);
+    assert_eq!(last.prev_exec_by.as_deref(), Some("B"));
+    let prev = store.previous_run("c", last.token).await.unwrap().unwrap();
+    assert_eq!(
+        (prev.slot, prev.attempt, prev.token),
+        (1_000, 1, a[0].token)
+    );
+    assert_eq!(prev.outcome, Ok(sqlcron::job::Outcome::Running));
+    assert_eq!(store.previous_run("c", a[0].token).await.unwrap(), None);
+}
+
+/// Issue 9 (11): a job deleted and created again keeps a fencing token above every token its
+/// history holds, so a job's own storage never sees the token go back.
+async fn fencing_token_never_decreases_when_a_row_is_recreated(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, outcome) \
+             VALUES ('t', 1000, 1, 'a', 41, 'ok')",
+        )
+        .await
+        .unwrap();
+    insert(&store, "t", "* * * * *", "true").await;
+    let row = store.rows_to_prepare(10).await.unwrap().remove(0);
+    assert_eq!(row.token, 0);
+    assert!(store.set_prepared(row.id, 1_000, 1_000).await.unwrap());
+    make_due(&store, "t").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows[0].token, 42);
+}
+
+/// Issue 9 (11): applying a changed TOML job keeps a pause made with `sqlcron pause`; a change
+/// of the TOML's own `enabled` still applies.
+async fn toml_update_keeps_a_pause(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let job = |command: &str, enabled: bool| sqlcron::job::JobSpec {
+        name: "k".into(),
+        schedule: "@daily".into(),
+        timezone: None,
+        command: Some(command.into()),
+        argv: None,
+        env: Default::default(),
+        workdir: None,
+        enabled,
+        pool: None,
+        overrides: Default::default(),
+    };
+    store.apply_toml(&[job("true", true)], false).await.unwrap();
+    assert!(store.set_enabled("k", false).await.unwrap());
+    let report = store
+        .apply_toml(&[job("echo changed", true)], false)
+        .await
+        .unwrap();
+    assert_eq!(report.updated, ["k"]);
+    let row = store.job("k").await.unwrap().unwrap();
+    assert_eq!(row.command.as_deref(), Some("echo changed"));
+    assert!(!row.enabled, "the pause survives an update");
+    store
+        .apply_toml(&[job("echo changed", false)], false)
+        .await
+        .unwrap();
+    store
+        .apply_toml(&[job("echo changed", true)], false)
+        .await
+        .unwrap();
+    assert!(
+        store.job("k").await.unwrap().unwrap().enabled,
+        "the TOML turned it on"
     );
 }

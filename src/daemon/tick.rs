@@ -1,0 +1,245 @@
+//! One pass of the poll loop ([`Daemon::tick`]): a peek at the table, preparing new rows, a
+//! claim of up to the free capacity, and one task per claimed row. Tests call it directly.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::claimed::{Claim, Route, claimed_state};
+use super::decode::resolve;
+use super::lease::{Supervised, SupervisionGuard, trusted_until};
+use super::{Daemon, Shared, TickReport, fmt_ms};
+use crate::config::Config;
+use crate::job::{OnLeaseLost, Policy};
+use crate::policy::{self, ClaimAction, jitter_ms, plan_claim};
+use crate::runner::StopRequest;
+use crate::schedule::Schedule;
+use crate::store::{JobRow, RunKey, StoreError};
+
+/// A claimed row on its way to its task: the claim, its schedule and policy (or why it cannot
+/// run), how far the tick took it, and its place in `max_parallel`.
+type Ready = (
+    Claim,
+    Result<(Schedule, Policy), String>,
+    Route,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+/// How many new or changed rows one tick prepares.
+const PREPARE_BATCH: i64 = 500;
+
+/// The run of a claimed row when it is the common case: no previous holder to account for, no
+/// pool, nothing missed or abandoned, just a run of `(key, manual)`. `None` for everything else.
+fn plain_run(
+    row: &JobRow,
+    now: i64,
+    schedule: &Schedule,
+    policy: &Policy,
+) -> Option<(RunKey, bool)> {
+    if row.prev_exec_by.is_some() || row.pool.is_some() || row.pool_wait != 0 {
+        return None;
+    }
+    let plan = plan_claim(&claimed_state(row), now, policy, schedule);
+    if plan.lost.is_some() || plan.abandoned.is_some() || plan.skipped.is_some() {
+        return None;
+    }
+    let ClaimAction::Run {
+        slot,
+        attempt,
+        manual,
+    } = plan.action
+    else {
+        return None;
+    };
+    tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
+    let key = RunKey {
+        job: row.name.clone(),
+        slot,
+        attempt,
+    };
+    Some((key, manual))
+}
+
+impl Daemon {
+    /// One claim-and-dispatch pass. Tests call it directly.
+    pub async fn tick(&self, tasks: &mut JoinSet<()>) -> Result<TickReport, StoreError> {
+        let shared = &self.shared;
+        let config = self.config();
+        let peek = shared.store.peek().await?;
+        let mut report = TickReport {
+            now: peek.now,
+            next_due: peek.next_due,
+            next_job: peek.next_name.clone(),
+            ..TickReport::default()
+        };
+        if peek.pending_prepare {
+            let (ok, bad) = shared.prepare(peek.now, &config).await?;
+            report.prepared = ok;
+            report.invalid = bad;
+            if ok > 0 {
+                // Newly prepared rows may be due sooner than what the peek saw.
+                report.next_due = Some(peek.now);
+            }
+        }
+        if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(report);
+        }
+        let free = shared.permits.available_permits();
+        if free == 0 {
+            report.saturated = true;
+            return Ok(report);
+        }
+        if peek.next_due.is_none_or(|d| d > peek.now) {
+            return Ok(report);
+        }
+        // Rows this node still supervises are never claimed again (see `lease.rs`).
+        let supervised: Vec<i64> = shared.supervision().keys().map(|(id, _)| *id).collect();
+        // The trust window starts when the claim is attempted, not when its reply arrives.
+        let claim_started = Instant::now();
+        let (now, rows) = shared
+            .store
+            .claim_excluding(&shared.node, free, config.daemon.lease, &supervised)
+            .await?;
+        report.claimed = rows.len();
+        report.saturated = rows.len() == free;
+        let now = now.unwrap_or(peek.now);
+        // Rows that simply run their slot have their run starts recorded in one statement;
+        // the others (takeovers, pools, missed slots, invalid rows) are planned in their task.
+        let mut ready = Vec::new();
+        for row in rows {
+            let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+                // Cannot happen (we claimed at most the free permits); the lease will expire.
+                tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");
+                continue;
+            };
+            let resolved = resolve(&row, &config.defaults);
+            let on_lease_lost = resolved
+                .as_ref()
+                .map(|(_, p)| p.on_lease_lost)
+                .unwrap_or(OnLeaseLost::Kill);
+            let route = resolved
+                .as_ref()
+                .ok()
+                .and_then(|(schedule, policy)| plain_run(&row, now, schedule, policy))
+                .map(|(key, manual)| Route::Plain { key, manual })
+                .unwrap_or(Route::Full);
+            let claim =
+                shared.supervise_claim(row, now, claim_started, on_lease_lost, config.daemon.lease);
+            ready.push((claim, resolved, route, permit));
+        }
+        self.record_plain_starts(&mut ready).await;
+        for (claim, resolved, route, permit) in ready {
+            let shared = self.shared.clone();
+            let config = config.clone();
+            tasks.spawn(async move {
+                shared.handle(claim, resolved, route, &config).await;
+                drop(permit);
+                shared.wake.notify_one();
+            });
+        }
+        Ok(report)
+    }
+
+    /// Records the run starts of the plain rows of one claim in one statement; the rows whose
+    /// start it recorded go on as [`Route::Started`]. On any doubt (an error, a start not
+    /// recorded) a row stays [`Route::Plain`] and records its start itself, idempotently.
+    async fn record_plain_starts(&self, ready: &mut [Ready]) {
+        let starts: Vec<(i64, i64, &RunKey)> = ready
+            .iter()
+            .filter_map(|(c, _, route, _)| match route {
+                Route::Plain { key, .. } => Some((c.row.id, c.row.token, key)),
+                _ => None,
+            })
+            .collect();
+        if starts.len() < 2 {
+            return;
+        }
+        let started = match self
+            .shared
+            .store
+            .start_runs(&self.shared.node, &starts)
+            .await
+        {
+            Ok(started) => started,
+            Err(e) => {
+                tracing::debug!(error = %e, "recording the run starts together failed; one by one");
+                return;
+            }
+        };
+        let mut started = started.into_iter();
+        for (_, _, route, _) in ready.iter_mut() {
+            if let Route::Plain { key, manual } = route
+                && started.next() == Some(true)
+            {
+                *route = Route::Started {
+                    key: key.clone(),
+                    manual: *manual,
+                };
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Puts a claim under supervision (its lease extended from now on) and returns what its task
+    /// holds.
+    fn supervise_claim(
+        self: &Arc<Self>,
+        row: JobRow,
+        now: i64,
+        claimed_at: Instant,
+        on_lease_lost: OnLeaseLost,
+        lease: std::time::Duration,
+    ) -> Claim {
+        let key = (row.id, row.token);
+        let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
+        self.supervision().insert(
+            key,
+            Supervised {
+                job: row.name.clone(),
+                trusted_until: trusted_until(claimed_at, lease),
+                stop: stop_tx,
+                interrupted: None,
+                on_lease_lost,
+                running: false,
+            },
+        );
+        Claim {
+            row,
+            now,
+            claimed_at,
+            stop: stop_rx,
+            _guard: SupervisionGuard {
+                shared: self.clone(),
+                key,
+            },
+        }
+    }
+
+    /// Computes the first slot of rows inserted or changed with SQL, and parks invalid ones.
+    async fn prepare(&self, now: i64, config: &Config) -> Result<(usize, usize), StoreError> {
+        let rows = self.store.rows_to_prepare(PREPARE_BATCH).await?;
+        let (mut ok, mut bad) = (0, 0);
+        for row in rows {
+            match resolve(&row, &config.defaults) {
+                Ok((schedule, policy)) => {
+                    let slot = policy::next_slot(&schedule, now);
+                    let next_exec = slot.saturating_add(jitter_ms(&row.name, slot, policy.jitter));
+                    if self.store.set_prepared(row.id, slot, next_exec).await? {
+                        ok += 1;
+                        tracing::info!(job = %row.name, next = %fmt_ms(slot), "job scheduled");
+                    }
+                }
+                Err(message) => {
+                    if self.store.set_invalid(row.id, &message).await? {
+                        bad += 1;
+                        tracing::error!(job = %row.name, error = %message, "job row is invalid; skipped until fixed");
+                    }
+                }
+            }
+        }
+        Ok((ok, bad))
+    }
+}

@@ -1,0 +1,195 @@
+//! Reads and small writes for the command line and the node registry: status, history, pause,
+//! manual runs, node heartbeats.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+impl Store {
+    /// Registers this daemon in `cron_nodes`.
+    pub async fn register_node(
+        &self,
+        name: &str,
+        host: &str,
+        pid: u32,
+        toml_jobs: &str,
+    ) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.node_upsert.clone()))
+            .bind(name.to_string())
+            .bind(host.to_string())
+            .bind(i64::from(pid))
+            .bind(env!("CARGO_PKG_VERSION").to_string())
+            .bind(toml_jobs.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "register node"))?;
+        Ok(())
+    }
+
+    /// Refreshes this node's `last_seen` (heartbeat).
+    pub async fn node_seen(&self, name: &str) -> Result<()> {
+        self.node_touch(name, &self.sql.node_seen, "node heartbeat")
+            .await
+    }
+
+    /// Records that this node stopped.
+    pub async fn node_stopped(&self, name: &str) -> Result<()> {
+        self.node_touch(name, &self.sql.node_stopped, "node stop")
+            .await
+    }
+
+    async fn node_touch(&self, name: &str, statement: &str, op: &'static str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(statement.to_string()))
+            .bind(name.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, op))?;
+        Ok(())
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
+        let rows = sqlx::query(
+            "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs FROM cron_nodes ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "list nodes"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(NodeRow {
+                    name: r.try_get("name")?,
+                    host: r.try_get("host")?,
+                    pid: r.try_get("pid")?,
+                    version: r.try_get("version")?,
+                    started: r.try_get("started")?,
+                    last_seen: r.try_get("last_seen")?,
+                    stopped: r.try_get("stopped")?,
+                    toml_jobs: r.try_get("toml_jobs")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode node"))
+    }
+
+    /// Every job row, by name.
+    pub async fn jobs(&self) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table ORDER BY name"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "list jobs"))?;
+        Ok(claim::decode_rows(&rows))
+    }
+
+    pub async fn job(&self, name: &str) -> Result<Option<JobRow>> {
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE name = ?"
+        ))))
+        .bind(name.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read job"))?;
+        Ok(row
+            .as_ref()
+            .and_then(|r| claim::decode_rows(std::slice::from_ref(r)).pop()))
+    }
+
+    /// The history, newest first, optionally of one job.
+    pub async fn history(&self, job: Option<&str>, limit: i64) -> Result<Vec<HistoryRow>> {
+        let cols = "job_name, slot, attempt, node, token, started, ended, outcome, exit_code, \
+                    exit_signal, output, skipped_count, skipped_last, message";
+        let text = match job {
+            Some(_) => {
+                format!("SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT ?")
+            }
+            None => format!("SELECT {cols} FROM cron_runs ORDER BY id DESC LIMIT ?"),
+        };
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
+        if let Some(j) = job {
+            q = q.bind(j.to_string());
+        }
+        let rows = q
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read history"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(HistoryRow {
+                    job: r.try_get("job_name")?,
+                    slot: r.try_get("slot")?,
+                    attempt: r.try_get("attempt")?,
+                    node: r.try_get("node")?,
+                    token: r.try_get("token")?,
+                    started: r.try_get("started")?,
+                    ended: r.try_get("ended")?,
+                    outcome: r.try_get("outcome")?,
+                    exit_code: r.try_get("exit_code")?,
+                    signal: r.try_get("exit_signal")?,
+                    output: r.try_get("output")?,
+                    skipped_count: r.try_get("skipped_count")?,
+                    skipped_last: r.try_get("skipped_last")?,
+                    message: r.try_get("message")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode history"))
+    }
+
+    /// `pause` / `resume`. False if there is no such job.
+    pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("UPDATE cron_table SET enabled = ? WHERE name = ?"),
+        ))
+        .bind(i64::from(enabled))
+        .bind(name.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "set enabled"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// `run JOB`: one extra run as soon as possible. An idle row becomes due now; a running one
+    /// runs again right after it is released.
+    pub async fn request_run(&self, name: &str) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_table SET run_now = 1, \
+             next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \
+             WHERE name = ?",
+        )))
+        .bind(PARKED)
+        .bind(name.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "request run"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Runs arbitrary SQL (tests and `sqlcron` maintenance only).
+    pub async fn execute_raw(&self, sql: &str) -> Result<u64> {
+        let done = sqlx::query(AssertSqlSafe(sql.to_string()))
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "execute"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Runs a query returning one integer (tests and benchmarks).
+    pub async fn scalar_i64(&self, sql: &str) -> Result<Option<i64>> {
+        self.scalar(sql).await
+    }
+
+    /// Runs a query returning one value of any type the driver decodes (tests and benchmarks).
+    pub async fn scalar<T>(&self, sql: &str) -> Result<Option<T>>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+    {
+        let row = sqlx::query(AssertSqlSafe(sql.to_string()))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql_err!(self, "query"))?;
+        row.try_get(0).map_err(sql_err!(self, "query"))
+    }
+}

@@ -1,0 +1,495 @@
+//! The claim path: peek, prepare, claim, start, extend, release and takeover. Every write about
+//! a claimed row is fenced by `exec_by = node AND token = claim token`.
+
+use std::time::Duration;
+
+use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+impl Store {
+    /// One cheap, index-backed look: the clock, the earliest due time and whether rows wait for
+    /// preparation. This is the only statement an idle node sends per poll.
+    pub async fn peek(&self) -> Result<Peek> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.peek.clone()))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql_err!(self, "peek"))?;
+        Ok(Peek {
+            now: row.try_get("db_now").map_err(sql_err!(self, "peek"))?,
+            next_due: row.try_get("next_due").map_err(sql_err!(self, "peek"))?,
+            pending_prepare: row
+                .try_get::<i64, _>("pending")
+                .map_err(sql_err!(self, "peek"))?
+                != 0,
+            next_name: row.try_get("next_name").map_err(sql_err!(self, "peek"))?,
+        })
+    }
+
+    /// Rows without a `next_exec` (new or changed with SQL), oldest first.
+    pub async fn rows_to_prepare(&self, limit: i64) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query(AssertSqlSafe(self.sql.to_prepare.clone()))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "select rows to prepare"))?;
+        Ok(decode_rows(&rows))
+    }
+
+    /// Gives a prepared row its first slot. False if another node did it first.
+    pub async fn set_prepared(&self, id: i64, slot: i64, next_exec: i64) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.prepared.clone()))
+            .bind(slot)
+            .bind(next_exec)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "prepare row"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Parks an unusable row with the reason in `error`. False if another node did it first.
+    pub async fn set_invalid(&self, id: i64, error: &str) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.invalid.clone()))
+            .bind(error.to_string())
+            .bind(PARKED)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "mark row invalid"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Releases a claimed row that cannot run and parks it with the reason in `error`, in one
+    /// statement fenced by the claim. The row keeps its slot and attempts; a change to any of its
+    /// definition or policy columns un-parks it (the schema's trigger clears `next_exec`).
+    pub async fn park(&self, id: i64, node: &str, token: i64, error: &str) -> Result<Fenced> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.park.clone()))
+            .bind(self.dialect.storable_text(error, MESSAGE_MAX).into_owned())
+            .bind(PARKED)
+            .bind(id)
+            .bind(node.to_string())
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "park row"))?;
+        Ok(Fenced::from_rows(done.rows_affected()))
+    }
+
+    /// Claims up to `limit` due rows for `node` with a lease of `lease`. Returns the database
+    /// clock at the claim and the rows, with their new token and their previous holder in
+    /// `prev_exec_by` (set when a lease expired without a release).
+    pub async fn claim(
+        &self,
+        node: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<(Option<i64>, Vec<JobRow>)> {
+        self.claim_excluding(node, limit, lease, &[]).await
+    }
+
+    /// [`Store::claim`], leaving out the rows in `supervised`: a node never claims a row whose
+    /// earlier run it still supervises (its lease may have run out during a stall, but its
+    /// process is still being watched, and a second run would overlap it).
+    pub async fn claim_excluding(
+        &self,
+        node: &str,
+        limit: usize,
+        lease: Duration,
+        supervised: &[i64],
+    ) -> Result<(Option<i64>, Vec<JobRow>)> {
+        let lease_ms = lease.as_millis() as i64;
+        let text = if supervised.is_empty() {
+            self.sql.claim.clone()
+        } else {
+            claim_sql(self.dialect, supervised.len())
+        };
+        let rows = if self.dialect.has_returning() {
+            let mut q = sqlx::query(AssertSqlSafe(text))
+                .bind(node.to_string())
+                .bind(lease_ms)
+                .bind(lease_ms);
+            for id in supervised {
+                q = q.bind(*id);
+            }
+            q.bind(limit as i64)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql_err!(self, "claim"))?
+        } else {
+            let claim_id = new_claim_id(node);
+            let mut q = sqlx::query(AssertSqlSafe(text))
+                .bind(node.to_string())
+                .bind(lease_ms)
+                .bind(lease_ms)
+                .bind(claim_id.clone());
+            for id in supervised {
+                q = q.bind(*id);
+            }
+            let marked = q
+                .bind(limit as i64)
+                .execute(&self.pool)
+                .await
+                .map_err(sql_err!(self, "claim"))?;
+            if marked.rows_affected() == 0 {
+                return Ok((None, vec![]));
+            }
+            sqlx::query(AssertSqlSafe(self.sql.claim_read.clone()))
+                .bind(claim_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql_err!(self, "read claimed rows"))?
+        };
+        let now = match rows.first() {
+            Some(r) => Some(r.try_get("db_now").map_err(sql_err!(self, "claim"))?),
+            None => None,
+        };
+        Ok((now, decode_rows(&rows)))
+    }
+
+    /// Records the start of a run in `cron_runs`, fenced by the claim: one statement that
+    /// inserts nothing if the claim is no longer ours.
+    ///
+    /// Idempotent: when the record of this (job, slot, attempt) exists already, the token that
+    /// wrote it decides. Ours means an earlier try of this very call committed and its reply was
+    /// lost: [`Fenced::Done`]. Another token means another claim started this run:
+    /// [`Fenced::Conflict`]. A unique-key violation alone never proves the work was done.
+    pub async fn start_run(&self, id: i64, node: &str, token: i64, key: &RunKey) -> Result<Fenced> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.start_run.clone()))
+            .bind(key.slot)
+            .bind(i64::from(key.attempt))
+            .bind(node.to_string())
+            .bind(id)
+            .bind(node.to_string())
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "record run start"));
+        match done {
+            Ok(done) => Ok(Fenced::from_rows(done.rows_affected())),
+            Err(e) if e.is_unique_violation() => match self.run_token(key).await? {
+                Some(t) if t == token => Ok(Fenced::Done),
+                _ => Ok(Fenced::Conflict),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The claim token that recorded the run `key`, if a run record exists (`None` also for a
+    /// summary line, which has no token).
+    pub async fn run_token(&self, key: &RunKey) -> Result<Option<i64>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.run_token.clone()))
+            .bind(key.job.clone())
+            .bind(key.slot)
+            .bind(i64::from(key.attempt))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read run token"))?;
+        match row {
+            Some(r) => r
+                .try_get::<Option<i64>, _>("token")
+                .map_err(sql_err!(self, "read run token")),
+            None => Ok(None),
+        }
+    }
+
+    /// Records the starts of several runs in one statement, each fenced by its claim (row id
+    /// and token); see [`Store::start_run`]. Returns, per run, whether it was recorded. A
+    /// unique-key violation fails the whole statement: the caller then goes one by one.
+    pub async fn start_runs(&self, node: &str, runs: &[(i64, i64, &RunKey)]) -> Result<Vec<bool>> {
+        if let [(id, token, key)] = runs {
+            return Ok(vec![
+                self.start_run(*id, node, *token, key).await? == Fenced::Done,
+            ]);
+        }
+        let values = vec!["SELECT ? AS id, ? AS token, ? AS slot, ? AS attempt"; runs.len()]
+            .join(" UNION ALL ");
+        let text = self.dialect.render(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             SELECT c.name, v.slot, v.attempt, ?, c.token, {{now}}, 'running' \
+             FROM cron_table c JOIN ({values}) v ON c.id = v.id AND c.token = v.token \
+             WHERE c.exec_by = ?"
+        ));
+        // Placeholders in the order of the text: the node, the runs, the node again.
+        let mut q = sqlx::query(AssertSqlSafe(text)).bind(node.to_string());
+        for (id, token, key) in runs {
+            q = q
+                .bind(*id)
+                .bind(*token)
+                .bind(key.slot)
+                .bind(i64::from(key.attempt));
+        }
+        let done = q
+            .bind(node.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "record run starts"))?;
+        if done.rows_affected() as usize == runs.len() {
+            return Ok(vec![true; runs.len()]);
+        }
+        // Some claims were lost in between (rare): look up which runs were recorded.
+        let mut started = Vec::with_capacity(runs.len());
+        for (_, token, key) in runs {
+            started.push(self.run_token(key).await? == Some(*token));
+        }
+        Ok(started)
+    }
+
+    /// The newest run record written under a claim older than `below_token`: what a node taking
+    /// over an unreleased claim must account for (see `policy::account_previous`). Found by
+    /// token order, not by `token - 1`: in a chain of takeovers the previous holders may have
+    /// started nothing.
+    pub async fn previous_run(&self, job: &str, below_token: i64) -> Result<Option<PreviousRun>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.previous_run.clone()))
+            .bind(job.to_string())
+            .bind(below_token)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read previous run"))?;
+        row.map(|r| -> std::result::Result<_, sqlx::Error> {
+            let attempt: i64 = r.try_get("attempt")?;
+            let outcome: String = r.try_get("outcome")?;
+            Ok(PreviousRun {
+                slot: r.try_get("slot")?,
+                attempt: attempt.max(0) as u32,
+                outcome: Outcome::parse(&outcome),
+                token: r.try_get("token")?,
+            })
+        })
+        .transpose()
+        .map_err(sql_err!(self, "read previous run"))
+    }
+
+    /// Extends the leases of the runs this node still supervises, in one statement. Returns
+    /// the ids whose claim is lost (no longer ours).
+    pub async fn extend(
+        &self,
+        node: &str,
+        held: &[(i64, i64)],
+        lease: Duration,
+    ) -> Result<Vec<i64>> {
+        if held.is_empty() {
+            return Ok(vec![]);
+        }
+        let pairs = vec!["(id = ? AND token = ?)"; held.len()].join(" OR ");
+        let text = self.dialect.render(&format!(
+            "UPDATE cron_table SET lease_until = {{now}} + ?, next_exec = {{now}} + ? \
+             WHERE exec_by = ? AND ({pairs})"
+        ));
+        let lease_ms = lease.as_millis() as i64;
+        let mut q = sqlx::query(AssertSqlSafe(text))
+            .bind(lease_ms)
+            .bind(lease_ms)
+            .bind(node.to_string());
+        for (id, token) in held {
+            q = q.bind(*id).bind(*token);
+        }
+        let done = q
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "extend leases"))?;
+        if done.rows_affected() as usize == held.len() {
+            return Ok(vec![]);
+        }
+        // Some claims are gone: find which.
+        let ids = vec!["?"; held.len()].join(", ");
+        let text = self.dialect.render(&format!(
+            "SELECT id, token, exec_by FROM cron_table WHERE id IN ({ids})"
+        ));
+        let mut q = sqlx::query(AssertSqlSafe(text));
+        for (id, _) in held {
+            q = q.bind(*id);
+        }
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "check leases"))?;
+        let mut still: std::collections::HashSet<i64> = Default::default();
+        for r in &rows {
+            let id: i64 = r.try_get("id").map_err(sql_err!(self, "check leases"))?;
+            let token: i64 = r.try_get("token").map_err(sql_err!(self, "check leases"))?;
+            let by: Option<String> = r
+                .try_get("exec_by")
+                .map_err(sql_err!(self, "check leases"))?;
+            if by.as_deref() == Some(node) && held.contains(&(id, token)) {
+                still.insert(id);
+            }
+        }
+        Ok(held
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !still.contains(id))
+            .collect())
+    }
+
+    /// Releases a claimed row (fenced) and, after a run, writes its outcome to the history.
+    ///
+    /// On PostgreSQL one statement does both. Elsewhere two, history first: if the node dies
+    /// between them, the row's lease expires and the next holder finds the run's outcome by
+    /// token instead of rerunning it.
+    pub async fn release(
+        &self,
+        id: i64,
+        node: &str,
+        token: i64,
+        release: &Release,
+        run: Option<&RunKey>,
+    ) -> Result<Fenced> {
+        type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+        let dialect = self.dialect;
+        let bind_finish = |q: Query<'static>, key: &RunKey, outcome: &RunResult| {
+            q.bind(outcome.outcome.as_str().to_string())
+                .bind(outcome.exit_code)
+                .bind(outcome.signal)
+                .bind(
+                    dialect
+                        .storable_text(&outcome.output, dialect.output_max())
+                        .into_owned(),
+                )
+                .bind(
+                    outcome
+                        .message
+                        .as_deref()
+                        .map(|m| dialect.storable_text(m, MESSAGE_MAX).into_owned()),
+                )
+                .bind(key.job.clone())
+                .bind(key.slot)
+                .bind(i64::from(key.attempt))
+                .bind(token)
+        };
+        let finished = run.zip(release.outcome.as_ref());
+        let q = match (finished, &self.sql.finish_and_release) {
+            (Some((key, outcome)), Some(both)) => {
+                bind_finish(sqlx::query(AssertSqlSafe(both.clone())), key, outcome)
+            }
+            (Some((key, outcome)), None) => {
+                bind_finish(
+                    sqlx::query(AssertSqlSafe(self.sql.finish_run.clone())),
+                    key,
+                    outcome,
+                )
+                .execute(&self.pool)
+                .await
+                .map_err(sql_err!(self, "record run end"))?;
+                sqlx::query(AssertSqlSafe(self.sql.release.clone()))
+            }
+            (None, _) => sqlx::query(AssertSqlSafe(self.sql.release.clone())),
+        };
+        let manual = i64::from(release.clear_run_now);
+        let has_outcome = i64::from(release.outcome.is_some());
+        let updated = q
+            .bind(manual)
+            .bind(release.next_exec)
+            .bind(manual)
+            .bind(release.slot)
+            .bind(i64::from(release.attempts))
+            .bind(
+                release
+                    .outcome
+                    .as_ref()
+                    .map(|o| o.outcome.as_str().to_string()),
+            )
+            .bind(has_outcome)
+            .bind(release.outcome.as_ref().and_then(|o| o.exit_code))
+            .bind(has_outcome)
+            .bind(release.outcome.as_ref().map(|o| o.started))
+            .bind(has_outcome)
+            .bind(has_outcome)
+            .bind(node.to_string())
+            .bind(id)
+            .bind(node.to_string())
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "release"))?;
+        Ok(if updated.rows_affected() == 1 {
+            Fenced::Done
+        } else {
+            Fenced::Lost
+        })
+    }
+
+    /// Marks a run as lost in the history (a node died or lost its lease while it ran).
+    pub async fn record_lost(&self, key: &RunKey, message: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.lost_run.clone()))
+            .bind(message.to_string())
+            .bind(key.job.clone())
+            .bind(key.slot)
+            .bind(i64::from(key.attempt))
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "record lost run"))?;
+        Ok(())
+    }
+
+    /// A history line that is not a run: `skipped` (a summary of missed slots) or `abandoned`
+    /// (retries given up). Recorded once; a repeat is ignored.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record_summary(
+        &self,
+        job: &str,
+        slot: i64,
+        attempt: u32,
+        node: &str,
+        outcome: Outcome,
+        count: Option<i64>,
+        last: Option<i64>,
+        message: &str,
+    ) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.summary.clone()))
+            .bind(job.to_string())
+            .bind(slot)
+            .bind(i64::from(attempt))
+            .bind(node.to_string())
+            .bind(outcome.as_str().to_string())
+            .bind(count)
+            .bind(last)
+            .bind(message.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "record history summary"))?;
+        Ok(())
+    }
+
+    /// At shutdown: end the lease of a row whose run was stopped, so that another node takes
+    /// it over at once (by its `rerun_lost` policy) instead of waiting for the lease.
+    pub async fn release_for_takeover(&self, id: i64, node: &str, token: i64) -> Result<Fenced> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.shutdown_release.clone()))
+            .bind(id)
+            .bind(node.to_string())
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "release for takeover"))?;
+        Ok(if done.rows_affected() == 1 {
+            Fenced::Done
+        } else {
+            Fenced::Lost
+        })
+    }
+}
+
+fn new_claim_id(node: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let r: u64 = rand::random();
+    let short: String = node.chars().take(20).collect();
+    format!("{short}-{:x}-{n:x}-{r:016x}", std::process::id())
+}
+
+/// Decodes rows one at a time: a row of the wrong shape becomes a [`JobRow`] with its
+/// `decode_error` set (and is parked by the daemon); only a row whose identity cannot be read is
+/// left out, with an error in the log.
+pub(super) fn decode_rows(rows: &[AnyRow]) -> Vec<JobRow> {
+    rows.iter()
+        .filter_map(|r| match JobRow::from_row(r) {
+            Ok(row) => Some(row),
+            Err(e) => {
+                tracing::error!(error = %e, "cron_table row cannot be read; left alone");
+                None
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,114 @@
+//! Creating and upgrading the schema, one migration folder per dialect.
+
+use super::{Dialect, Result, Store, StoreError};
+
+static MIGRATOR_SQLITE: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+static MIGRATOR_POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+static MIGRATOR_MYSQL: sqlx::migrate::Migrator = sqlx::migrate!("migrations/mysql");
+
+impl Store {
+    /// Creates or upgrades the schema. Nodes starting at once against an empty database are
+    /// serialised: PostgreSQL by sqlx's advisory lock, MySQL/MariaDB by `GET_LOCK` held on the
+    /// migrating connection (sqlx's own `GET_LOCK(name, -1)` does not wait on MariaDB), SQLite by
+    /// an exclusive `flock` on `<database file>.migrate.lock` (sqlx takes no lock there).
+    pub async fn migrate(&self) -> Result<()> {
+        let err = |source| StoreError::Migrate {
+            dialect: self.dialect.name(),
+            source,
+        };
+        match self.dialect {
+            Dialect::Postgres => {
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(sql_err!(self, "connect for migration"))?;
+                // Migrations may take longer than the daemon's statement timeout; this
+                // connection is closed afterwards instead of going back to the pool.
+                conn.close_on_drop();
+                sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(sql_err!(self, "prepare migration"))?;
+                MIGRATOR_POSTGRES.run(&mut *conn).await.map_err(err)
+            }
+            Dialect::Mysql => {
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(sql_err!(self, "connect for migration"))?;
+                conn.close_on_drop();
+                for reset in [
+                    "SET SESSION max_statement_time = 0",
+                    "SET SESSION max_execution_time = 0",
+                    "SET SESSION innodb_lock_wait_timeout = 300",
+                ] {
+                    // One of the first two exists (MariaDB, MySQL); the other fails.
+                    let _ = sqlx::query(reset).execute(&mut *conn).await;
+                }
+                let got: Option<i64> =
+                    sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
+                        .fetch_one(&mut *conn)
+                        .await
+                        .map_err(sql_err!(self, "lock for migration"))?;
+                if got != Some(1) {
+                    tracing::warn!("could not take the migration lock in 300 s; migrating anyway");
+                }
+                let result = MIGRATOR_MYSQL.run(&mut *conn).await.map_err(err);
+                let _ = sqlx::query("SELECT RELEASE_LOCK('sqlcron.migrate')")
+                    .execute(&mut *conn)
+                    .await;
+                result
+            }
+            Dialect::Sqlite => {
+                let lock = match sqlite_path(&self.url) {
+                    Some(path) => Some(
+                        tokio::task::spawn_blocking(move || lock_file(&path))
+                            .await
+                            .map_err(|e| StoreError::Lock(e.to_string()))?
+                            .map_err(|e| StoreError::Lock(e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                let result = MIGRATOR_SQLITE.run(&self.pool).await.map_err(err);
+                drop(lock);
+                result
+            }
+        }
+    }
+}
+
+/// The database file of a `sqlite://PATH?options` URL; `None` for in-memory databases.
+fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    if path.is_empty() || path.contains(":memory:") {
+        return None;
+    }
+    Some(std::path::PathBuf::from(path))
+}
+
+/// An exclusive advisory lock on `<path>.migrate.lock`, released when the file is closed.
+fn lock_file(db: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    if let Some(dir) = db.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut name = db.as_os_str().to_owned();
+    name.push(".migrate.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::path::PathBuf::from(name))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}

@@ -1,0 +1,310 @@
+//! The shapes of what the store reads and writes: a `cron_table` row as a node sees it, the
+//! history and node rows, and the values a claim, a start and a release carry.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+pub use crate::job::{Outcome, PreviousRun};
+
+/// A row of `cron_table` as a node sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    pub id: i64,
+    pub name: String,
+    pub schedule: String,
+    pub timezone: Option<String>,
+    pub command: Option<String>,
+    /// JSON array of strings.
+    pub argv: Option<String>,
+    /// JSON object of strings.
+    pub env: Option<String>,
+    pub workdir: Option<String>,
+    pub enabled: bool,
+    pub pool: Option<String>,
+    /// Policy columns as stored (NULL: the TOML default).
+    pub policy: BTreeMap<&'static str, Option<String>>,
+    pub source: String,
+    pub next_exec: Option<i64>,
+    pub slot: Option<i64>,
+    pub attempt: i64,
+    pub exec_by: Option<String>,
+    pub prev_exec_by: Option<String>,
+    pub lease_until: Option<i64>,
+    pub token: i64,
+    pub run_now: bool,
+    pub dirty: bool,
+    pub last_status: Option<String>,
+    pub last_exit: Option<i64>,
+    pub last_start: Option<i64>,
+    pub last_end: Option<i64>,
+    pub last_node: Option<String>,
+    pub error: Option<String>,
+    /// When the current claim was taken (database clock).
+    pub claimed_at: Option<i64>,
+    /// The row waits for its pool (1), or waits to rerun a lost run of `slot`/`attempt` (2).
+    /// The wait does not make its slot missed.
+    pub pool_wait: i64,
+    /// The first column whose value could not be read (`enabled = 'yes'`, a BLOB), with the
+    /// value: such a row cannot run and is parked with this message.
+    pub decode_error: Option<String>,
+}
+
+/// Policy columns of `cron_table`, in the order the TOML keys are documented.
+pub const POLICY_COLUMNS: [&str; 11] = [
+    "misfire",
+    "starting_deadline",
+    "max_catch_up",
+    "retries",
+    "retry_backoff",
+    "retry_backoff_max",
+    "timeout",
+    "kill_grace",
+    "jitter",
+    "on_lease_lost",
+    "rerun_lost",
+];
+
+/// Reads the columns of one row, never failing on a value of the wrong type: the first bad
+/// value is kept as a message naming the column and the value, and the field gets its empty
+/// value. A row written with SQL can hold anything SQLite accepts (`enabled = 'yes'`, a BLOB),
+/// and one such row must never stop the others.
+struct Lenient<'r> {
+    row: &'r AnyRow,
+    error: Option<String>,
+}
+
+impl Lenient<'_> {
+    fn fail(&mut self, col: &str, what: String) {
+        if self.error.is_none() {
+            self.error = Some(format!("column {col}: {what}"));
+        }
+    }
+
+    /// What a value that failed to decode is, for the message.
+    fn describe(&self, col: &str) -> String {
+        if let Ok(Some(v)) = self.row.try_get::<Option<String>, _>(col) {
+            return format!("\"{}\"", v.chars().take(60).collect::<String>());
+        }
+        if let Ok(Some(v)) = self.row.try_get::<Option<f64>, _>(col) {
+            return v.to_string();
+        }
+        if let Ok(Some(v)) = self.row.try_get::<Option<Vec<u8>>, _>(col) {
+            return format!("a BLOB of {} bytes", v.len());
+        }
+        "a value of an unexpected type".to_string()
+    }
+
+    /// Text, or an integer written where text was expected (kept as its digits).
+    fn text(&mut self, col: &str) -> Option<String> {
+        if let Ok(v) = self.row.try_get::<Option<String>, _>(col) {
+            return v;
+        }
+        if let Ok(v) = self.row.try_get::<Option<i64>, _>(col) {
+            return v.map(|n| n.to_string());
+        }
+        let what = format!("{} is not text", self.describe(col));
+        self.fail(col, what);
+        None
+    }
+
+    fn int(&mut self, col: &str) -> Option<i64> {
+        match self.row.try_get::<Option<i64>, _>(col) {
+            Ok(v) => v,
+            Err(_) => {
+                let what = format!("{} is not a whole number", self.describe(col));
+                self.fail(col, what);
+                None
+            }
+        }
+    }
+
+    fn flag(&mut self, col: &str, default: bool) -> bool {
+        match self.int(col) {
+            Some(0) => false,
+            Some(1) => true,
+            None => default,
+            Some(n) => {
+                self.fail(col, format!("{n} is not 0 or 1"));
+                default
+            }
+        }
+    }
+}
+
+/// A row whose identity (`id`, `token`) cannot be read at all: it can be neither claimed
+/// safely nor parked, only reported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cron_table row {id:?}: {message}")]
+pub struct UnreadableRow {
+    pub id: Option<i64>,
+    pub message: String,
+}
+
+impl JobRow {
+    /// Decodes one row. A bad value in any column but the row's identity is kept in
+    /// [`JobRow::decode_error`] (the row is then parked with that message); only a row whose
+    /// `id` or `token` cannot be read is an error.
+    pub(crate) fn from_row(row: &AnyRow) -> std::result::Result<JobRow, UnreadableRow> {
+        let id: i64 = row.try_get("id").map_err(|e| UnreadableRow {
+            id: None,
+            message: e.to_string(),
+        })?;
+        let token: i64 = row.try_get("token").map_err(|e| UnreadableRow {
+            id: Some(id),
+            message: format!("column token: {e}"),
+        })?;
+        let mut r = Lenient { row, error: None };
+        let mut policy = BTreeMap::new();
+        for col in POLICY_COLUMNS {
+            let v = match col {
+                "max_catch_up" | "retries" | "rerun_lost" => r.int(col).map(|n| n.to_string()),
+                _ => r.text(col),
+            };
+            policy.insert(col, v);
+        }
+        let name = r.text("name").unwrap_or_else(|| format!("#{id}"));
+        Ok(JobRow {
+            id,
+            schedule: r.text("schedule").unwrap_or_default(),
+            timezone: r.text("timezone"),
+            command: r.text("command"),
+            argv: r.text("argv"),
+            env: r.text("env"),
+            workdir: r.text("workdir"),
+            enabled: r.flag("enabled", false),
+            pool: r.text("pool"),
+            policy,
+            source: r.text("source").unwrap_or_default(),
+            next_exec: r.int("next_exec"),
+            slot: r.int("slot"),
+            attempt: r.int("attempt").unwrap_or(0),
+            exec_by: r.text("exec_by"),
+            prev_exec_by: r.text("prev_exec_by"),
+            lease_until: r.int("lease_until"),
+            token,
+            run_now: r.flag("run_now", false),
+            dirty: r.flag("dirty", false),
+            last_status: r.text("last_status"),
+            last_exit: r.int("last_exit"),
+            last_start: r.int("last_start"),
+            last_end: r.int("last_end"),
+            last_node: r.text("last_node"),
+            error: r.text("error"),
+            claimed_at: r.int("claimed_at"),
+            pool_wait: r.int("pool_wait").unwrap_or(0),
+            name,
+            decode_error: r.error,
+        })
+    }
+}
+
+/// What one cheap look at the table found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peek {
+    /// The database clock.
+    pub now: i64,
+    /// The earliest `next_exec` of an enabled row (a due time or a lease end).
+    pub next_due: Option<i64>,
+    /// Some row has no `next_exec` yet (inserted or changed with SQL).
+    pub pending_prepare: bool,
+    /// The name of the row with the earliest `next_exec` (for the status line).
+    pub next_name: Option<String>,
+}
+
+/// The result of a write fenced by a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    Done,
+    /// Another node holds the row now (or it was deleted): nothing was written.
+    Lost,
+    /// A run start only: the run's record exists and was written under another claim token.
+    Conflict,
+}
+
+impl Fenced {
+    pub(crate) fn from_rows(affected: u64) -> Fenced {
+        if affected == 1 {
+            Fenced::Done
+        } else {
+            Fenced::Lost
+        }
+    }
+}
+
+/// Longest `message` stored with a run, in bytes.
+pub const MESSAGE_MAX: usize = 16 * 1024;
+
+/// How a claimed row is released.
+#[derive(Debug, Clone)]
+pub struct Release {
+    pub slot: i64,
+    pub attempts: u32,
+    pub next_exec: i64,
+    /// Clear `run_now` (this was the manual run).
+    pub clear_run_now: bool,
+    /// `last_status` etc.; `None` when the release did not follow a run.
+    pub outcome: Option<RunResult>,
+}
+
+/// The end of one run, for `cron_table.last_*` and `cron_runs`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub outcome: Outcome,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub started: i64,
+    pub output: String,
+    pub message: Option<String>,
+}
+
+/// The identity of one run in `cron_runs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunKey {
+    pub job: String,
+    pub slot: i64,
+    pub attempt: u32,
+}
+
+/// One row of `cron_runs`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HistoryRow {
+    pub job: String,
+    pub slot: i64,
+    pub attempt: i64,
+    pub node: Option<String>,
+    pub token: Option<i64>,
+    pub started: Option<i64>,
+    pub ended: Option<i64>,
+    pub outcome: String,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub output: Option<String>,
+    pub skipped_count: Option<i64>,
+    pub skipped_last: Option<i64>,
+    pub message: Option<String>,
+}
+
+/// One row of `cron_nodes`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeRow {
+    pub name: String,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+    pub version: Option<String>,
+    pub started: Option<i64>,
+    pub last_seen: Option<i64>,
+    pub stopped: Option<i64>,
+    pub toml_jobs: Option<String>,
+}
+
+/// What a TOML apply changed (or would change, with `dry_run`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub created: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+    /// TOML jobs whose name belongs to a job created with SQL: left alone.
+    pub conflicts: Vec<String>,
+}

@@ -1,0 +1,378 @@
+//! Issue 9: every scheduled slot runs exactly once under the faults a cluster sees — a node
+//! re-claiming its own row, output a database cannot store, a start whose reply was lost, a
+//! takeover chain, a manual run during a takeover, bad rows written with SQL, a statement that
+//! hangs past the trust window, a database that never comes up at start.
+//!
+//! Most cases drive one daemon in this process (`Daemon::tick`, or `Daemon::run` where the lease
+//! loop matters) against a real database, and set up the other holders' traces with the store.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sqlcron::config::{Environment, parse};
+use sqlcron::daemon::{Control, Daemon};
+use sqlcron::job::Outcome;
+use sqlcron::store::{Dialect, HistoryRow, RunKey, Store};
+use tokio::task::JoinSet;
+
+use crate::util::{DaemonProcess, TestDb, eventually, free_port, node_config};
+
+for_each_dialect!(
+    a_node_never_claims_a_row_it_still_supervises,
+    output_with_nul_and_invalid_utf8_is_recorded_once,
+    takeover_chain_reruns_the_lost_run_once,
+    manual_run_during_a_takeover_waits_for_the_rerun,
+    claimed_but_never_started_slot_is_run_not_lost,
+    hung_statement_cannot_keep_a_claim_trusted,
+);
+
+/// A daemon in this process, on `db`, with `jobs` (TOML `[[job]]` tables) and the node `name`.
+async fn daemon(db: &TestDb, name: &str, daemon_keys: &str, jobs: &str) -> (Daemon, Store) {
+    let store = db.store().await;
+    let text = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"200ms\"\n{daemon_keys}\n{jobs}",
+        db.url
+    );
+    let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
+    let daemon = Daemon::new(store.clone(), config);
+    daemon.apply_config().await.unwrap();
+    (daemon, store)
+}
+
+/// Makes a prepared row due now, serving a slot one second ago; returns the slot.
+async fn make_due(store: &Store, job: &str) -> i64 {
+    let now = store.now().await.unwrap();
+    let slot = now - 1000;
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {slot}, next_exec = {slot}, attempt = 0 WHERE name = '{job}'"
+        ))
+        .await
+        .unwrap();
+    slot
+}
+
+/// Ends a claim's lease now, as if its holder had stopped renewing it.
+async fn expire(store: &Store, job: &str) {
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = 0, lease_until = 0 WHERE name = '{job}'"
+        ))
+        .await
+        .unwrap();
+}
+
+async fn drain(tasks: &mut JoinSet<()>) {
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+}
+
+/// The job's history, oldest first, as (slot, attempt, outcome).
+async fn runs(store: &Store, job: &str) -> Vec<(i64, i64, String)> {
+    let mut h: Vec<HistoryRow> = store.history(Some(job), 100).await.unwrap();
+    h.reverse();
+    h.into_iter()
+        .map(|r| (r.slot, r.attempt, r.outcome))
+        .collect()
+}
+
+/// Issue 9 (1): after a stall longer than the lease, the node sees its own row due again while
+/// it still supervises the run: it must not claim it (before, the second claim replaced the
+/// first run's entry, SIGTERMed it, and the slot was lost).
+async fn a_node_never_claims_a_row_it_still_supervises(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let jobs = format!(
+        "[[job]]\nname = \"s\"\nschedule = \"0 0 1 1 *\"\non_lease_lost = \"ignore\"\n\
+         command = \"while [ ! -e {} ]; do sleep 0.05; done\"\n",
+        go.display()
+    );
+    let (daemon, store) = daemon(&db, "a", "lease = \"3s\"", &jobs).await;
+    let mut tasks = JoinSet::new();
+    daemon.tick(&mut tasks).await.unwrap();
+    make_due(&store, "s").await;
+    assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
+    eventually(Duration::from_secs(5), "the run to start", || async {
+        (runs(&store, "s").await.len() == 1).then_some(())
+    })
+    .await;
+    // The lease runs out while the node still supervises the run (a stall).
+    expire(&store, "s").await;
+    let report = daemon.tick(&mut tasks).await.unwrap();
+    assert_eq!(
+        report.claimed, 0,
+        "the node claimed a row it still supervises"
+    );
+    std::fs::write(&go, "").unwrap();
+    drain(&mut tasks).await;
+    let h = runs(&store, "s").await;
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0].2, "ok", "{h:?}");
+}
+
+/// Issue 9 (2): a job printing a NUL byte (PostgreSQL's `text` refuses it) and bytes that are
+/// not UTF-8 is recorded once, `ok`, not run again after its release failed for a lease.
+async fn output_with_nul_and_invalid_utf8_is_recorded_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let jobs = "[[job]]\nname = \"nul\"\nschedule = \"0 0 1 1 *\"\ncommand = \"printf 'a\\\\000b\\\\377c'\"\n";
+    let (daemon, store) = daemon(&db, "a", "lease = \"2s\"", jobs).await;
+    let mut tasks = JoinSet::new();
+    daemon.tick(&mut tasks).await.unwrap();
+    make_due(&store, "nul").await;
+    assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
+    tokio::time::timeout(Duration::from_secs(10), drain(&mut tasks))
+        .await
+        .expect("the run ends and its release lands");
+    let h = store.history(Some("nul"), 10).await.unwrap();
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0].outcome, "ok");
+    assert_eq!(h[0].output.as_deref(), Some("a\u{FFFD}b\u{FFFD}c"));
+    let row = store.job("nul").await.unwrap().unwrap();
+    assert_eq!(row.exec_by, None, "released");
+    assert_eq!(row.last_status.as_deref(), Some("ok"));
+}
+
+/// Issue 9 (4): A starts a run and dies, B claims and dies before starting anything, C takes
+/// over: it finds A's run by the row's slot and attempts (not by `token - 1`), records it lost
+/// and reruns it once.
+async fn takeover_chain_reruns_the_lost_run_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let jobs =
+        "[[job]]\nname = \"c\"\nschedule = \"0 * * * *\"\ncommand = \"echo $SQLCRON_ATTEMPT\"\n";
+    let (daemon, store) = daemon(&db, "C", "lease = \"3s\"", jobs).await;
+    let mut tasks = JoinSet::new();
+    daemon.tick(&mut tasks).await.unwrap();
+    let slot = make_due(&store, "c").await;
+    let (_, a) = store.claim("A", 1, Duration::from_secs(10)).await.unwrap();
+    let key = RunKey {
+        job: "c".into(),
+        slot,
+        attempt: 1,
+    };
+    store
+        .start_run(a[0].id, "A", a[0].token, &key)
+        .await
+        .unwrap();
+    expire(&store, "c").await;
+    let (_, b) = store.claim("B", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(b.len(), 1);
+    expire(&store, "c").await;
+    assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
+    drain(&mut tasks).await;
+    let h = runs(&store, "c").await;
+    assert_eq!(
+        h,
+        [(slot, 1, "lost".into()), (slot, 2, "ok".into())],
+        "the lost run is rerun once"
+    );
+    let row = store.job("c").await.unwrap().unwrap();
+    assert!(row.slot.unwrap() > slot, "released to the next slot");
+}
+
+/// Issue 9 (4): `sqlcron run` while a lost run is owed: the rerun comes first, then the manual
+/// run; neither is forgotten.
+async fn manual_run_during_a_takeover_waits_for_the_rerun(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let jobs = "[[job]]\nname = \"m\"\nschedule = \"0 * * * *\"\ncommand = \"true\"\n";
+    let (daemon, store) = daemon(&db, "C", "lease = \"3s\"", jobs).await;
+    let mut tasks = JoinSet::new();
+    daemon.tick(&mut tasks).await.unwrap();
+    let slot = make_due(&store, "m").await;
+    let (_, a) = store.claim("A", 1, Duration::from_secs(10)).await.unwrap();
+    let key = RunKey {
+        job: "m".into(),
+        slot,
+        attempt: 1,
+    };
+    store
+        .start_run(a[0].id, "A", a[0].token, &key)
+        .await
+        .unwrap();
+    assert!(store.request_run("m").await.unwrap());
+    expire(&store, "m").await;
+    assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
+    drain(&mut tasks).await;
+    assert_eq!(
+        runs(&store, "m").await,
+        [(slot, 1, "lost".into()), (slot, 2, "ok".into())]
+    );
+    let row = store.job("m").await.unwrap().unwrap();
+    assert!(row.run_now, "the manual run is still asked for");
+    let started = Instant::now();
+    while runs(&store, "m").await.len() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(5), "no manual run");
+        daemon.tick(&mut tasks).await.unwrap();
+        drain(&mut tasks).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(runs(&store, "m").await[2].2, "ok");
+    let row = store.job("m").await.unwrap().unwrap();
+    assert!(!row.run_now);
+    assert_eq!(
+        row.slot.unwrap(),
+        policy_next_hour(slot),
+        "the schedule is unchanged"
+    );
+}
+
+fn policy_next_hour(slot: i64) -> i64 {
+    (slot / 3_600_000 + 1) * 3_600_000
+}
+
+/// Issue 9 (4): a slot that was claimed but whose process never started was not run: it is
+/// still owed and runs as attempt 1, not recorded lost.
+async fn claimed_but_never_started_slot_is_run_not_lost(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let jobs = "[[job]]\nname = \"n\"\nschedule = \"0 * * * *\"\ncommand = \"true\"\n";
+    let (daemon, store) = daemon(&db, "C", "lease = \"3s\"", jobs).await;
+    let mut tasks = JoinSet::new();
+    daemon.tick(&mut tasks).await.unwrap();
+    let slot = make_due(&store, "n").await;
+    let (_, a) = store.claim("A", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(a.len(), 1);
+    expire(&store, "n").await;
+    assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
+    drain(&mut tasks).await;
+    assert_eq!(runs(&store, "n").await, [(slot, 1, "ok".into())]);
+}
+
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+    matches!(state, Some(s) if s != 'Z' && s != 'X')
+}
+
+/// Issue 9 (6): a statement that hangs (here: waits on a row lock an operator holds) cannot keep
+/// a claim trusted. The job is stopped by the trust window on its own timer, before the lease
+/// the database holds runs out, so no other node can start the rerun while it still runs.
+async fn hung_statement_cannot_keep_a_claim_trusted(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let jobs = format!(
+        "[[job]]\nname = \"h\"\nschedule = \"0 0 1 1 *\"\nkill_grace = \"1s\"\n\
+         command = \"echo $$ > {}; exec sleep 60\"\n",
+        pidfile.display()
+    );
+    let (daemon, store) = daemon(&db, "a", "lease = \"3s\"", &jobs).await;
+    let mut tasks = JoinSet::new();
+    daemon.tick(&mut tasks).await.unwrap();
+    drop(tasks);
+    make_due(&store, "h").await;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let running = tokio::spawn(daemon.run(rx));
+    let pid: i32 = eventually(Duration::from_secs(5), "the job to start", || async {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    })
+    .await;
+    // An operator's open transaction holds the row: every extension now waits on its lock.
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let mut tx_lock = pool.begin().await.unwrap();
+    sqlx::query("UPDATE cron_table SET workdir = workdir WHERE name = 'h'")
+        .execute(&mut *tx_lock)
+        .await
+        .unwrap();
+    let locked_at = Instant::now();
+    let deadline = Duration::from_secs(10);
+    while alive(pid) && locked_at.elapsed() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive(pid), "the job outlived its trust window");
+    // It died while the lease the database holds was still valid: nobody could have taken over.
+    let row = store.job("h").await.unwrap().unwrap();
+    let now = store.now().await.unwrap();
+    assert!(
+        now <= row.lease_until.unwrap(),
+        "killed {} ms after the lease ended",
+        now - row.lease_until.unwrap()
+    );
+    tx_lock.rollback().await.unwrap();
+    tx.send(Control::StopNow).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the daemon stops")
+        .unwrap();
+    // Nothing was written for the lost run: the next holder accounts for it.
+    let h = store.history(Some("h"), 10).await.unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].outcome, Outcome::Running.as_str());
+}
+
+/// Issue 9 (5): on SQLite, rows of the wrong type written with SQL are parked one by one with
+/// the column and value named; the good job keeps running, and a fix un-parks them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_sqlite_rows_are_parked_one_at_a_time() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let jobs = "[[job]]\nname = \"good\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n";
+    let (daemon, store) = daemon(&db, "a", "", jobs).await;
+    for (name, column, value) in [
+        ("yes", "enabled", "'yes'"),
+        ("half", "retries", "1.5"),
+        ("blob", "command", "X'00ff'"),
+    ] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command) VALUES ('{name}', '* * * * *', 'true')"
+            ))
+            .await
+            .unwrap();
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET {column} = {value} WHERE name = '{name}'"
+            ))
+            .await
+            .unwrap();
+    }
+    let mut tasks = JoinSet::new();
+    let report = daemon.tick(&mut tasks).await.unwrap();
+    assert_eq!((report.prepared, report.invalid), (1, 3), "{report:?}");
+    for (name, says) in [
+        ("yes", "column enabled: \"yes\" is not a whole number"),
+        ("half", "column retries: 1.5 is not a whole number"),
+        ("blob", "column command: a BLOB of 2 bytes is not text"),
+    ] {
+        let row = store.job(name).await.unwrap().unwrap();
+        assert_eq!(row.error.as_deref(), Some(says), "{name}");
+    }
+    make_due(&store, "good").await;
+    assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
+    drain(&mut tasks).await;
+    assert_eq!(runs(&store, "good").await.len(), 1);
+    store
+        .execute_raw("UPDATE cron_table SET enabled = 1 WHERE name = 'yes'")
+        .await
+        .unwrap();
+    let report = daemon.tick(&mut tasks).await.unwrap();
+    assert_eq!(report.prepared, 1, "the fixed row is scheduled again");
+    assert_eq!(store.job("yes").await.unwrap().unwrap().error, None);
+}
+
+/// Issue 9 (9): a node whose database never comes up still obeys SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_wait_for_the_database_obeys_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:{}/none", free_port());
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&url, "n", ""));
+    eventually(Duration::from_secs(10), "the retry loop", || async {
+        node.log_text().contains("database not ready").then_some(())
+    })
+    .await;
+    let mut node = node;
+    node.signal(libc::SIGTERM);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = node.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "still running 5 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}");
+}
