@@ -306,6 +306,11 @@ async fn guarded(
         .try_init();
     let store = connect(config).await?;
     store.migrate().await.map_err(Failure::runtime)?;
+    // The command runs in its own process group under the reaper, as a job does: a SIGKILL or a
+    // freeze of this holder must not leave its pipeline running once the lock could pass on.
+    if let Err(e) = sqlcron::reaper::start() {
+        tracing::warn!(error = %e, "could not start the reaper: the command will not be stopped if this process is killed");
+    }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -420,13 +425,13 @@ async fn run_daemon(
     env: Environment,
 ) -> Result<u8, Failure> {
     init_logging(&config);
-    if !sqlcron::systemd::under_systemd() {
-        // Outside systemd nothing else would end this daemon's jobs if it were killed.
-        match sqlcron::reaper::start() {
-            Ok(pid) => tracing::debug!(pid, "job reaper started"),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed")
-            }
+    // Under systemd too: the unit's control group ends a dead daemon's jobs, but only the reaper
+    // ends those of a daemon that is stopped (SIGSTOP, a stalled thread) once their lease
+    // could have passed to another node.
+    match sqlcron::reaper::start() {
+        Ok(pid) => tracing::debug!(pid, "job reaper started"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed or frozen")
         }
     }
     let store = Store::connect_with(

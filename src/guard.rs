@@ -7,10 +7,15 @@
 //! with a growing interval (never faster than every 50 ms, never slower than a third of the lease)
 //! and a waiter that dies stops extending its place and drops out of the queue.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::process::Command;
+use tokio::sync::watch;
 
+use crate::daemon::lease;
+use crate::reaper;
+use crate::runner::{self, Program, RunSpec, StopRequest};
 use crate::store::{LockState, Store, StoreError};
 
 /// Exit status when the lock is busy and `--wait` ran out (sysexits EX_TEMPFAIL).
@@ -180,6 +185,9 @@ impl Interrupts {
     }
 }
 
+/// Runs the command while holding: the same process handling as a job's (its own process group,
+/// registered with the reaper under a deadline, stopped as a whole) and the same trust window
+/// (`daemon::lease`), enforced by a timer, not by an error coming back.
 async fn hold_and_run(
     store: &Store,
     p: &GuardParams,
@@ -187,65 +195,76 @@ async fn hold_and_run(
     argv: &[String],
     interrupts: &mut Interrupts,
 ) -> Result<i32, GuardError> {
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .env("SQLCRON_FENCING_TOKEN", id.to_string())
-        .env("SQLCRON_LOCK", &p.name)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; the command must not outlive this holder.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().map_err(|source| GuardError::Spawn {
-        program: argv[0].clone(),
-        source,
-    })?;
-    let pid = child.id().map(|p| p as i32);
-    let mut extend = tokio::time::interval(p.lease / 3);
-    extend.tick().await;
-    let mut trusted_until = Instant::now() + p.lease.mul_f64(0.8);
-    let signal_child = |sig: i32| {
-        if let Some(pid) = pid {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(pid, sig);
-            }
-        }
+    let attempt = Instant::now();
+    let mut trusted_until = lease::trusted_until(attempt, p.lease);
+    let pgid = Arc::new(AtomicI32::new(0));
+    let spec = RunSpec {
+        job: format!("lock {}", p.name),
+        program: Program::Argv(argv.to_vec()),
+        env: vec![
+            ("SQLCRON_FENCING_TOKEN".into(), id.to_string()),
+            ("SQLCRON_LOCK".into(), p.name.clone()),
+        ],
+        workdir: None,
+        timeout: Duration::from_secs(100 * 365 * 24 * 3600),
+        kill_grace: KILL_GRACE,
+        output_tail: 0,
+        log_lines: 0,
+        log_bytes: 0,
+        reaper_deadline: Some(lease::reaper_deadline(trusted_until, p.lease)),
+        pgid: pgid.clone(),
+        inherit_io: true,
     };
+    let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
+    let run = runner::run(&spec, stop_rx);
+    tokio::pin!(run);
+    let mut extend = tokio::time::interval(lease::extend_interval(p.lease));
+    extend.tick().await;
+    let mut lost = false;
     loop {
         tokio::select! {
-            status = child.wait() => {
-                use std::os::unix::process::ExitStatusExt;
-                let status = status.map_err(|source| GuardError::Spawn { program: argv[0].clone(), source })?;
-                return Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
-            }
-            _ = extend.tick() => {
-                let attempt = Instant::now();
-                let lost = match store.lock_extend(id, p.lease).await {
-                    Ok(true) => { trusted_until = attempt + p.lease.mul_f64(0.8); false }
-                    Ok(false) => true,
-                    Err(e) => {
-                        tracing::warn!(lock = %p.name, error = %e, "extending the lock failed");
-                        Instant::now() >= trusted_until
-                    }
-                };
+            outcome = &mut run => {
+                let outcome = outcome.map_err(|e| GuardError::Spawn {
+                    program: argv[0].clone(),
+                    source: e.source,
+                })?;
                 if lost {
-                    tracing::error!(lock = %p.name, token = id, "lock lost; stopping the command");
-                    signal_child(libc::SIGTERM);
-                    if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
-                        signal_child(libc::SIGKILL);
-                        let _ = child.wait().await;
-                    }
                     return Ok(EXIT_LOST);
                 }
+                return Ok(outcome
+                    .exit_code
+                    .unwrap_or_else(|| 128 + outcome.signal.unwrap_or(0)));
+            }
+            _ = extend.tick(), if !lost => {
+                let attempt = Instant::now();
+                match store.lock_extend(id, p.lease).await {
+                    Ok(true) => {
+                        trusted_until = lease::trusted_until(attempt, p.lease);
+                        let group = pgid.load(Ordering::SeqCst);
+                        if group > 0 {
+                            reaper::refresh(group, lease::reaper_deadline(trusted_until, p.lease));
+                        }
+                    }
+                    Ok(false) => {
+                        tracing::error!(lock = %p.name, token = id, "lock lost; stopping the command");
+                        lost = true;
+                        let _ = stop_tx.send(StopRequest::Kill);
+                    }
+                    Err(e) => tracing::warn!(lock = %p.name, error = %e, "extending the lock failed"),
+                }
+            }
+            _ = tokio::time::sleep_until(trusted_until.into()), if !lost => {
+                tracing::error!(lock = %p.name, token = id, "lock no longer trusted (no extension within the trust window); stopping the command");
+                lost = true;
+                let _ = stop_tx.send(StopRequest::Kill);
             }
             _ = interrupts.recv() => {
-                // Pass it on and keep holding until the command is gone.
-                signal_child(libc::SIGTERM);
+                // Pass it on to the whole group and keep holding until the command is gone.
+                let _ = stop_tx.send(StopRequest::Kill);
             }
         }
     }
 }
+
+/// Between SIGTERM and SIGKILL when a guarded command is stopped.
+const KILL_GRACE: Duration = Duration::from_secs(5);

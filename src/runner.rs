@@ -12,8 +12,9 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
@@ -49,6 +50,15 @@ pub struct RunSpec {
     /// Lines and bytes of output written to the log; the rest is counted, not logged.
     pub log_lines: usize,
     pub log_bytes: usize,
+    /// When the reaper kills the process group unless the deadline is refreshed (see
+    /// `reaper.rs`); `None`: only when this process dies.
+    pub reaper_deadline: Option<Instant>,
+    /// The process group, once spawned (0 before and after): the lease holder refreshes the
+    /// reaper's deadline through it.
+    pub pgid: Arc<AtomicI32>,
+    /// Give the command this process's stdin, stdout and stderr (`sqlcron lock`) instead of
+    /// /dev/null and captured, logged output (jobs).
+    pub inherit_io: bool,
 }
 
 /// Why a run was stopped from outside.
@@ -168,11 +178,16 @@ pub async fn run(
             (c, argv[0].clone())
         }
     };
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
+    if spec.inherit_io {
+        cmd.stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+    } else {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
+    cmd.process_group(0).kill_on_drop(false);
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
@@ -185,7 +200,8 @@ pub async fn run(
         source,
     })?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    crate::reaper::register(pgid);
+    crate::reaper::register(pgid, spec.reaper_deadline);
+    spec.pgid.store(pgid, Ordering::SeqCst);
     tracing::debug!(job = %spec.job, pgid, "job process started");
     let tail = Arc::new(Mutex::new(Tail {
         cap: spec.output_tail,
@@ -251,6 +267,7 @@ pub async fn run(
         readers.abort_all();
     }
     // Done with the group: from here on its id may be reused by an unrelated process.
+    spec.pgid.store(0, Ordering::SeqCst);
     crate::reaper::unregister(pgid);
     let output = {
         let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
@@ -380,6 +397,9 @@ mod tests {
             output_tail: 64,
             log_lines: 1000,
             log_bytes: 1 << 20,
+            reaper_deadline: None,
+            pgid: Default::default(),
+            inherit_io: false,
         }
     }
 

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::decode::run_spec;
-use super::lease::{Interrupt, SupervisionGuard};
+use super::lease::{Interrupt, SupervisionGuard, reaper_deadline};
 use super::{Shared, fmt_ms};
 use crate::config::Config;
-use crate::job::{Outcome, Policy};
+use crate::job::{OnLeaseLost, Outcome, Policy};
 use crate::policy::{
     ClaimAction, ClaimedState, Finished, Previous, account_previous, after_run, jitter_ms,
     plan_claim,
@@ -360,7 +360,7 @@ impl Shared {
         let row = &claim.row;
         let sup_key = (row.id, row.token);
         let (slot, attempt) = (key.slot, key.attempt);
-        let spec = match run_spec(row, slot, attempt, &self.node, policy, config) {
+        let mut spec = match run_spec(row, slot, attempt, &self.node, policy, config) {
             Ok(s) => s,
             Err(message) => {
                 let result = RunResult {
@@ -383,6 +383,10 @@ impl Shared {
         }
         if let Some(r) = self.supervision().get_mut(&sup_key) {
             r.running = true;
+            spec.pgid = r.pgid.clone();
+            if policy.on_lease_lost == OnLeaseLost::Kill {
+                spec.reaper_deadline = Some(reaper_deadline(r.trusted_until, config.daemon.lease));
+            }
         }
         tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, token = row.token, node = %self.node, "started");
         let started = db_time(claim);

@@ -102,5 +102,8 @@ pub(super) fn run_spec(
         output_tail: config.daemon.output_tail,
         log_lines: config.daemon.output_log_lines,
         log_bytes: config.daemon.output_log_bytes,
+        reaper_deadline: None,
+        pgid: Default::default(),
+        inherit_io: false,
     })
 }

@@ -36,6 +36,7 @@
 //! | the node is stopped (SIGTERM) | after `shutdown_grace`, runs are stopped and their leases ended at once |
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,14 @@ pub fn extend_interval(lease: Duration) -> Duration {
 /// Until when a claim may be trusted, given when the extension (or the claim) was attempted.
 pub fn trusted_until(attempt_started: Instant, lease: Duration) -> Instant {
     attempt_started + lease.mul_f64(TRUST_FRACTION)
+}
+
+/// When the job reaper kills a run's process group if the daemon has not refreshed it: a tenth
+/// of the lease after the trust window, still before the lease ends. The daemon's own stop
+/// (SIGTERM, then SIGKILL after `kill_grace`) comes first when its event loop is alive; this
+/// is for when it is not (SIGSTOP, a stalled thread), see `reaper.rs`.
+pub fn reaper_deadline(trusted_until: Instant, lease: Duration) -> Instant {
+    trusted_until + lease / 10
 }
 
 /// The timeout of every statement: half the trust window (at least 500 ms), so a hung
@@ -86,6 +95,8 @@ pub(super) struct Supervised {
     pub on_lease_lost: OnLeaseLost,
     /// The process is running (a shutdown stops only those).
     pub running: bool,
+    /// The run's process group once spawned (0 otherwise), to refresh its reaper deadline.
+    pub pgid: Arc<AtomicI32>,
 }
 
 /// Claims under supervision, by (row id, claim token).
@@ -153,6 +164,10 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
                         lose(r, key.1, "another node holds the row now");
                     } else if r.interrupted.is_none() {
                         r.trusted_until = trusted_until(attempt, lease);
+                        let pgid = r.pgid.load(Ordering::SeqCst);
+                        if pgid > 0 && r.on_lease_lost == OnLeaseLost::Kill {
+                            crate::reaper::refresh(pgid, reaper_deadline(r.trusted_until, lease));
+                        }
                     }
                 }
             }

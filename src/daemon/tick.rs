@@ -204,6 +204,7 @@ impl Shared {
                 interrupted: None,
                 on_lease_lost,
                 running: false,
+                pgid: Default::default(),
             },
         );
         Claim {

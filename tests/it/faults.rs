@@ -15,7 +15,7 @@ use sqlcron::job::Outcome;
 use sqlcron::store::{Dialect, HistoryRow, RunKey, Store};
 use tokio::task::JoinSet;
 
-use crate::util::{DaemonProcess, TestDb, eventually, free_port, node_config};
+use crate::util::{DaemonProcess, TestDb, alive, eventually, free_port, node_config};
 
 for_each_dialect!(
     a_node_never_claims_a_row_it_still_supervises,
@@ -24,6 +24,7 @@ for_each_dialect!(
     manual_run_during_a_takeover_waits_for_the_rerun,
     claimed_but_never_started_slot_is_run_not_lost,
     hung_statement_cannot_keep_a_claim_trusted,
+    stopped_daemon_leaves_no_job_running_when_another_node_takes_over,
 );
 
 /// A daemon in this process, on `db`, with `jobs` (TOML `[[job]]` tables) and the node `name`.
@@ -238,12 +239,6 @@ async fn claimed_but_never_started_slot_is_run_not_lost(dialect: Dialect) {
     assert_eq!(runs(&store, "n").await, [(slot, 1, "ok".into())]);
 }
 
-fn alive(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
-    matches!(state, Some(s) if s != 'Z' && s != 'X')
-}
-
 /// Issue 9 (6): a statement that hangs (here: waits on a row lock an operator holds) cannot keep
 /// a claim trusted. The job is stopped by the trust window on its own timer, before the lease
 /// the database holds runs out, so no other node can start the rerun while it still runs.
@@ -375,4 +370,80 @@ async fn start_up_wait_for_the_database_obeys_sigterm() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "{status:?}");
+}
+
+/// Issue 9 (5): a daemon that is stopped (SIGSTOP: its event loop cannot act) must not leave its
+/// job running once its lease could pass to another node. The reaper, a process of its own,
+/// kills the job at its deadline. The jobs check for themselves, at start, that no earlier
+/// process of the job is alive, so the verdict does not trust the daemons' bookkeeping.
+async fn stopped_daemon_leaves_no_job_running_when_another_node_takes_over(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let overlap = dir.path().join("overlap");
+    let script = dir.path().join("job.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "for p in $(cat {pids} 2>/dev/null); do\n\
+             s=$(awk '{{print $3}}' /proc/$p/stat 2>/dev/null)\n\
+             if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo $p >> {overlap}; fi\n\
+             done\n\
+             echo $$ >> {pids}\n\
+             exec sleep 60\n",
+            pids = pids.display(),
+            overlap = overlap.display()
+        ),
+    )
+    .unwrap();
+    let command = format!("sh {}", script.display());
+    let job =
+        format!("[[job]]\nname = \"frozen\"\nschedule = \"0 0 1 1 *\"\ncommand = \"{command}\"\n");
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &job));
+    eventually(
+        Duration::from_secs(10),
+        "the job to be scheduled",
+        || async {
+            store
+                .job("frozen")
+                .await
+                .unwrap()
+                .and_then(|r| r.next_exec)
+                .map(|_| ())
+        },
+    )
+    .await;
+    make_due(&store, "frozen").await;
+    let lines = || std::fs::read_to_string(&pids).unwrap_or_default();
+    let first: i32 = eventually(Duration::from_secs(10), "the first run", || async {
+        lines().lines().next().and_then(|l| l.parse().ok())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(5),
+        "the run handed to the reaper",
+        || async { a.log_text().contains("job process started").then_some(()) },
+    )
+    .await;
+    a.signal(libc::SIGSTOP);
+    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", &job));
+    eventually(Duration::from_secs(15), "node b's rerun", || async {
+        (lines().lines().count() >= 2).then_some(())
+    })
+    .await;
+    let overlapped = std::fs::read_to_string(&overlap).unwrap_or_default();
+    a.signal(libc::SIGCONT);
+    assert!(
+        overlapped.is_empty(),
+        "run {first} was alive when the rerun started"
+    );
+    assert!(!alive(first));
+    let h = store.history(Some("frozen"), 10).await.unwrap();
+    assert!(
+        h.iter().any(|r| r.outcome == "lost" && r.attempt == 1),
+        "{h:?}"
+    );
+    drop(b);
+    drop(a);
 }

@@ -185,7 +185,17 @@ async fn killed_holder_frees_its_place_after_the_lease(dialect: Dialect) {
     let dir = tempfile::tempdir().unwrap();
     let a = config_file(dir.path(), &db.url, "a");
     let b = config_file(dir.path(), &db.url, "b");
-    let mut holder = spawn(&a, &["lock", "K", "--lease", "2s", "--", "sleep", "60"]);
+    // Issue 9 (7): a pipeline, so the shell's direct child is not the only process to end.
+    let secs = format!("377.{}", rand::random::<u32>());
+    let pipeline = format!("sleep {secs} | cat");
+    let mut holder = spawn(
+        &a,
+        &["lock", "K", "--lease", "2s", "--", "sh", "-c", &pipeline],
+    );
+    let sleeper = eventually(Duration::from_secs(10), "the pipeline", || async {
+        crate::util::pids_with_cmdline(&["sleep", &secs]).pop()
+    })
+    .await;
     eventually(Duration::from_secs(10), "the holder", || async {
         store
             .locks()
@@ -223,6 +233,10 @@ async fn killed_holder_frees_its_place_after_the_lease(dialect: Dialect) {
     assert!(
         took <= Duration::from_millis(2_000 + 1_500),
         "took {took:?}"
+    );
+    assert!(
+        !crate::util::alive(sleeper),
+        "the killed holder's pipeline survived while the waiter holds the lock"
     );
     // While the waiter holds, the killed holder's end is on record as an expiry.
     let last = store

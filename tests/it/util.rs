@@ -229,3 +229,25 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Whether a process runs (a zombie waiting for its parent counts as ended).
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+    matches!(state, Some(s) if s != 'Z' && s != 'X')
+}
+
+/// Processes whose command line is exactly `argv`.
+pub fn pids_with_cmdline(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| c == want) {
+            out.push(pid);
+        }
+    }
+    out
+}
