@@ -10,9 +10,16 @@
 //! - [`config`]: TOML text → raw settings → validated [`config::Config`]; pure but for `load`.
 //! - [`job`]: the nouns — a job's definition and its policy.
 //! - [`policy`]: pure decisions on claim and release (misfire, retries, lost runs, jitter).
-//! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type.
-//! - [`runner`]: running one command (process group, output tail, timeout); no database.
-//! - [`daemon`]: the poll loop, the lease loop and the shutdown sequence, gluing it together.
+//! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type:
+//!   `rows` (what is read and written), `claim` (the claim path: claim, start, extend, release,
+//!   takeover), `admin` (status, history, pause, run), `apply` (TOML → rows), `migrate`, and
+//!   `dialect` (every difference between the three databases).
+//! - [`runner`]: running one command (process group, output tail and bounded log, timeout); no
+//!   database.
+//! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
+//! - [`daemon`]: the poll loop (`tick`), what a claimed row becomes (`claimed`: decide, write,
+//!   act), the lease loop and trust window (`lease`), row decoding (`decode`) and the shutdown
+//!   sequence.
 //! - [`guard`]: `sqlcron lock` / `sqlcron sem`: a command run under a cluster-wide lease.
 //! - [`systemd`]: sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING); no-ops elsewhere.
 //!

@@ -16,6 +16,8 @@ mod faults;
 mod locks;
 mod mariadb_outage;
 mod outage;
+mod proxied;
+mod proxy;
 mod service;
 mod signals;
 mod store;

@@ -1,0 +1,293 @@
+//! Issue 9: faults on the network between a daemon and its database, through the proxy in
+//! `proxy.rs` (PostgreSQL and MariaDB; SQLite has no network, its stall is a held write lock,
+//! see `faults::*::hung_statement_cannot_keep_a_claim_trusted`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use sqlcron::config::{Environment, parse};
+use sqlcron::daemon::{Control, Daemon};
+use sqlcron::store::{Dialect, Store};
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::proxy::Proxy;
+use crate::util::{TestDb, alive, eventually};
+
+macro_rules! for_each_server {
+    ($($case:ident),* $(,)?) => {
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
+    };
+}
+
+for_each_server!(
+    reply_lost_after_the_start_record_runs_the_slot_once,
+    reply_lost_after_the_release_runs_the_slot_once,
+    connections_reset_mid_run_do_not_lose_the_run,
+    stall_longer_than_the_lease_kills_the_run_before_the_rerun,
+    stall_longer_than_the_lease_with_ignore_lets_the_run_finish,
+);
+
+/// The database's address as the proxy needs it, and the URL through the proxy.
+fn through(db: &TestDb, proxy: &Proxy) -> String {
+    let server = match db.dialect {
+        Dialect::Postgres => "127.0.0.1:5432",
+        _ => "127.0.0.1:3306",
+    };
+    db.url.replace(server, &format!("127.0.0.1:{}", proxy.port))
+}
+
+fn upstream(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "127.0.0.1:5432",
+        _ => "127.0.0.1:3306",
+    }
+}
+
+/// A daemon in this process on `url`, with its jobs applied.
+async fn daemon(url: &str, name: &str, keys: &str, jobs: &str) -> Daemon {
+    let text = format!(
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"200ms\"\n{keys}\n{jobs}"
+    );
+    let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
+    let lease = config.daemon.lease;
+    let store = Store::connect_with(
+        url,
+        4,
+        Some(sqlcron::daemon::lease::statement_timeout(lease)),
+    )
+    .unwrap();
+    store.migrate().await.unwrap();
+    let daemon = Daemon::new(store, config);
+    daemon.apply_config().await.unwrap();
+    daemon
+}
+
+fn start(daemon: Daemon) -> (mpsc::UnboundedSender<Control>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, tokio::spawn(daemon.run(rx)))
+}
+
+async fn stop(tx: mpsc::UnboundedSender<Control>, handle: JoinHandle<()>) {
+    tx.send(Control::StopNow).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), handle)
+        .await
+        .expect("the daemon stops")
+        .unwrap();
+}
+
+/// Prepares the job and makes it due now, serving a slot one second ago.
+async fn make_due(store: &Store, job: &str) -> i64 {
+    eventually(Duration::from_secs(5), "the job row", || async {
+        store.job(job).await.unwrap().map(|_| ())
+    })
+    .await;
+    let now = store.now().await.unwrap();
+    let slot = now - 1000;
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {slot}, next_exec = {slot}, attempt = 0 WHERE name = '{job}'"
+        ))
+        .await
+        .unwrap();
+    slot
+}
+
+async fn outcomes(store: &Store, job: &str) -> Vec<(i64, String)> {
+    let mut h = store.history(Some(job), 100).await.unwrap();
+    h.reverse();
+    h.into_iter().map(|r| (r.attempt, r.outcome)).collect()
+}
+
+/// Runs one due job through `daemon`'s ticks until its tasks are done.
+async fn tick_once(daemon: &Daemon) {
+    let mut tasks = JoinSet::new();
+    let report = daemon.tick(&mut tasks).await.unwrap();
+    assert_eq!(report.claimed, 1, "{report:?}");
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(t) = tasks.join_next().await {
+            t.unwrap();
+        }
+    })
+    .await
+    .expect("the run ends");
+}
+
+/// Issue 9 (3): the start record commits, its reply is lost. Before, the retry hit the unique
+/// key, took it as "already done", skipped the slot and left the record `running` forever.
+async fn reply_lost_after_the_start_record_runs_the_slot_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let jobs = "[[job]]\nname = \"s\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n";
+    let d = daemon(&through(&db, &proxy), "a", "lease = \"3s\"", jobs).await;
+    let mut tasks = JoinSet::new();
+    d.tick(&mut tasks).await.unwrap();
+    make_due(&store, "s").await;
+    proxy.lose_reply_of("INSERT INTO cron_runs").await;
+    tick_once(&d).await;
+    assert_eq!(proxy.replies_lost(), 1, "the fault was injected");
+    assert_eq!(outcomes(&store, "s").await, [(1, "ok".to_string())]);
+    assert_eq!(store.job("s").await.unwrap().unwrap().exec_by, None);
+}
+
+/// Issue 9: the release commits, its reply is lost: the retry finds the row released by its own
+/// first try; the slot is not run again and the row moves on.
+async fn reply_lost_after_the_release_runs_the_slot_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let jobs = "[[job]]\nname = \"r\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n";
+    let d = daemon(&through(&db, &proxy), "a", "lease = \"3s\"", jobs).await;
+    let mut tasks = JoinSet::new();
+    d.tick(&mut tasks).await.unwrap();
+    let slot = make_due(&store, "r").await;
+    proxy.lose_reply_of("next_exec = CASE WHEN dirty").await;
+    tick_once(&d).await;
+    assert_eq!(proxy.replies_lost(), 1, "the fault was injected");
+    assert_eq!(outcomes(&store, "r").await, [(1, "ok".to_string())]);
+    let row = store.job("r").await.unwrap().unwrap();
+    assert_eq!(row.exec_by, None);
+    assert!(row.slot.unwrap() > slot, "released to the next slot");
+    assert_eq!(row.last_status.as_deref(), Some("ok"));
+}
+
+/// Issue 9: every connection reset while a job runs: the extensions fail once, the pool
+/// reconnects, the run ends and is recorded once.
+async fn connections_reset_mid_run_do_not_lose_the_run(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let jobs = format!(
+        "[[job]]\nname = \"x\"\nschedule = \"0 0 1 1 *\"\ncommand = \"while [ ! -e {} ]; do sleep 0.05; done\"\n",
+        go.display()
+    );
+    let d = daemon(&through(&db, &proxy), "a", "lease = \"3s\"", &jobs).await;
+    let mut tasks = JoinSet::new();
+    d.tick(&mut tasks).await.unwrap();
+    drop(tasks);
+    make_due(&store, "x").await;
+    let (tx, handle) = start(d);
+    eventually(Duration::from_secs(10), "the run to start", || async {
+        (!outcomes(&store, "x").await.is_empty()).then_some(())
+    })
+    .await;
+    for _ in 0..3 {
+        proxy.reset();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    std::fs::write(&go, "").unwrap();
+    eventually(Duration::from_secs(10), "the run to end", || async {
+        let h = outcomes(&store, "x").await;
+        (h.last().is_some_and(|(_, o)| o != "running")).then_some(h)
+    })
+    .await;
+    stop(tx, handle).await;
+    assert_eq!(outcomes(&store, "x").await, [(1, "ok".to_string())]);
+}
+
+/// A job that records its own pid, and notes any earlier process of the job still alive when it
+/// starts: the verdict does not trust the daemons' bookkeeping.
+fn self_checking_job(dir: &Path, name: &str, keys: &str, tail: &str) -> String {
+    let script = dir.join("job.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "for p in $(cat {d}/pids 2>/dev/null); do\n\
+             s=$(awk '{{print $3}}' /proc/$p/stat 2>/dev/null)\n\
+             if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo $p >> {d}/overlap; fi\n\
+             done\n\
+             echo $$ >> {d}/pids\n\
+             {tail}\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"0 0 1 1 *\"\n{keys}\ncommand = \"sh {}\"\n",
+        script.display()
+    )
+}
+
+fn pids(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+/// Issue 9 (6): node A's connection stalls for longer than the lease (`on_lease_lost = kill`):
+/// A's process is dead before node B starts the rerun.
+async fn stall_longer_than_the_lease_kills_the_run_before_the_rerun(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = self_checking_job(dir.path(), "k", "kill_grace = \"1s\"", "exec sleep 60");
+    let a = daemon(&through(&db, &proxy), "a", "lease = \"3s\"", &jobs).await;
+    let mut tasks = JoinSet::new();
+    a.tick(&mut tasks).await.unwrap();
+    drop(tasks);
+    make_due(&store, "k").await;
+    let (a_tx, a_handle) = start(a);
+    let first = eventually(Duration::from_secs(10), "A's run", || async {
+        pids(dir.path()).first().copied()
+    })
+    .await;
+    proxy.stall(true);
+    let b = daemon(&db.url, "b", "lease = \"3s\"", &jobs).await;
+    let (b_tx, b_handle) = start(b);
+    eventually(Duration::from_secs(20), "B's rerun", || async {
+        (pids(dir.path()).len() >= 2).then_some(())
+    })
+    .await;
+    let overlap = std::fs::read_to_string(dir.path().join("overlap")).unwrap_or_default();
+    assert!(
+        overlap.is_empty(),
+        "A's run {first} was alive when B's rerun started"
+    );
+    assert!(!alive(first));
+    proxy.stall(false);
+    stop(b_tx, b_handle).await;
+    stop(a_tx, a_handle).await;
+    let h = outcomes(&store, "k").await;
+    assert_eq!(h[0], (1, "lost".to_string()), "{h:?}");
+}
+
+/// Issue 9 (6): the same stall with `on_lease_lost = ignore`: nothing kills the run, it is left
+/// to finish (and its node writes nothing for it).
+async fn stall_longer_than_the_lease_with_ignore_lets_the_run_finish(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let done = dir.path().join("done");
+    let jobs = self_checking_job(
+        dir.path(),
+        "i",
+        "on_lease_lost = \"ignore\"",
+        &format!("sleep 5; touch {}", done.display()),
+    );
+    let a = daemon(&through(&db, &proxy), "a", "lease = \"2s\"", &jobs).await;
+    let mut tasks = JoinSet::new();
+    a.tick(&mut tasks).await.unwrap();
+    drop(tasks);
+    make_due(&store, "i").await;
+    let (a_tx, a_handle) = start(a);
+    let first = eventually(Duration::from_secs(10), "A's run", || async {
+        pids(dir.path()).first().copied()
+    })
+    .await;
+    proxy.stall(true);
+    eventually(Duration::from_secs(15), "the run to finish", || async {
+        done.exists().then_some(())
+    })
+    .await;
+    assert!(!alive(first));
+    proxy.stall(false);
+    stop(a_tx, a_handle).await;
+}
