@@ -28,7 +28,7 @@ use crate::policy::{
 };
 use crate::runner::{self, StopRequest};
 use crate::schedule::Schedule;
-use crate::store::{Fenced, JobRow, Release, RunKey, RunResult};
+use crate::store::{Fenced, JobRow, Release, RunKey, RunResult, StoreError};
 
 /// Longest pause between two tries of a write that must land (start, release).
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -206,10 +206,15 @@ impl Shared {
                             slot,
                             attempt,
                         };
-                        let _ = self
-                            .store
-                            .record_lost(&key, "its node stopped renewing the lease")
-                            .await;
+                        let why = "its node stopped renewing the lease";
+                        if !self
+                            .until_written(claim, "the lost run", || {
+                                self.store.record_lost(&key, why)
+                            })
+                            .await
+                        {
+                            return None;
+                        }
                     }
                     if let Err(e) = self
                         .store
@@ -248,38 +253,51 @@ impl Shared {
                 attempt,
             };
             let message = format!("lease of node {by} expired while the run was in progress");
-            if let Err(e) = self.store.record_lost(&key, &message).await {
-                tracing::warn!(job = %row.name, error = %e, "could not record the lost run");
+            if !self
+                .until_written(claim, "the lost run", || {
+                    self.store.record_lost(&key, &message)
+                })
+                .await
+            {
+                return None;
             }
         }
-        if let Some((slot, attempt)) = plan.abandoned {
-            self.record_abandoned(
-                &row.name,
-                slot,
-                attempt,
-                "pending retries abandoned: the next regular slot has come",
-            )
-            .await;
+        if let Some((slot, attempt)) = plan.abandoned
+            && !self
+                .record_abandoned(
+                    claim,
+                    slot,
+                    attempt,
+                    "pending retries abandoned: the next regular slot has come",
+                )
+                .await
+        {
+            return None;
         }
         if let Some(skipped) = plan.skipped {
             tracing::warn!(job = %row.name, count = skipped.count, first = %fmt_ms(skipped.first), last = %fmt_ms(skipped.last), misfire = policy.misfire.as_str(), "missed slots skipped");
-            let _ = self
-                .store
-                .record_summary(
-                    &row.name,
-                    skipped.first,
-                    0,
-                    &self.node,
-                    Outcome::Skipped,
-                    Some(skipped.count as i64),
-                    Some(skipped.last),
-                    &format!(
-                        "{} missed slot(s) not run (misfire = {})",
-                        skipped.count,
-                        policy.misfire.as_str()
-                    ),
-                )
+            let message = format!(
+                "{} missed slot(s) not run (misfire = {})",
+                skipped.count,
+                policy.misfire.as_str()
+            );
+            let written = self
+                .until_written(claim, "the skipped slots", || {
+                    self.store.record_summary(
+                        &row.name,
+                        skipped.first,
+                        0,
+                        &self.node,
+                        Outcome::Skipped,
+                        Some(skipped.count as i64),
+                        Some(skipped.last),
+                        &message,
+                    )
+                })
                 .await;
+            if !written {
+                return None;
+            }
         }
         match plan.action {
             ClaimAction::Wait { slot } => {
@@ -479,14 +497,17 @@ impl Shared {
         if failed && next.slot == key.slot {
             tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
         }
-        if let Some((slot, attempt)) = next.abandoned {
-            self.record_abandoned(
-                &row.name,
-                slot,
-                attempt,
-                "retry abandoned: it would pass the next regular slot",
-            )
-            .await;
+        if let Some((slot, attempt)) = next.abandoned
+            && !self
+                .record_abandoned(
+                    claim,
+                    slot,
+                    attempt,
+                    "retry abandoned: it would pass the next regular slot",
+                )
+                .await
+        {
+            return;
         }
         let release = Release {
             slot: next.slot,
@@ -519,11 +540,12 @@ impl Shared {
     }
 
     /// Logs and records retries given up: the history line `abandoned` for `(slot, attempt)`.
-    async fn record_abandoned(&self, job: &str, slot: i64, attempt: u32, why: &str) {
+    /// False if the claim was lost before it could be written.
+    async fn record_abandoned(&self, claim: &Claim, slot: i64, attempt: u32, why: &str) -> bool {
+        let job = &claim.row.name;
         tracing::warn!(job = %job, slot = %fmt_ms(slot), attempt, "{why}");
-        if let Err(e) = self
-            .store
-            .record_summary(
+        self.until_written(claim, "the abandoned retries", || {
+            self.store.record_summary(
                 job,
                 slot,
                 attempt,
@@ -533,9 +555,34 @@ impl Shared {
                 None,
                 why,
             )
-            .await
-        {
-            tracing::warn!(job = %job, error = %e, "could not record abandoned retries");
+        })
+        .await
+    }
+
+    /// Writes a history line a release depends on (lost, skipped, abandoned: each idempotent),
+    /// retrying while the claim is trusted. False if the claim was lost first: then nothing more
+    /// is written, the row is not released, and the next holder makes the same decision again.
+    /// A release never moves a row past a slot whose fate is not on record.
+    async fn until_written<F, Fut>(&self, claim: &Claim, what: &str, mut write: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), StoreError>>,
+    {
+        let row = &claim.row;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match write().await {
+                Ok(()) => return true,
+                Err(e) => {
+                    if self.interrupted((row.id, row.token)).is_some() {
+                        tracing::error!(job = %row.name, error = %e, "claim lost before {what} was recorded; the next holder decides again");
+                        return false;
+                    }
+                    tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "recording {what} failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+            }
         }
     }
 

@@ -20,6 +20,7 @@ mod proxied;
 mod proxy;
 mod service;
 mod signals;
+mod soak;
 mod store;
 mod tick;
 mod util;

@@ -9,9 +9,9 @@ use crate::outage::daemon_survives_restart;
 use crate::util::free_port;
 
 /// A MariaDB server listening on 127.0.0.1 only, with its data in a temporary directory.
-struct ThrowawayMariadb {
+pub struct ThrowawayMariadb {
     dir: tempfile::TempDir,
-    port: u16,
+    pub port: u16,
     server: Option<Child>,
 }
 
@@ -24,7 +24,7 @@ fn tool(name: &str) -> PathBuf {
 }
 
 impl ThrowawayMariadb {
-    fn start() -> ThrowawayMariadb {
+    pub fn start() -> ThrowawayMariadb {
         let dir = tempfile::Builder::new()
             .prefix("sqlcron-my")
             .tempdir()
@@ -55,7 +55,7 @@ impl ThrowawayMariadb {
         db
     }
 
-    fn up(&mut self) {
+    pub fn up(&mut self) {
         let data = self.dir.path().join("data");
         let child = Command::new(tool("mariadbd"))
             .arg("--no-defaults")
@@ -90,14 +90,14 @@ impl ThrowawayMariadb {
         }
     }
 
-    fn down(&mut self) {
+    pub fn down(&mut self) {
         if let Some(mut child) = self.server.take() {
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             child.wait().unwrap();
         }
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}/mysql", self.port)
     }
 }

@@ -11,7 +11,7 @@ use crate::util::{DaemonProcess, eventually, free_port, node_config};
 pub struct ThrowawayPostgres {
     bin: PathBuf,
     pub data: PathBuf,
-    port: u16,
+    pub port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -95,7 +95,7 @@ impl ThrowawayPostgres {
         pg
     }
 
-    fn up(&self) {
+    pub fn up(&self) {
         let opts = format!(
             "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
             self.port,
@@ -118,7 +118,7 @@ impl ThrowawayPostgres {
         );
     }
 
-    fn down(&self) {
+    pub fn down(&self) {
         as_postgres(
             &self.bin,
             "pg_ctl",
