@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use sqlcron::config::{self, Config, Environment};
 use sqlcron::daemon::{self, Control, Daemon};
+use sqlcron::job::Outcome;
 use sqlcron::schedule::Schedule;
 use sqlcron::store::{JobRow, PARKED, Store};
 
@@ -609,7 +610,7 @@ fn job_status(row: &JobRow, config: &Config, now: i64) -> JobStatus {
         last_status: row
             .last_status
             .clone()
-            .filter(|s| s != "running" || running),
+            .filter(|s| Outcome::parse(s) != Ok(Outcome::Running) || running),
         last_exit: row.last_exit,
         last_end: row.last_end.map(daemon::fmt_ms),
         error: row.error.clone(),
@@ -758,8 +759,8 @@ async fn history(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Re
         "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED"
     );
     for r in rows {
-        let detail = match r.outcome.as_str() {
-            "skipped" => format!(
+        let detail = match Outcome::parse(&r.outcome) {
+            Ok(Outcome::Skipped) => format!(
                 "{} slot(s) up to {}",
                 r.skipped_count.unwrap_or(0),
                 fmt_ms(r.skipped_last)

@@ -28,7 +28,7 @@ use crate::policy::{
 };
 use crate::runner::{self, StopRequest};
 use crate::schedule::Schedule;
-use crate::store::{Fenced, JobRow, Release, RunKey, RunResult, StoreError};
+use crate::store::{Fenced, JobRow, PoolWait, Release, RunKey, RunResult, StoreError};
 
 /// Longest pause between two tries of a write that must land (start, release).
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -62,9 +62,9 @@ pub(super) fn claimed_state(row: &JobRow) -> ClaimedState {
         slot: row.slot,
         attempts: row.attempt.max(0) as u32,
         // Deferred for its pool while owing a rerun of a lost run (see `defer_for_pool`).
-        taken_over: row.pool_wait == 2,
+        taken_over: row.pool_wait == PoolWait::OwesRerun,
         run_now: row.run_now,
-        pool_wait: row.pool_wait > 0,
+        pool_wait: row.pool_wait != PoolWait::No,
     }
 }
 

@@ -16,7 +16,7 @@ use crate::job::{OnLeaseLost, Policy};
 use crate::policy::{self, ClaimAction, jitter_ms, plan_claim};
 use crate::runner::StopRequest;
 use crate::schedule::Schedule;
-use crate::store::{JobRow, RunKey, StoreError};
+use crate::store::{JobRow, PoolWait, RunKey, StoreError};
 
 /// A claimed row on its way to its task: the claim, its schedule and policy (or why it cannot
 /// run), how far the tick took it, and its place in `max_parallel`.
@@ -38,7 +38,7 @@ fn plain_run(
     schedule: &Schedule,
     policy: &Policy,
 ) -> Option<(RunKey, bool)> {
-    if row.prev_exec_by.is_some() || row.pool.is_some() || row.pool_wait != 0 {
+    if row.prev_exec_by.is_some() || row.pool.is_some() || row.pool_wait != PoolWait::No {
         return None;
     }
     let plan = plan_claim(&claimed_state(row), now, policy, schedule);

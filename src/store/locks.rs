@@ -384,6 +384,11 @@ impl Store {
         delay: Duration,
         lost: Option<(i64, u32)>,
     ) -> Result<super::Fenced> {
+        let wait = if lost.is_some() {
+            super::PoolWait::OwesRerun
+        } else {
+            super::PoolWait::Waiting
+        };
         let (has_lost, slot, attempt) = match lost {
             Some((slot, attempt)) => (1i64, slot, i64::from(attempt)),
             None => (0, 0, 0),
@@ -395,7 +400,7 @@ impl Store {
              exec_by = NULL, lease_until = NULL WHERE id = ? AND exec_by = ? AND token = ?",
         )))
         .bind(delay.as_millis() as i64)
-        .bind(1 + has_lost)
+        .bind(wait.as_column())
         .bind(has_lost)
         .bind(slot)
         .bind(has_lost)

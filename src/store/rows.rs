@@ -43,9 +43,9 @@ pub struct JobRow {
     pub error: Option<String>,
     /// When the current claim was taken (database clock).
     pub claimed_at: Option<i64>,
-    /// The row waits for its pool (1), or waits to rerun a lost run of `slot`/`attempt` (2).
-    /// The wait does not make its slot missed.
-    pub pool_wait: i64,
+    /// Whether the row waits for a place in its pool (`cron_table.pool_wait`). The wait does
+    /// not make its slot missed.
+    pub pool_wait: PoolWait,
     /// The first column whose value could not be read (`enabled = 'yes'`, a BLOB), with the
     /// value: such a row cannot run and is parked with this message.
     pub decode_error: Option<String>,
@@ -65,6 +65,36 @@ pub const POLICY_COLUMNS: [&str; 11] = [
     "on_lease_lost",
     "rerun_lost",
 ];
+
+/// Why a row waits for its pool, as stored in `cron_table.pool_wait` (0, 1, 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolWait {
+    /// Not waiting.
+    No,
+    /// Waiting for a place to run its slot.
+    Waiting,
+    /// Waiting for a place to rerun the lost run of its `slot` / `attempt` (the rerun it owes
+    /// survives the wait).
+    OwesRerun,
+}
+
+impl PoolWait {
+    pub fn from_column(v: i64) -> PoolWait {
+        match v {
+            0 => PoolWait::No,
+            2 => PoolWait::OwesRerun,
+            _ => PoolWait::Waiting,
+        }
+    }
+
+    pub fn as_column(self) -> i64 {
+        match self {
+            PoolWait::No => 0,
+            PoolWait::Waiting => 1,
+            PoolWait::OwesRerun => 2,
+        }
+    }
+}
 
 /// Reads the columns of one row, never failing on a value of the wrong type: the first bad
 /// value is kept as a message naming the column and the value, and the field gets its empty
@@ -193,7 +223,7 @@ impl JobRow {
             last_node: r.text("last_node"),
             error: r.text("error"),
             claimed_at: r.int("claimed_at"),
-            pool_wait: r.int("pool_wait").unwrap_or(0),
+            pool_wait: PoolWait::from_column(r.int("pool_wait").unwrap_or(0)),
             name,
             decode_error: r.error,
         })

@@ -304,6 +304,36 @@ async fn bad_sqlite_rows_are_parked_one_at_a_time() {
     let db = TestDb::new(Dialect::Sqlite).await;
     let jobs = "[[job]]\nname = \"good\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n";
     let (daemon, store) = daemon(&db, "a", "", jobs).await;
+    // The schema refuses them when they are written, naming the column...
+    let refused = store
+        .execute_raw("UPDATE cron_table SET enabled = 'yes' WHERE name = 'good'")
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("cron_table.enabled must be 0 or 1"),
+        "{refused}"
+    );
+    let refused = store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('b', '* * * * *', X'00')",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("cron_table.command must be text or NULL"),
+        "{refused}"
+    );
+    // ... but rows stored before those checks existed may still be bad.
+    for trigger in ["cron_table_types_insert", "cron_table_types_update"] {
+        store
+            .execute_raw(&format!("DROP TRIGGER {trigger}"))
+            .await
+            .unwrap();
+    }
     for (name, column, value) in [
         ("yes", "enabled", "'yes'"),
         ("half", "retries", "1.5"),

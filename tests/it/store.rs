@@ -599,7 +599,7 @@ async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
     let waiting = store.job(&second.name).await.unwrap().unwrap();
     assert_eq!(
         (waiting.pool_wait, waiting.slot, waiting.attempt),
-        (2, Some(1_000), 1)
+        (sqlcron::store::PoolWait::OwesRerun, Some(1_000), 1)
     );
     assert_eq!(waiting.exec_by, None);
     // A plain deferral keeps the slot; a release clears the wait.
@@ -609,7 +609,10 @@ async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
         .unwrap();
     assert_eq!(fenced, Fenced::Done);
     let plain = store.job(&first.name).await.unwrap().unwrap();
-    assert_eq!((plain.pool_wait, plain.slot), (1, first.slot));
+    assert_eq!(
+        (plain.pool_wait, plain.slot),
+        (sqlcron::store::PoolWait::Waiting, first.slot)
+    );
     store
         .execute_raw(&format!(
             "UPDATE cron_table SET next_exec = 0 WHERE id = {}",
@@ -631,7 +634,7 @@ async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
         .unwrap();
     assert_eq!(
         store.job(&again[0].name).await.unwrap().unwrap().pool_wait,
-        0
+        sqlcron::store::PoolWait::No
     );
 }
 
