@@ -102,10 +102,87 @@ impl Dialect {
         }
     }
 
+    /// The end of an `INSERT` that updates `columns` from the inserted values when the unique
+    /// `key` exists already.
+    pub fn on_conflict_update(self, key: &str, columns: &[&str]) -> String {
+        match self {
+            Dialect::Mysql => format!(
+                " ON DUPLICATE KEY UPDATE {}",
+                columns
+                    .iter()
+                    .map(|c| format!("{c} = VALUES({c})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Dialect::Sqlite | Dialect::Postgres => format!(
+                " ON CONFLICT ({key}) DO UPDATE SET {}",
+                columns
+                    .iter()
+                    .map(|c| format!("{c} = excluded.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// What every new connection runs first: the session time zone, SQLite's journal, and the
+    /// timeout on every statement and lock wait (`timeout_ms`, see `Store::connect_with`).
+    pub fn session_setup(self, timeout_ms: Option<u64>) -> Vec<SessionSetting> {
+        let plain = |sql: String| SessionSetting {
+            sql,
+            otherwise: None,
+        };
+        match self {
+            Dialect::Sqlite => vec![
+                plain("PRAGMA journal_mode = WAL".into()),
+                plain(format!(
+                    "PRAGMA busy_timeout = {}",
+                    timeout_ms.unwrap_or(5000)
+                )),
+                plain("PRAGMA synchronous = NORMAL".into()),
+                // 1 MiB of page cache per connection: the hot rows are few.
+                plain("PRAGMA cache_size = -1024".into()),
+            ],
+            Dialect::Mysql => {
+                let mut v = vec![plain("SET time_zone = '+00:00'".into())];
+                if let Some(ms) = timeout_ms {
+                    // Whole seconds, at least 1.
+                    v.push(plain(format!(
+                        "SET SESSION innodb_lock_wait_timeout = {}",
+                        ms.div_ceil(1000)
+                    )));
+                    // MariaDB bounds every statement; MySQL has only max_execution_time, which
+                    // bounds reads.
+                    v.push(SessionSetting {
+                        sql: format!("SET SESSION max_statement_time = {}", ms as f64 / 1000.0),
+                        otherwise: Some(format!("SET SESSION max_execution_time = {ms}")),
+                    });
+                }
+                v
+            }
+            Dialect::Postgres => timeout_ms
+                .map(|ms| {
+                    vec![
+                        plain(format!("SET statement_timeout = {ms}")),
+                        plain(format!("SET lock_timeout = {ms}")),
+                    ]
+                })
+                .unwrap_or_default(),
+        }
+    }
+
     /// Whether `UPDATE ... RETURNING` exists (MySQL and MariaDB's UPDATE have none).
     pub fn has_returning(self) -> bool {
         self != Dialect::Mysql
     }
+}
+
+/// One statement of a new connection's setup; `otherwise` is tried when it fails (a server
+/// that lacks the setting).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSetting {
+    pub sql: String,
+    pub otherwise: Option<String>,
 }
 
 /// Columns of `cron_table` a node reads when it claims or inspects a row.

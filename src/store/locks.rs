@@ -320,15 +320,10 @@ impl Store {
 
     /// Writes `[pools]` sizes to `cron_pools` (pools defined only with SQL are left alone).
     pub async fn apply_pools(&self, pools: &std::collections::BTreeMap<String, u32>) -> Result<()> {
-        let text = match self.dialect() {
-            Dialect::Mysql => {
-                "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON DUPLICATE KEY UPDATE size = VALUES(size)"
-            }
-            _ => {
-                "INSERT INTO cron_pools (name, size) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET size = excluded.size"
-            }
-        };
-        let text = self.dialect().render(text);
+        let text = self.dialect().render(&format!(
+            "INSERT INTO cron_pools (name, size) VALUES (?, ?){}",
+            self.dialect().on_conflict_update("name", &["size"])
+        ));
         for (name, size) in pools {
             sqlx::query(AssertSqlSafe(text.clone()))
                 .bind(name.clone())

@@ -168,18 +168,22 @@ const FINISH_RUN: &str = "UPDATE cron_runs SET ended = {now}, outcome = ?, exit_
 
 fn statements(d: Dialect) -> Statements {
     let (ins, conflict) = d.insert_ignore();
-    let node_upsert = match d {
-        Dialect::Mysql => "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, stopped, toml_jobs) \
-             VALUES (?, ?, ?, ?, {now}, {now}, NULL, ?) ON DUPLICATE KEY UPDATE host = VALUES(host), \
-             pid = VALUES(pid), version = VALUES(version), started = VALUES(started), \
-             last_seen = VALUES(last_seen), stopped = NULL, toml_jobs = VALUES(toml_jobs)"
-            .to_string(),
-        _ => "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, stopped, toml_jobs) \
-             VALUES (?, ?, ?, ?, {now}, {now}, NULL, ?) ON CONFLICT (name) DO UPDATE SET host = excluded.host, \
-             pid = excluded.pid, version = excluded.version, started = excluded.started, \
-             last_seen = excluded.last_seen, stopped = NULL, toml_jobs = excluded.toml_jobs"
-            .to_string(),
-    };
+    let node_upsert = format!(
+        "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, stopped, toml_jobs) \
+         VALUES (?, ?, ?, ?, {{now}}, {{now}}, NULL, ?){}",
+        d.on_conflict_update(
+            "name",
+            &[
+                "host",
+                "pid",
+                "version",
+                "started",
+                "last_seen",
+                "stopped",
+                "toml_jobs"
+            ]
+        )
+    );
     Statements {
         claim: claim_sql(d, 0),
         claim_read: d.render(&format!(
@@ -320,43 +324,14 @@ impl Store {
             .acquire_timeout(Duration::from_secs(5))
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
-                    match dialect {
-                        Dialect::Sqlite => {
-                            conn.execute("PRAGMA journal_mode = WAL").await?;
-                            let busy = timeout_ms.unwrap_or(5000);
-                            conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {busy}")))
-                                .await?;
-                            conn.execute("PRAGMA synchronous = NORMAL").await?;
-                            // 1 MiB of page cache per connection: the hot rows are few.
-                            conn.execute("PRAGMA cache_size = -1024").await?;
-                        }
-                        Dialect::Mysql => {
-                            conn.execute("SET time_zone = '+00:00'").await?;
-                            if let Some(ms) = timeout_ms {
-                                let secs = ms.div_ceil(1000);
-                                conn.execute(AssertSqlSafe(format!(
-                                    "SET SESSION innodb_lock_wait_timeout = {secs}"
-                                )))
-                                .await?;
-                                let mariadb = format!(
-                                    "SET SESSION max_statement_time = {}",
-                                    ms as f64 / 1000.0
-                                );
-                                if conn.execute(AssertSqlSafe(mariadb)).await.is_err() {
-                                    conn.execute(AssertSqlSafe(format!(
-                                        "SET SESSION max_execution_time = {ms}"
-                                    )))
-                                    .await?;
-                                }
+                    for setting in dialect.session_setup(timeout_ms) {
+                        let tried = conn.execute(AssertSqlSafe(setting.sql)).await;
+                        match (tried, setting.otherwise) {
+                            (Ok(_), _) => {}
+                            (Err(_), Some(other)) => {
+                                conn.execute(AssertSqlSafe(other)).await?;
                             }
-                        }
-                        Dialect::Postgres => {
-                            if let Some(ms) = timeout_ms {
-                                for var in ["statement_timeout", "lock_timeout"] {
-                                    conn.execute(AssertSqlSafe(format!("SET {var} = {ms}")))
-                                        .await?;
-                                }
-                            }
+                            (Err(e), None) => return Err(e),
                         }
                     }
                     Ok(())
