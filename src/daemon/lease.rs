@@ -99,6 +99,19 @@ pub(super) struct Supervised {
     pub pgid: Arc<AtomicI32>,
 }
 
+impl Supervised {
+    /// Whether this claim's row could be due in the database by the end of a claim statement
+    /// sent at `now`: the claim is no longer trusted, or its trust window ends within a quarter
+    /// of the lease. A trusted claim's lease in the database ends at least a fifth of the lease
+    /// after its trust window, and a claim statement returns within its timeout (two fifths of
+    /// the lease) — so every other supervised row is certainly not due, and the claim need not
+    /// name it. In normal operation the list is empty and the claim statement is the same,
+    /// prepared one every time.
+    pub fn may_be_due(&self, now: Instant, lease: Duration) -> bool {
+        self.interrupted.is_some() || self.trusted_until <= now + lease / 4
+    }
+}
+
 /// Claims under supervision, by (row id, claim token).
 pub(super) type Supervision = Mutex<HashMap<(i64, i64), Supervised>>;
 

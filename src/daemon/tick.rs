@@ -94,8 +94,15 @@ impl Daemon {
         if peek.next_due.is_none_or(|d| d > peek.now) {
             return Ok(report);
         }
-        // Rows this node still supervises are never claimed again (see `lease.rs`).
-        let supervised: Vec<i64> = shared.supervision().keys().map(|(id, _)| *id).collect();
+        // Rows this node still supervises are never claimed again; only those whose lease could
+        // have ended by the time this claim runs need naming (see `lease::may_be_due`).
+        let horizon = Instant::now();
+        let supervised: Vec<i64> = shared
+            .supervision()
+            .iter()
+            .filter(|(_, r)| r.may_be_due(horizon, config.daemon.lease))
+            .map(|((id, _), _)| *id)
+            .collect();
         // The trust window starts when the claim is attempted, not when its reply arrives.
         let claim_started = Instant::now();
         let (now, rows) = shared

@@ -99,8 +99,14 @@ async fn a_node_never_claims_a_row_it_still_supervises(dialect: Dialect) {
         (runs(&store, "s").await.len() == 1).then_some(())
     })
     .await;
-    // The lease runs out while the node still supervises the run (a stall).
-    expire(&store, "s").await;
+    // No lease loop runs here (only ticks): the lease runs out in the database while the node
+    // still supervises the run, as after a stall of its event loop.
+    eventually(Duration::from_secs(10), "the lease to run out", || async {
+        let row = store.job("s").await.unwrap()?;
+        let now = store.now().await.unwrap();
+        (row.next_exec? < now).then_some(())
+    })
+    .await;
     let report = daemon.tick(&mut tasks).await.unwrap();
     assert_eq!(
         report.claimed, 0,

@@ -27,6 +27,7 @@ for_each_server!(
     connections_reset_mid_run_do_not_lose_the_run,
     stall_longer_than_the_lease_kills_the_run_before_the_rerun,
     stall_longer_than_the_lease_with_ignore_lets_the_run_finish,
+    release_blocked_longer_than_the_lease_keeps_the_lease_and_lands,
 );
 
 /// The database's address as the proxy needs it, and the URL through the proxy.
@@ -290,4 +291,59 @@ async fn stall_longer_than_the_lease_with_ignore_lets_the_run_finish(dialect: Di
     assert!(!alive(first));
     proxy.stall(false);
     stop(a_tx, a_handle).await;
+}
+
+/// Issue 9 (2): a finished run whose release cannot be written for longer than the lease (here
+/// an operator's transaction holds its history row) while the database is otherwise reachable:
+/// the lease is still extended, the release is retried and lands; the slot is not run again.
+/// Before, the lease stopped with the process and the retry gave up after one lease: another
+/// claim took the row over and ran the slot a second time.
+async fn release_blocked_longer_than_the_lease_keeps_the_lease_and_lands(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let count = dir.path().join("count");
+    let jobs = format!(
+        "[[job]]\nname = \"b\"\nschedule = \"0 0 1 1 *\"\n\
+         command = \"echo run >> {}; while [ ! -e {} ]; do sleep 0.05; done\"\n",
+        count.display(),
+        go.display()
+    );
+    let d = daemon(&db.url, "a", "lease = \"2s\"", &jobs).await;
+    let mut tasks = JoinSet::new();
+    d.tick(&mut tasks).await.unwrap();
+    drop(tasks);
+    make_due(&store, "b").await;
+    let (tx, handle) = start(d);
+    eventually(Duration::from_secs(10), "the run to start", || async {
+        (!outcomes(&store, "b").await.is_empty()).then_some(())
+    })
+    .await;
+    // An operator's transaction holds the run's history row: the release waits on it.
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("UPDATE cron_runs SET message = message WHERE job_name = 'b'")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    // Three leases long, the release cannot land; the claim must stay alive meanwhile.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let row = store.job("b").await.unwrap().unwrap();
+        let now = store.now().await.unwrap();
+        assert_eq!(row.exec_by.as_deref(), Some("a"), "the claim was given up");
+        assert!(row.lease_until.unwrap() > now, "the lease ran out");
+    }
+    lock.rollback().await.unwrap();
+    eventually(Duration::from_secs(10), "the release to land", || async {
+        let row = store.job("b").await.unwrap().unwrap();
+        row.exec_by.is_none().then_some(())
+    })
+    .await;
+    stop(tx, handle).await;
+    assert_eq!(outcomes(&store, "b").await, [(1, "ok".to_string())]);
+    let runs = std::fs::read_to_string(&count).unwrap();
+    assert_eq!(runs.lines().count(), 1, "the slot ran again");
 }
