@@ -213,24 +213,18 @@ pub async fn run(
         dropped_lines: 0,
         dropped_bytes: 0,
     }));
+    let sink = |stream| Sink {
+        job: spec.job.clone(),
+        stream,
+        tail: tail.clone(),
+        budget: budget.clone(),
+    };
     let mut readers = tokio::task::JoinSet::new();
     if let Some(out) = child.stdout.take() {
-        let sink = Sink {
-            job: spec.job.clone(),
-            stream: "stdout",
-            tail: tail.clone(),
-            budget: budget.clone(),
-        };
-        readers.spawn(pump(out, sink));
+        readers.spawn(pump(out, sink("stdout")));
     }
     if let Some(err) = child.stderr.take() {
-        let sink = Sink {
-            job: spec.job.clone(),
-            stream: "stderr",
-            tail: tail.clone(),
-            budget: budget.clone(),
-        };
-        readers.spawn(pump(err, sink));
+        readers.spawn(pump(err, sink("stderr")));
     }
 
     let mut timed_out = false;

@@ -403,11 +403,7 @@ impl Store {
             .execute(&self.pool)
             .await
             .map_err(sql_err!(self, "release"))?;
-        Ok(if updated.rows_affected() == 1 {
-            Fenced::Done
-        } else {
-            Fenced::Lost
-        })
+        Ok(Fenced::from_rows(updated.rows_affected()))
     }
 
     /// Marks a run as lost in the history (a node died or lost its lease while it ran).
@@ -462,11 +458,7 @@ impl Store {
             .execute(&self.pool)
             .await
             .map_err(sql_err!(self, "release for takeover"))?;
-        Ok(if done.rows_affected() == 1 {
-            Fenced::Done
-        } else {
-            Fenced::Lost
-        })
+        Ok(Fenced::from_rows(done.rows_affected()))
     }
 }
 

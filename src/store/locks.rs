@@ -406,10 +406,6 @@ impl Store {
         .execute(self.pool())
         .await
         .map_err(err!(self, "defer for pool"))?;
-        Ok(if done.rows_affected() == 1 {
-            super::Fenced::Done
-        } else {
-            super::Fenced::Lost
-        })
+        Ok(super::Fenced::from_rows(done.rows_affected()))
     }
 }
