@@ -15,6 +15,7 @@ use sqlcron::job::Outcome;
 use sqlcron::store::{Dialect, HistoryRow, RunKey, Store};
 use tokio::task::JoinSet;
 
+use crate::util::make_due_now as make_due;
 use crate::util::{DaemonProcess, TestDb, alive, eventually, free_port, node_config};
 
 for_each_dialect!(
@@ -38,19 +39,6 @@ async fn daemon(db: &TestDb, name: &str, daemon_keys: &str, jobs: &str) -> (Daem
     let daemon = Daemon::new(store.clone(), config);
     daemon.apply_config().await.unwrap();
     (daemon, store)
-}
-
-/// Makes a prepared row due now, serving a slot one second ago; returns the slot.
-async fn make_due(store: &Store, job: &str) -> i64 {
-    let now = store.now().await.unwrap();
-    let slot = now - 1000;
-    store
-        .execute_raw(&format!(
-            "UPDATE cron_table SET slot = {slot}, next_exec = {slot}, attempt = 0 WHERE name = '{job}'"
-        ))
-        .await
-        .unwrap();
-    slot
 }
 
 /// Ends a claim's lease now, as if its holder had stopped renewing it.

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::proxy::Proxy;
+use crate::util::make_due_now as make_due;
 use crate::util::{TestDb, alive, eventually};
 
 macro_rules! for_each_server {
@@ -76,23 +77,6 @@ async fn stop(tx: mpsc::UnboundedSender<Control>, handle: JoinHandle<()>) {
         .await
         .expect("the daemon stops")
         .unwrap();
-}
-
-/// Prepares the job and makes it due now, serving a slot one second ago.
-async fn make_due(store: &Store, job: &str) -> i64 {
-    eventually(Duration::from_secs(5), "the job row", || async {
-        store.job(job).await.unwrap().map(|_| ())
-    })
-    .await;
-    let now = store.now().await.unwrap();
-    let slot = now - 1000;
-    store
-        .execute_raw(&format!(
-            "UPDATE cron_table SET slot = {slot}, next_exec = {slot}, attempt = 0 WHERE name = '{job}'"
-        ))
-        .await
-        .unwrap();
-    slot
 }
 
 async fn outcomes(store: &Store, job: &str) -> Vec<(i64, String)> {

@@ -24,6 +24,7 @@ for_each_dialect!(
     previous_run_is_found_by_token_order_across_a_takeover_chain,
     fencing_token_never_decreases_when_a_row_is_recreated,
     toml_update_keeps_a_pause,
+    statement_timeout_bounds_every_statement_and_says_so,
 );
 
 async fn insert(store: &Store, name: &str, schedule: &str, command: &str) {
@@ -876,4 +877,58 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
         store.job("k").await.unwrap().unwrap().enabled,
         "the TOML turned it on"
     );
+}
+
+/// Issue 9 (5, 9): the daemon's connections carry a statement and lock-wait timeout, and a
+/// statement that runs into it is reported as a timeout, not as "database unreachable".
+async fn statement_timeout_bounds_every_statement_and_says_so(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    db.store().await;
+    let timeout = Duration::from_millis(800);
+    let store = Store::connect_with(&db.url, 2, Some(timeout)).unwrap();
+    insert(&store, "t", "* * * * *", "true").await;
+    // Another connection holds the row (SQLite: the database) in an open transaction.
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("UPDATE cron_table SET workdir = workdir WHERE name = 't'")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = store
+        .execute_raw("UPDATE cron_table SET workdir = '/x' WHERE name = 't'")
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert!(took < Duration::from_secs(5), "waited {took:?}");
+    lock.rollback().await.unwrap();
+    pool.close().await;
+    // A statement that runs long is bounded too (SQLite has no such statement to run).
+    let slow = match dialect {
+        Dialect::Postgres => Some("SELECT pg_sleep(3)"),
+        Dialect::Mysql => Some("SELECT SLEEP(3) FROM cron_table"),
+        Dialect::Sqlite => None,
+    };
+    if let Some(slow) = slow {
+        let started = std::time::Instant::now();
+        let outcome = store.execute_raw(slow).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "{outcome:?}"
+        );
+        if let Err(e) = outcome {
+            assert_eq!(e.kind(), "timeout", "{e}");
+        }
+    }
+    // No server at all: unreachable.
+    let gone = Store::connect(
+        &format!(
+            "postgres://postgres@127.0.0.1:{}/x",
+            crate::util::free_port()
+        ),
+        1,
+    )
+    .unwrap();
+    assert_eq!(gone.now().await.unwrap_err().kind(), "unreachable");
 }

@@ -251,3 +251,21 @@ pub fn pids_with_cmdline(argv: &[&str]) -> Vec<i32> {
     }
     out
 }
+
+/// Makes a job's row due now, serving a slot one second ago (by the database clock), with no
+/// attempt started; waits for the row to exist. Returns the slot.
+pub async fn make_due_now(store: &Store, job: &str) -> i64 {
+    eventually(Duration::from_secs(5), "the job row", || async {
+        store.job(job).await.unwrap().map(|_| ())
+    })
+    .await;
+    let now = store.now().await.unwrap();
+    let slot = now - 1000;
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {slot}, next_exec = {slot}, attempt = 0 WHERE name = '{job}'"
+        ))
+        .await
+        .unwrap();
+    slot
+}
