@@ -932,3 +932,57 @@ async fn statement_timeout_bounds_every_statement_and_says_so(dialect: Dialect) 
     .unwrap();
     assert_eq!(gone.now().await.unwrap_err().kind(), "unreachable");
 }
+
+/// Issue 9 (9): a deadlock is reported as a deadlock (PostgreSQL and MariaDB detect it and fail
+/// one of the two transactions), not as "database unreachable".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlock_is_reported_as_a_deadlock() {
+    for dialect in [Dialect::Postgres, Dialect::Mysql] {
+        let db = TestDb::new(dialect).await;
+        let store = db.store().await;
+        insert(&store, "a", "* * * * *", "true").await;
+        insert(&store, "b", "* * * * *", "true").await;
+        let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+        let mut one = pool.begin().await.unwrap();
+        let mut two = pool.begin().await.unwrap();
+        let touch =
+            |job: &str| format!("UPDATE cron_table SET workdir = '/{job}' WHERE name = '{job}'");
+        sqlx::query(sqlx::AssertSqlSafe(touch("a")))
+            .execute(&mut *one)
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(touch("b")))
+            .execute(&mut *two)
+            .await
+            .unwrap();
+        let first = async {
+            let r = sqlx::query(sqlx::AssertSqlSafe(touch("b")))
+                .execute(&mut *one)
+                .await;
+            (r, one)
+        };
+        let second = async {
+            // Let the first one wait on the lock before closing the cycle.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let r = sqlx::query(sqlx::AssertSqlSafe(touch("a")))
+                .execute(&mut *two)
+                .await;
+            (r, two)
+        };
+        let ((r1, one), (r2, two)) = tokio::join!(first, second);
+        let failed = [r1.err(), r2.err()]
+            .into_iter()
+            .flatten()
+            .next()
+            .expect("one deadlocked");
+        let err = sqlcron::store::StoreError::Sql {
+            dialect: dialect.name(),
+            op: "test",
+            source: failed,
+        };
+        assert_eq!(err.kind(), "deadlock", "{dialect:?}: {err}");
+        let _ = one.rollback().await;
+        let _ = two.rollback().await;
+        pool.close().await;
+    }
+}
