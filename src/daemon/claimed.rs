@@ -115,6 +115,17 @@ impl Shared {
                 None => return,
             },
         };
+        if !started && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            // Claimed but not started when the node began to stop: hand the row over at once;
+            // nothing ran, so the next holder runs the slot as still owed.
+            tracing::info!(job = %claim.row.name, "stopping: not starting the run; handed over");
+            let row = &claim.row;
+            let _ = self
+                .store
+                .release_for_takeover(row.id, &self.node, row.token)
+                .await;
+            return;
+        }
         let run = Run {
             claim: &claim,
             key,
