@@ -606,12 +606,21 @@ impl Shared {
         let sup_key = (row.id, row.token);
         let mut release = release.clone();
         let mut delay = Duration::from_millis(100);
+        let mut first = true;
         loop {
-            match self
-                .store
-                .release(row.id, &self.node, row.token, &release, key)
-                .await
-            {
+            // Retries go in two statements, so that a wait for the history row never holds the
+            // job's row (and with it the lease extensions).
+            let written = if first {
+                self.store
+                    .release(row.id, &self.node, row.token, &release, key)
+                    .await
+            } else {
+                self.store
+                    .release_in_steps(row.id, &self.node, row.token, &release, key)
+                    .await
+            };
+            first = false;
+            match written {
                 Ok(Fenced::Done) => return,
                 Ok(_) => {
                     tracing::warn!(job = %row.name, "release found the row taken over; nothing written");

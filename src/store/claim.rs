@@ -336,6 +336,33 @@ impl Store {
         release: &Release,
         run: Option<&RunKey>,
     ) -> Result<Fenced> {
+        self.release_with(id, node, token, release, run, true).await
+    }
+
+    /// [`Store::release`] in two statements on every dialect, history first. For retries: on
+    /// PostgreSQL the single statement locks the `cron_table` row while it waits for the history
+    /// row, and a history row held by someone else would then starve the lease extensions too.
+    pub async fn release_in_steps(
+        &self,
+        id: i64,
+        node: &str,
+        token: i64,
+        release: &Release,
+        run: Option<&RunKey>,
+    ) -> Result<Fenced> {
+        self.release_with(id, node, token, release, run, false)
+            .await
+    }
+
+    async fn release_with(
+        &self,
+        id: i64,
+        node: &str,
+        token: i64,
+        release: &Release,
+        run: Option<&RunKey>,
+        combined: bool,
+    ) -> Result<Fenced> {
         type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
         let dialect = self.dialect;
         let bind_finish = |q: Query<'static>, key: &RunKey, outcome: &RunResult| {
@@ -359,7 +386,8 @@ impl Store {
                 .bind(token)
         };
         let finished = run.zip(release.outcome.as_ref());
-        let q = match (finished, &self.sql.finish_and_release) {
+        let both = self.sql.finish_and_release.as_ref().filter(|_| combined);
+        let q = match (finished, both) {
             (Some((key, outcome)), Some(both)) => {
                 bind_finish(sqlx::query(AssertSqlSafe(both.clone())), key, outcome)
             }
