@@ -268,11 +268,15 @@ async fn stall_longer_than_the_lease_with_ignore_lets_the_run_finish(dialect: Di
     })
     .await;
     proxy.stall(true);
+    // It reached its end (nothing killed it), and then exited on its own.
     eventually(Duration::from_secs(15), "the run to finish", || async {
         done.exists().then_some(())
     })
     .await;
-    assert!(!alive(first));
+    eventually(Duration::from_secs(5), "the run's process to exit", || async {
+        (!alive(first)).then_some(())
+    })
+    .await;
     proxy.stall(false);
     stop(a_tx, a_handle).await;
 }
