@@ -273,9 +273,11 @@ async fn stall_longer_than_the_lease_with_ignore_lets_the_run_finish(dialect: Di
         done.exists().then_some(())
     })
     .await;
-    eventually(Duration::from_secs(5), "the run's process to exit", || async {
-        (!alive(first)).then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the run's process to exit",
+        || async { (!alive(first)).then_some(()) },
+    )
     .await;
     proxy.stall(false);
     stop(a_tx, a_handle).await;
