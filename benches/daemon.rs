@@ -365,7 +365,11 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     let db = Db::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let extra = format!("[daemon]\nmax_parallel = {max_parallel}\n");
+    let me = sqlcron::account::current().expect("the bench user's account");
+    let extra = format!(
+        "[daemon]\nmax_parallel = {max_parallel}\ndefault_user = \"{}\"\n",
+        me.name
+    );
     let mut nodes: Vec<Daemon> = (0..3)
         .map(|n| {
             // Under systemd (INVOCATION_ID is how it knows) the daemon starts no job reaper.

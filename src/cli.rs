@@ -12,7 +12,7 @@ use sqlcron::config::{self, Config, Environment};
 use sqlcron::daemon::{self, Control, Daemon};
 use sqlcron::job::Outcome;
 use sqlcron::schedule::Schedule;
-use sqlcron::store::{JobRow, PARKED, Store};
+use sqlcron::store::{Actor, JobRow, PARKED, Store};
 
 /// A node counts as alive while its heartbeat is younger than this.
 const NODE_ALIVE_WINDOW_MS: i64 = 3 * 5_000;
@@ -55,6 +55,15 @@ enum Command {
         /// Only this job.
         job: Option<String>,
         #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the audit trail, newest first: operator actions and definition changes made with SQL.
+    Audit {
+        /// Only this job.
+        job: Option<String>,
+        #[arg(long, default_value_t = 50)]
         limit: i64,
         #[arg(long)]
         json: bool,
@@ -189,6 +198,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     let env = Environment::from_process();
     let config = config::load(&path, explicit, &env).map_err(|e| Failure::usage(e.to_string()))?;
     if let Command::Check = cli.command {
+        check_accounts(&config)?;
+        if let Some(warning) = config::readable_secret_warning(&config) {
+            eprintln!("warning: {warning}");
+        }
         println!(
             "{}: ok ({} job(s), database {})",
             path.display(),
@@ -214,7 +227,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 let store = connect(&config).await?;
                 store.migrate().await.map_err(Failure::runtime)?;
                 let report = store
-                    .apply_toml(&config.jobs, dry_run)
+                    .apply_toml(&config.jobs, dry_run, &Actor::this_process(None))
                     .await
                     .map_err(Failure::runtime)?;
                 let verb = if dry_run { "would " } else { "" };
@@ -256,11 +269,17 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::History { job, limit, json } => {
                 history(&connect(&config).await?, job.as_deref(), limit, json).await
             }
+            Command::Audit { job, limit, json } => {
+                audit(&connect(&config).await?, job.as_deref(), limit, json).await
+            }
             Command::Run { job } => {
                 let store = connect(&config).await?;
                 found(
                     &job,
-                    store.request_run(&job).await.map_err(Failure::runtime)?,
+                    store
+                        .request_run(&job, &Actor::this_process(None))
+                        .await
+                        .map_err(Failure::runtime)?,
                 )?;
                 println!("{job}: will run as soon as a node is free");
                 Ok(0)
@@ -363,7 +382,7 @@ async fn locks(store: &Store, json: bool) -> Result<u8, Failure> {
 async fn set_enabled(config: &Config, job: &str, enabled: bool) -> Result<u8, Failure> {
     let store = connect(config).await?;
     let changed = store
-        .set_enabled(job, enabled)
+        .set_enabled(job, enabled, &Actor::this_process(None))
         .await
         .map_err(Failure::runtime)?;
     found(job, changed)?;
@@ -377,6 +396,43 @@ fn found(job: &str, ok: bool) -> Result<(), Failure> {
     } else {
         Err(Failure::usage(format!("no job named \"{job}\"")))
     }
+}
+
+/// `check` on this host: every job's account exists and this daemon may switch to it.
+fn check_accounts(config: &Config) -> Result<(), Failure> {
+    let me = sqlcron::account::current().map_err(Failure::runtime)?;
+    let mut problems = Vec::new();
+    for job in &config.jobs {
+        let account = sqlcron::job::run_as(
+            job.user.as_deref(),
+            job.group.as_deref(),
+            config.daemon.default_user.as_deref(),
+            &me,
+        )
+        .and_then(|who| match who {
+            Some((user, group)) => sqlcron::account::lookup(&user, group.as_deref())
+                .map(|_| ())
+                .map_err(|e| format!("user: {e}")),
+            None => Ok(()),
+        });
+        if let Err(e) = account {
+            let (key, message) = e.split_once(": ").unwrap_or(("user", &e));
+            problems.push(config::Problem {
+                location: format!("job \"{}\" {key}", job.name),
+                message: message.to_string(),
+            });
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::usage(
+        config::ConfigError {
+            path: config.path.clone(),
+            problems,
+        }
+        .to_string(),
+    ))
 }
 
 async fn connect(config: &Config) -> Result<Store, Failure> {
@@ -767,7 +823,10 @@ async fn history(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Re
             ),
             _ => match (r.exit_code, r.signal) {
                 (Some(c), _) => format!("exit {c}"),
-                (None, Some(s)) => format!("signal {s}"),
+                (None, Some(s)) => match &r.message {
+                    Some(m) => format!("signal {s}: {m}"),
+                    None => format!("signal {s}"),
+                },
                 _ => r.message.clone().unwrap_or_default(),
             },
         };
@@ -780,6 +839,40 @@ async fn history(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Re
             r.node.unwrap_or_default(),
             fmt_ms(r.ended),
             detail
+        );
+    }
+    Ok(0)
+}
+
+async fn audit(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Result<u8, Failure> {
+    let rows = store
+        .audit_log(job, limit.clamp(1, 100_000))
+        .await
+        .map_err(Failure::runtime)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?
+        );
+        return Ok(0);
+    }
+    println!(
+        "{:<21} {:<13} {:<24} {:<32} DETAIL",
+        "WHEN", "ACTION", "JOB", "WHO"
+    );
+    for r in rows {
+        let who = match (&r.host, r.pid) {
+            (Some(h), Some(p)) => format!("{} @{h} pid {p}", r.who),
+            (Some(h), None) => format!("{} @{h}", r.who),
+            _ => r.who.clone(),
+        };
+        println!(
+            "{:<21} {:<13} {:<24} {:<32} {}",
+            daemon::fmt_ms(r.at),
+            r.action,
+            r.job.unwrap_or_default(),
+            who,
+            r.detail.unwrap_or_default()
         );
     }
     Ok(0)

@@ -55,6 +55,10 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawDatabase {
     pub url: Option<String>,
+    /// A file holding the URL (kept out of this file).
+    pub url_file: Option<String>,
+    /// A file holding the password, put into the URL's user information.
+    pub password_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -73,6 +77,8 @@ pub struct RawDaemon {
     pub output_tail: Option<i64>,
     pub output_log_lines: Option<i64>,
     pub output_log_bytes: Option<i64>,
+    pub default_user: Option<String>,
+    pub inherit_env: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +118,12 @@ pub struct RawJob {
     pub workdir: Option<String>,
     pub enabled: Option<bool>,
     pub pool: Option<String>,
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub env_file: Option<String>,
+    #[serde(default)]
+    pub inherit_env: Vec<String>,
+    pub limits: Option<serde_json::Value>,
     #[serde(flatten)]
     pub policy: RawPolicy,
 }
@@ -121,8 +133,11 @@ pub struct RawJob {
 pub struct Config {
     /// Where it was read from, for messages.
     pub path: PathBuf,
-    /// Database URL, with `$SQLCRON_DATABASE_URL` and the SQLite default already applied.
+    /// Database URL, with `$SQLCRON_DATABASE_URL` and the SQLite default already applied, and
+    /// (after [`load`]) the URL and password files read.
     pub database_url: String,
+    /// Where the URL and the password are read from by [`load`] (see [`crate::secrets`]).
+    pub database_secrets: crate::secrets::DatabaseSecrets,
     /// This daemon's name in `exec_by`, history and `cron_nodes`.
     pub node_name: String,
     pub daemon: DaemonConfig,
@@ -151,6 +166,10 @@ pub struct DaemonConfig {
     pub output_log_lines: usize,
     /// Bytes of a run's output written to the log (same rule).
     pub output_log_bytes: usize,
+    /// The account jobs run as when they name none (required for a daemon running as root).
+    pub default_user: Option<String>,
+    /// Variables of the daemon's environment every job also gets.
+    pub inherit_env: Vec<String>,
 }
 
 impl Default for DaemonConfig {
@@ -163,6 +182,8 @@ impl Default for DaemonConfig {
             output_tail: OUTPUT_TAIL_DEFAULT,
             output_log_lines: OUTPUT_LOG_LINES_DEFAULT,
             output_log_bytes: OUTPUT_LOG_BYTES_DEFAULT,
+            default_user: None,
+            inherit_env: Vec::new(),
         }
     }
 }
@@ -208,6 +229,8 @@ pub struct Environment {
     pub database_url: Option<String>,
     pub state_directory: Option<String>,
     pub hostname: Option<String>,
+    /// `$CREDENTIALS_DIRECTORY`: systemd's `LoadCredential=` files.
+    pub credentials_directory: Option<String>,
 }
 
 impl Environment {
@@ -224,6 +247,9 @@ impl Environment {
                 .ok()
                 .filter(|s| !s.is_empty()),
             hostname: host,
+            credentials_directory: std::env::var("CREDENTIALS_DIRECTORY")
+                .ok()
+                .filter(|s| !s.is_empty()),
         }
     }
 }
@@ -256,7 +282,18 @@ pub fn load(path: &Path, explicit: bool, env: &Environment) -> Result<Config, Co
             });
         }
     };
-    parse(&text, path, env)
+    let mut config = parse(&text, path, env)?;
+    if let Some(url) = config
+        .database_secrets
+        .resolve(&config.database_url)
+        .map_err(|p| ConfigError {
+            path: path.to_path_buf(),
+            problems: vec![p],
+        })?
+    {
+        config.database_url = url;
+    }
+    Ok(config)
 }
 
 /// Parses and validates TOML text.
@@ -315,6 +352,13 @@ impl Collector {
 pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config, ConfigError> {
     let mut c = Collector { problems: vec![] };
 
+    let database_secrets = crate::secrets::DatabaseSecrets::from_raw(
+        &raw.database,
+        env,
+        path,
+        &mut |location, message| c.push(location, message),
+    );
+    let url_from_file = env.database_url.is_none() && database_secrets.url_file.is_some();
     let database_url = env
         .database_url
         .clone()
@@ -326,9 +370,10 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                 .unwrap_or_else(|| STATE_DIR_DEFAULT.to_string());
             format!("sqlite://{}/sqlcron.db", dir.trim_end_matches('/'))
         });
-    if !["sqlite:", "postgres:", "postgresql:", "mysql:", "mariadb:"]
-        .iter()
-        .any(|p| database_url.starts_with(p))
+    if !url_from_file
+        && !["sqlite:", "postgres:", "postgresql:", "mysql:", "mariadb:"]
+            .iter()
+            .any(|p| database_url.starts_with(p))
     {
         c.push(
             "[database] url",
@@ -410,7 +455,14 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                 OUTPUT_LOG_BYTES_DEFAULT
             }
         },
+        default_user: d.default_user.clone(),
+        inherit_env: d.inherit_env.clone().unwrap_or_default(),
     };
+    for name in &daemon.inherit_env {
+        if let Err(m) = check_inherit_name(name) {
+            c.push("[daemon] inherit_env", m);
+        }
+    }
     if daemon.poll_interval < Duration::from_millis(10) {
         c.push("[daemon] poll_interval", "must be at least 10ms");
     }
@@ -503,6 +555,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     Ok(Config {
         path: path.to_path_buf(),
         database_url,
+        database_secrets,
         node_name,
         daemon,
         defaults,
@@ -581,6 +634,34 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
             PolicyOverrides::default()
         }
     };
+    let limits = match &job.limits {
+        None => crate::job::Limits::default(),
+        Some(v) => crate::job::Limits::from_json(v).unwrap_or_else(|m| {
+            problems.push(("limits".into(), m));
+            crate::job::Limits::default()
+        }),
+    };
+    for name in &job.inherit_env {
+        if let Err(m) = check_inherit_name(name) {
+            problems.push(("inherit_env".into(), m));
+        }
+    }
+    for (key, value) in [("user", &job.user), ("group", &job.group)] {
+        if value.as_ref().is_some_and(|v| v.trim().is_empty()) {
+            problems.push((key.into(), "is empty".into()));
+        }
+    }
+    if job.group.is_some() && job.user.is_none() {
+        problems.push(("group".into(), "needs user".into()));
+    }
+    if let Some(f) = &job.env_file
+        && !Path::new(f).is_absolute()
+    {
+        problems.push((
+            "env_file".into(),
+            format!("\"{f}\" must be an absolute path"),
+        ));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -595,18 +676,47 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
         enabled: job.enabled.unwrap_or(true),
         pool: job.pool.clone(),
         overrides,
+        user: job.user.clone(),
+        group: job.group.clone(),
+        env_file: job.env_file.clone(),
+        inherit_env: job.inherit_env.clone(),
+        limits,
     })
 }
 
-/// Hides a password in a URL for messages.
-pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((userinfo, host)) = rest.split_once('@')
-        && let Some((user, _)) = userinfo.split_once(':')
-    {
-        return format!("{scheme}://{user}:***@{host}");
+/// A name in `inherit_env`: never one of the variables a job must not see.
+fn check_inherit_name(name: &str) -> Result<(), String> {
+    if crate::secrets::SECRET_VARS.contains(&name) {
+        Err(format!("\"{name}\" is never passed to jobs"))
+    } else if name.is_empty() || name.contains('=') {
+        Err(format!("\"{name}\" is not a variable name"))
+    } else {
+        Ok(())
     }
-    url.to_string()
+}
+
+pub use crate::secrets::redact_url;
+
+/// A warning when the configuration file holds a password (in `[database] url`) and other
+/// users can read it.
+pub fn readable_secret_warning(config: &Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(&config.path).ok()?;
+    let raw: RawConfig = toml::from_str(&text).ok()?;
+    let url = raw.database.url?;
+    if redact_url(&url) == url {
+        return None;
+    }
+    let mode = std::fs::metadata(&config.path).ok()?.permissions().mode();
+    (mode & 0o004 != 0).then(|| {
+        format!(
+            "{} holds the database password and is readable by every user (mode {:o}); \
+             chmod 640 it, or move the password to [database] password_file or a systemd \
+             credential",
+            config.path.display(),
+            mode & 0o777
+        )
+    })
 }
 
 impl PolicyOverrides {

@@ -214,6 +214,10 @@ async fn hold_and_run(
         reaper_deadline: Some(lease::reaper_deadline(trusted_until, p.lease)),
         pgid: pgid.clone(),
         inherit_io: true,
+        // The caller's environment, as flock(1) passes it, less the daemon's secrets.
+        clear_env: false,
+        account: None,
+        limits: Default::default(),
     };
     let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
     let run = runner::run(&spec, stop_rx);

@@ -207,7 +207,7 @@ impl PolicyOverrides {
 }
 
 /// A job as defined in TOML (`[[job]]`), validated.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobSpec {
     pub name: String,
     pub schedule: String,
@@ -222,9 +222,286 @@ pub struct JobSpec {
     pub enabled: bool,
     pub pool: Option<String>,
     pub overrides: PolicyOverrides,
+    /// The account the job runs as (`None`: `[daemon] default_user`, else the daemon's own).
+    pub user: Option<String>,
+    /// Its primary group (`None`: the user's).
+    pub group: Option<String>,
+    /// A file of `KEY=VALUE` lines the daemon reads at each run: the job's own secrets.
+    pub env_file: Option<String>,
+    /// Variables of the daemon's environment the job also gets.
+    pub inherit_env: Vec<String>,
+    /// Resource limits of each run.
+    pub limits: Limits,
+}
+
+/// Which account a job runs as: `(user, group)` to switch to, or `None` to run as the daemon.
+/// A daemon running as root runs a job only as a named user (the job's `user`, else
+/// `[daemon] default_user`), as cron runs each crontab as its owner; any other daemon runs jobs
+/// only as itself.
+pub fn run_as(
+    user: Option<&str>,
+    group: Option<&str>,
+    default_user: Option<&str>,
+    daemon: &crate::account::Account,
+) -> Result<Option<(String, Option<String>)>, String> {
+    let user = user.or(default_user);
+    if daemon.uid == 0 {
+        return match user {
+            Some(u) => Ok(Some((u.to_string(), group.map(str::to_string)))),
+            None => Err(
+                "user: a job must name the user it runs as when the daemon runs as \
+                 root (set user on the job, or [daemon] default_user)"
+                    .into(),
+            ),
+        };
+    }
+    if let Some(u) = user
+        && u != daemon.name
+        && u != daemon.uid.to_string()
+    {
+        return Err(format!(
+            "user: \"{u}\": this daemon runs as \"{}\" and can run jobs only as itself (a \
+             daemon running as root can switch users)",
+            daemon.name
+        ));
+    }
+    if let Some(g) = group {
+        return Err(format!(
+            "group: \"{g}\": only a daemon running as root can switch groups"
+        ));
+    }
+    Ok(None)
+}
+
+/// Resource limits of one run: `setrlimit` values (any system) and control-group values (under
+/// systemd with cgroup v2 and `Delegate=yes`). Stored as a JSON object in `cron_table.limits`;
+/// sizes are bytes and times seconds once parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    /// RLIMIT_NOFILE: open files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nofile: Option<u64>,
+    /// RLIMIT_AS: address space, bytes (allocations beyond it fail).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// RLIMIT_CPU: CPU seconds; the process gets SIGXCPU, then SIGKILL 5 s later.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_time: Option<u64>,
+    /// RLIMIT_NPROC: processes of the job's user (counted per user by the kernel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u64>,
+    /// cgroup `memory.max`, bytes: the kernel's OOM killer ends the run beyond it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    /// cgroup `cpu.weight`, 1-10000 (100 is the default share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u64>,
+    /// cgroup `cpu.max` as a percentage of one CPU (200: two CPUs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_quota: Option<u64>,
+    /// cgroup `pids.max`: processes and threads of the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_max: Option<u64>,
+}
+
+/// Keys of a `limits` table, in documentation order.
+pub const LIMIT_KEYS: [&str; 8] = [
+    "nofile",
+    "memory",
+    "cpu_time",
+    "processes",
+    "memory_max",
+    "cpu_weight",
+    "cpu_quota",
+    "tasks_max",
+];
+
+impl Limits {
+    /// Parses a `limits` table (TOML, or the JSON of `cron_table.limits`). Sizes are bytes or
+    /// strings with a binary suffix (`"512M"`, `"2G"`), `cpu_time` a number of seconds or a
+    /// duration (`"10m"`), `cpu_quota` a number or `"50%"`.
+    pub fn from_json(value: &serde_json::Value) -> Result<Limits, String> {
+        let map = value
+            .as_object()
+            .ok_or_else(|| format!("{value} is not a table of limits"))?;
+        let mut l = Limits::default();
+        for (key, v) in map {
+            let number = |max: u64| -> Result<u64, String> {
+                match v.as_u64() {
+                    Some(n) if (1..=max).contains(&n) => Ok(n),
+                    _ => Err(format!("{key}: {v} must be a whole number 1-{max}")),
+                }
+            };
+            match key.as_str() {
+                "nofile" => l.nofile = Some(number(1 << 30)?),
+                "processes" => l.processes = Some(number(1 << 22)?),
+                "tasks_max" => l.tasks_max = Some(number(1 << 22)?),
+                "cpu_weight" => l.cpu_weight = Some(number(10_000)?),
+                "memory" => l.memory = Some(size(key, v)?),
+                "memory_max" => l.memory_max = Some(size(key, v)?),
+                "cpu_time" => {
+                    l.cpu_time = Some(match v {
+                        serde_json::Value::String(s) => humantime::parse_duration(s.trim())
+                            .ok()
+                            .map(|d| d.as_secs())
+                            .filter(|s| *s > 0)
+                            .ok_or_else(|| {
+                                format!("{key}: \"{s}\" is not a duration of 1s or more")
+                            })?,
+                        _ => number(u64::MAX)?,
+                    })
+                }
+                "cpu_quota" => {
+                    l.cpu_quota = Some(match v {
+                        serde_json::Value::String(s) => s
+                            .trim()
+                            .strip_suffix('%')
+                            .and_then(|n| n.trim().parse::<u64>().ok())
+                            .filter(|n| (1..=100_000).contains(n))
+                            .ok_or_else(|| {
+                                format!("{key}: \"{s}\" must be a percentage such as \"50%\"")
+                            })?,
+                        _ => number(100_000)?,
+                    })
+                }
+                other => {
+                    return Err(format!(
+                        "unknown limit \"{other}\" (known: {})",
+                        LIMIT_KEYS.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(l)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// The limits that need a control group.
+    pub fn needs_cgroup(&self) -> bool {
+        self.memory_max.is_some()
+            || self.cpu_weight.is_some()
+            || self.cpu_quota.is_some()
+            || self.tasks_max.is_some()
+    }
+}
+
+/// A size in bytes: a number, or a string with an optional binary suffix (K, M, G, T; `KiB`,
+/// `MB` and friends read the same).
+fn size(key: &str, v: &serde_json::Value) -> Result<u64, String> {
+    let bad = || format!("{key}: {v} is not a size such as 1048576, \"512M\" or \"2G\"");
+    match v {
+        serde_json::Value::Number(n) => n.as_u64().filter(|n| *n > 0).ok_or_else(bad),
+        serde_json::Value::String(s) => {
+            let s = s.trim();
+            let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let (num, unit) = s.split_at(digits);
+            let n: u64 = num.parse().map_err(|_| bad())?;
+            let shift = match unit.trim().to_ascii_uppercase().as_str() {
+                "" | "B" => 0,
+                "K" | "KB" | "KIB" => 10,
+                "M" | "MB" | "MIB" => 20,
+                "G" | "GB" | "GIB" => 30,
+                "T" | "TB" | "TIB" => 40,
+                _ => return Err(bad()),
+            };
+            n.checked_mul(1 << shift).filter(|b| *b > 0).ok_or_else(bad)
+        }
+        _ => Err(bad()),
+    }
 }
 
 /// Formats a duration the way the configuration accepts it back (`"1h 30m"`).
 pub fn format_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account(name: &str, uid: u32) -> crate::account::Account {
+        crate::account::Account {
+            name: name.into(),
+            uid,
+            gid: uid,
+            groups: vec![uid],
+            home: "/".into(),
+            shell: "/bin/sh".into(),
+        }
+    }
+
+    #[test]
+    fn root_daemon_needs_a_user_and_others_run_as_themselves() {
+        let root = account("root", 0);
+        let e = run_as(None, None, None, &root).unwrap_err();
+        assert!(e.starts_with("user: a job must name the user"), "{e}");
+        assert_eq!(
+            run_as(None, None, Some("nobody"), &root).unwrap(),
+            Some(("nobody".into(), None))
+        );
+        assert_eq!(
+            run_as(Some("backup"), Some("disk"), Some("nobody"), &root).unwrap(),
+            Some(("backup".into(), Some("disk".into())))
+        );
+        let svc = account("sqlcron", 998);
+        assert_eq!(run_as(None, None, None, &svc).unwrap(), None);
+        assert_eq!(run_as(Some("sqlcron"), None, None, &svc).unwrap(), None);
+        assert_eq!(run_as(Some("998"), None, None, &svc).unwrap(), None);
+        let e = run_as(Some("postgres"), None, None, &svc).unwrap_err();
+        assert!(
+            e.starts_with("user: \"postgres\": this daemon runs as \"sqlcron\""),
+            "{e}"
+        );
+        assert!(run_as(None, Some("disk"), None, &svc).is_err());
+    }
+
+    #[test]
+    fn limits_parse_sizes_durations_and_percentages() {
+        let v = serde_json::json!({"nofile": 1024, "memory": "512M", "cpu_time": "10m",
+            "processes": 64, "memory_max": 1073741824u64, "cpu_quota": "50%", "tasks_max": 32,
+            "cpu_weight": 200});
+        let l = Limits::from_json(&v).unwrap();
+        assert_eq!(l.nofile, Some(1024));
+        assert_eq!(l.memory, Some(512 << 20));
+        assert_eq!(l.cpu_time, Some(600));
+        assert_eq!(l.memory_max, Some(1 << 30));
+        assert_eq!(l.cpu_quota, Some(50));
+        assert!(l.needs_cgroup());
+        // What is stored reads back the same.
+        let stored = serde_json::to_value(&l).unwrap();
+        assert_eq!(Limits::from_json(&stored).unwrap(), l);
+        assert_eq!(
+            Limits::from_json(&serde_json::json!({"memory": "2GiB"}))
+                .unwrap()
+                .memory,
+            Some(2 << 30)
+        );
+    }
+
+    #[test]
+    fn bad_limits_name_the_key() {
+        for (v, want) in [
+            (serde_json::json!({"nofile": 0}), "nofile: 0 must be"),
+            (
+                serde_json::json!({"memory": "lots"}),
+                "memory: \"lots\" is not a size",
+            ),
+            (
+                serde_json::json!({"cpu_time": "soon"}),
+                "cpu_time: \"soon\" is not a duration",
+            ),
+            (
+                serde_json::json!({"cpu_quota": "half"}),
+                "cpu_quota: \"half\" must be a percentage",
+            ),
+            (serde_json::json!({"stack": 1}), "unknown limit \"stack\""),
+            (serde_json::json!([1]), "is not a table"),
+        ] {
+            let e = Limits::from_json(&v).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
 }

@@ -16,6 +16,10 @@
 //!   `dialect` (every difference between the three databases).
 //! - [`runner`]: running one command (process group, output tail and bounded log, timeout); no
 //!   database.
+//! - [`account`]: Unix accounts jobs run as (user, group, supplementary groups, home, shell).
+//! - [`envfile`]: `KEY=VALUE` files a job's secrets live in.
+//! - [`limits`]: a run's resource limits (`setrlimit`, and a control group where delegated).
+//! - [`secrets`]: the database URL and password from files or systemd credentials; redaction.
 //! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
 //! - [`daemon`]: the poll loop (`tick`), what a claimed row becomes (`claimed`: decide, write,
 //!   act), the lease loop and trust window (`lease`), row decoding (`decode`) and the shutdown
@@ -29,13 +33,17 @@
 //! Reading order for a newcomer: this file, `job`, `schedule`, `policy`, `store`, `runner`,
 //! `daemon`.
 
+pub mod account;
 pub mod config;
 pub mod daemon;
+pub mod envfile;
 pub mod guard;
 pub mod job;
+pub mod limits;
 pub mod policy;
 pub mod reaper;
 pub mod runner;
 pub mod schedule;
+pub mod secrets;
 pub mod store;
 pub mod systemd;

@@ -59,6 +59,14 @@ pub struct RunSpec {
     /// Give the command this process's stdin, stdout and stderr (`sqlcron lock`) instead of
     /// /dev/null and captured, logged output (jobs).
     pub inherit_io: bool,
+    /// Start from an empty environment, so the command gets `env` and nothing else (jobs); else
+    /// this process's environment less `secrets::SECRET_VARS`, plus `env` (`sqlcron lock`).
+    pub clear_env: bool,
+    /// The account to switch to (uid, gid, supplementary groups) before `exec`; `None`: this
+    /// process's own.
+    pub account: Option<crate::account::Account>,
+    /// Resource limits of the run.
+    pub limits: crate::job::Limits,
 }
 
 /// Why a run was stopped from outside.
@@ -79,8 +87,9 @@ pub struct RunOutcome {
     pub stopped: bool,
     /// The last `output_tail` bytes of stdout and stderr, interleaved as read.
     pub output: String,
-    /// Set when output was left out of the log: how much, for the run's history.
-    pub log_note: Option<String>,
+    /// For the run's history: a limit that ended the run, a limit not applied, or how much
+    /// output was left out of the log.
+    pub note: Option<String>,
 }
 
 impl RunOutcome {
@@ -188,17 +197,51 @@ pub async fn run(
             .stderr(Stdio::piped());
     }
     cmd.process_group(0).kill_on_drop(false);
+    if spec.clear_env {
+        cmd.env_clear();
+    } else {
+        for k in crate::secrets::SECRET_VARS {
+            cmd.env_remove(k);
+        }
+    }
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
     if let Some(dir) = &spec.workdir {
         cmd.current_dir(dir);
     }
-    let mut child = cmd.spawn().map_err(|source| SpawnError {
+    let spawn_err = |what: &str, source| SpawnError {
         job: spec.job.clone(),
-        what,
+        what: what.to_string(),
         source,
-    })?;
+    };
+    let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+    let rlimits = crate::limits::rlimits(&spec.limits).map_err(|m| spawn_err(&what, invalid(m)))?;
+    let mut notes = Vec::new();
+    let cgroup = if spec.limits.needs_cgroup() {
+        match crate::limits::cgroup_base() {
+            Ok(base) => Some(
+                crate::limits::RunCgroup::create(base, &spec.job, &spec.limits)
+                    .map_err(|m| spawn_err(&what, invalid(m)))?,
+            ),
+            Err(why) => {
+                notes.push(format!("cgroup limits not applied: {why}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let switch = spec.account.clone();
+    if switch.is_some() || !rlimits.is_empty() || cgroup.is_some() {
+        let procs = cgroup.as_ref().map(|c| c.procs.clone());
+        // SAFETY: the closure runs in the child between fork and exec and only makes
+        // async-signal-safe system calls on data prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || setup_child(procs.as_ref(), &rlimits, switch.as_ref()));
+        }
+    }
+    let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     crate::reaper::register(pgid, spec.reaper_deadline);
     spec.pgid.store(pgid, Ordering::SeqCst);
@@ -278,9 +321,16 @@ pub async fn run(
             (None, None)
         }
     };
+    let oom_killed = cgroup.as_ref().is_some_and(|c| c.oom_killed());
+    drop(cgroup);
+    if let Some(reason) = crate::limits::signal_reason(&spec.limits, signal, oom_killed) {
+        tracing::warn!(job = %spec.job, "{reason}");
+        notes.insert(0, reason);
+    }
     let log_note = budget.lock().unwrap_or_else(|e| e.into_inner()).note();
-    if let Some(note) = &log_note {
+    if let Some(note) = log_note {
         tracing::warn!(target: "sqlcron::job", job = %spec.job, "{note}");
+        notes.push(note);
     }
     Ok(RunOutcome {
         exit_code,
@@ -288,8 +338,51 @@ pub async fn run(
         timed_out,
         stopped,
         output,
-        log_note,
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
     })
+}
+
+/// In the child, before `exec`: join the run's control group, set the limits, then drop to the
+/// job's account (groups first, then gid, then uid: after setuid nothing else may change).
+fn setup_child(
+    cgroup_procs: Option<&std::ffi::CString>,
+    rlimits: &[crate::limits::Rlimit],
+    account: Option<&crate::account::Account>,
+) -> std::io::Result<()> {
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: plain system calls on pointers that stay valid for the call.
+    unsafe {
+        if let Some(path) = cgroup_procs {
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+            if rc != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        for &(resource, soft, hard) in rlimits {
+            let lim = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            check(libc::setrlimit(resource, &lim))?;
+        }
+        if let Some(a) = account {
+            check(libc::setgroups(a.groups.len(), a.groups.as_ptr()))?;
+            check(libc::setgid(a.gid))?;
+            check(libc::setuid(a.uid))?;
+        }
+    }
+    Ok(())
 }
 
 /// SIGTERM to the group, SIGKILL after the grace, and the main process's status.
@@ -394,6 +487,9 @@ mod tests {
             reaper_deadline: None,
             pgid: Default::default(),
             inherit_io: false,
+            clear_env: true,
+            account: None,
+            limits: Default::default(),
         }
     }
 
@@ -433,14 +529,14 @@ mod tests {
         s.log_lines = 10;
         let out = run(&s, no_stop()).await.unwrap();
         assert!(out.success());
-        let note = out.log_note.expect("a note on what was left out");
+        let note = out.note.expect("a note on what was left out");
         assert!(note.starts_with("99990 line(s), 199980 byte(s)"), "{note}");
         let mut s = spec("head -c 5000 /dev/zero | tr '\\0' x; echo; echo more");
         s.log_bytes = 100;
         let out = run(&s, no_stop()).await.unwrap();
-        assert!(out.log_note.unwrap().starts_with("2 line(s), 5006 byte(s)"));
+        assert!(out.note.unwrap().starts_with("2 line(s), 5006 byte(s)"));
         let out = run(&spec("echo one; echo two"), no_stop()).await.unwrap();
-        assert_eq!(out.log_note, None);
+        assert_eq!(out.note, None);
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::decode::run_spec;
+use super::decode::{Resolved, run_spec};
 use super::lease::{Interrupt, SupervisionGuard, reaper_deadline};
 use super::{Shared, fmt_ms};
 use crate::config::Config;
@@ -389,7 +389,10 @@ impl Shared {
         let row = &claim.row;
         let sup_key = (row.id, row.token);
         let (slot, attempt) = (key.slot, key.attempt);
-        let mut spec = match run_spec(row, slot, attempt, &self.node, policy, config) {
+        let mut spec = match self
+            .resolve_process(row, config)
+            .and_then(|resolved| run_spec(row, slot, attempt, &self.node, policy, config, resolved))
+        {
             Ok(s) => s,
             Err(message) => {
                 let result = RunResult {
@@ -439,7 +442,7 @@ impl Shared {
                     signal: out.signal.map(i64::from),
                     started,
                     output: out.output,
-                    message: out.log_note,
+                    message: out.note,
                 }
             }
             Err(e) => RunResult {
@@ -532,6 +535,31 @@ impl Shared {
 
     /// Releases a claimed row that cannot run and parks it with the reason in `error`, in one
     /// fenced write. A change to the row's definition or policy columns un-parks it.
+    /// The account a run switches to and its `env_file`, looked up now (users and files change
+    /// between runs).
+    fn resolve_process<'a>(
+        &'a self,
+        row: &JobRow,
+        config: &Config,
+    ) -> Result<Resolved<'a>, String> {
+        let account = match super::decode::run_as(row, config, &self.host.account)? {
+            Some((user, group)) => Some(
+                crate::account::lookup(&user, group.as_deref())
+                    .map_err(|e| format!("user: {e}"))?,
+            ),
+            None => None,
+        };
+        let file_env = match &row.env_file {
+            Some(path) => crate::envfile::read(std::path::Path::new(path))?,
+            None => vec![],
+        };
+        Ok(Resolved {
+            host: &self.host,
+            account,
+            file_env,
+        })
+    }
+
     async fn park_claimed(&self, claim: &Claim, message: &str) {
         let row = &claim.row;
         tracing::error!(job = %row.name, error = %message, "claimed job row is invalid; parked until fixed");

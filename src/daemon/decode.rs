@@ -1,10 +1,11 @@
 //! A claimed row, decoded into what it means: its schedule and policy (or why it cannot run),
 //! and the command line, environment and limits of a run. Pure: no database, no process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
+use crate::account::Account;
 use crate::config::Config;
-use crate::job::{Policy, PolicyOverrides};
+use crate::job::{Limits, Policy, PolicyOverrides};
 use crate::runner::{Program, RunSpec};
 use crate::schedule::{Schedule, parse_zone};
 use crate::store::JobRow;
@@ -34,7 +35,76 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
         serde_json::from_str::<HashMap<String, String>>(env)
             .map_err(|e| format!("env: not a JSON object of strings ({e})"))?;
     }
+    inherit_list(row)?;
+    row_limits(row)?;
     Ok((Schedule::new(expr, tz), policy))
+}
+
+/// The `inherit_env` column: a JSON array of variable names.
+fn inherit_list(row: &JobRow) -> Result<Vec<String>, String> {
+    row.inherit_env
+        .as_deref()
+        .map(|t| {
+            serde_json::from_str::<Vec<String>>(t)
+                .map_err(|e| format!("inherit_env: not a JSON array of strings ({e})"))
+        })
+        .transpose()
+        .map(Option::unwrap_or_default)
+}
+
+/// The `limits` column: a JSON object (see [`Limits::from_json`]).
+fn row_limits(row: &JobRow) -> Result<Limits, String> {
+    match &row.limits {
+        None => Ok(Limits::default()),
+        Some(t) => {
+            let v: serde_json::Value =
+                serde_json::from_str(t).map_err(|e| format!("limits: not JSON ({e})"))?;
+            Limits::from_json(&v).map_err(|e| format!("limits: {e}"))
+        }
+    }
+}
+
+/// What a run's process is made of besides its row: the daemon's own account and environment,
+/// read once at start.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub account: Account,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Host {
+    pub fn from_process() -> Host {
+        // SAFETY: geteuid and getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Host {
+            account: crate::account::current().unwrap_or_else(|_| Account {
+                name: uid.to_string(),
+                uid,
+                gid,
+                groups: vec![gid],
+                home: "/".into(),
+                shell: "/bin/sh".into(),
+            }),
+            env: std::env::vars().collect(),
+        }
+    }
+}
+
+/// `PATH` of a job unless its `env` or `inherit_env` says otherwise.
+pub const JOB_PATH_DEFAULT: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Which account a row's run switches to (see [`crate::job::run_as`]).
+pub fn run_as(
+    row: &JobRow,
+    config: &Config,
+    daemon: &Account,
+) -> Result<Option<(String, Option<String>)>, String> {
+    crate::job::run_as(
+        row.run_user.as_deref(),
+        row.run_group.as_deref(),
+        config.daemon.default_user.as_deref(),
+        daemon,
+    )
 }
 
 fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
@@ -65,6 +135,19 @@ fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
     PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))
 }
 
+/// Everything a run needs that the daemon looked up outside this module: the account the run
+/// switches to (`None`: the daemon's own) and the variables of its `env_file`.
+pub struct Resolved<'a> {
+    pub host: &'a Host,
+    pub account: Option<Account>,
+    pub file_env: Vec<(String, String)>,
+}
+
+/// The process of one run. Its environment is built like cron's: `PATH`, `HOME`, `SHELL`,
+/// `LOGNAME` and `USER` of the account it runs as, `LANG` if the daemon has one; then the
+/// variables named in `inherit_env` (the daemon's and the job's lists); then the `env_file`;
+/// then the job's `env`; then the `SQLCRON_*` variables, which nothing overrides. Nothing else
+/// of the daemon's environment: never the database URL, never systemd's handles.
 pub(super) fn run_spec(
     row: &JobRow,
     slot: i64,
@@ -72,6 +155,7 @@ pub(super) fn run_spec(
     node: &str,
     policy: &Policy,
     config: &Config,
+    resolved: Resolved<'_>,
 ) -> Result<RunSpec, String> {
     let program = match (&row.argv, &row.command) {
         (Some(argv), _) => {
@@ -80,13 +164,32 @@ pub(super) fn run_spec(
         (None, Some(c)) => Program::Shell(c.clone()),
         (None, None) => return Err("command: is empty".into()),
     };
-    let mut env: Vec<(String, String)> = match &row.env {
-        Some(e) => serde_json::from_str::<std::collections::BTreeMap<String, String>>(e)
-            .map_err(|e| format!("env: {e}"))?
-            .into_iter()
-            .collect(),
-        None => vec![],
-    };
+    let host = resolved.host;
+    let who = resolved.account.as_ref().unwrap_or(&host.account);
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("PATH".into(), JOB_PATH_DEFAULT.into());
+    env.insert("HOME".into(), who.home.clone());
+    env.insert("SHELL".into(), who.shell.clone());
+    env.insert("LOGNAME".into(), who.name.clone());
+    env.insert("USER".into(), who.name.clone());
+    if let Some(lang) = host.env.get("LANG") {
+        env.insert("LANG".into(), lang.clone());
+    }
+    for name in config.daemon.inherit_env.iter().chain(&inherit_list(row)?) {
+        if crate::secrets::SECRET_VARS.contains(&name.as_str()) {
+            continue;
+        }
+        if let Some(v) = host.env.get(name) {
+            env.insert(name.clone(), v.clone());
+        }
+    }
+    env.extend(resolved.file_env);
+    if let Some(e) = &row.env {
+        env.extend(
+            serde_json::from_str::<BTreeMap<String, String>>(e).map_err(|e| format!("env: {e}"))?,
+        );
+    }
+    let mut env: Vec<(String, String)> = env.into_iter().collect();
     env.push(("SQLCRON_JOB".into(), row.name.clone()));
     env.push(("SQLCRON_SLOT".into(), super::fmt_ms(slot)));
     env.push(("SQLCRON_ATTEMPT".into(), attempt.to_string()));
@@ -105,5 +208,8 @@ pub(super) fn run_spec(
         reaper_deadline: None,
         pgid: Default::default(),
         inherit_io: false,
+        clear_env: true,
+        account: resolved.account,
+        limits: row_limits(row)?,
     })
 }

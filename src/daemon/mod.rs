@@ -27,7 +27,7 @@ use lease::{Interrupt, Supervision};
 
 use crate::config::Config;
 use crate::runner::StopRequest;
-use crate::store::{Store, StoreError};
+use crate::store::{Actor, Store, StoreError};
 
 /// How often the node refreshes `cron_nodes.last_seen`.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -73,6 +73,9 @@ struct Shared {
     wake: Notify,
     /// Set once the shutdown has begun: stops claiming.
     stopping: std::sync::atomic::AtomicBool,
+    /// The daemon's own account and environment, read at start: what a job's process is built
+    /// from (see `decode::run_spec`).
+    host: decode::Host,
 }
 
 pub struct Daemon {
@@ -91,6 +94,7 @@ impl Daemon {
                 permits,
                 wake: Notify::new(),
                 stopping: false.into(),
+                host: decode::Host::from_process(),
             }),
         }
     }
@@ -103,7 +107,12 @@ impl Daemon {
     pub async fn apply_config(&self) -> Result<(), StoreError> {
         let config = self.config();
         self.shared.store.apply_pools(&config.pools).await?;
-        let report = self.shared.store.apply_toml(&config.jobs, false).await?;
+        let actor = Actor::this_process(Some(&format!("daemon {}", config.node_name)));
+        let report = self
+            .shared
+            .store
+            .apply_toml(&config.jobs, false, &actor)
+            .await?;
         for name in &report.created {
             tracing::info!(job = %name, "job created from TOML");
         }

@@ -137,23 +137,33 @@ impl Store {
             .map_err(sql_err!(self, "decode history"))
     }
 
-    /// `pause` / `resume`. False if there is no such job.
-    pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<bool> {
+    /// `pause` / `resume`, recorded in the audit trail in the same transaction. False if there
+    /// is no such job.
+    pub async fn set_enabled(&self, name: &str, enabled: bool, actor: &Actor) -> Result<bool> {
+        let mut tx = self.pool.begin().await.map_err(sql_err!(self, "begin"))?;
         let done = sqlx::query(AssertSqlSafe(
             self.dialect
-                .render("UPDATE cron_table SET enabled = ? WHERE name = ?"),
+                .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
         ))
         .bind(i64::from(enabled))
+        .bind(actor.marker())
         .bind(name.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "set enabled"))?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        let action = if enabled { "resume" } else { "pause" };
+        self.audit_in(&mut *tx, actor, action, name, None).await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
     }
 
-    /// `run JOB`: one extra run as soon as possible. An idle row becomes due now; a running one
-    /// runs again right after it is released.
-    pub async fn request_run(&self, name: &str) -> Result<bool> {
+    /// `run JOB`: one extra run as soon as possible, recorded in the audit trail. An idle row
+    /// becomes due now; a running one runs again right after it is released.
+    pub async fn request_run(&self, name: &str, actor: &Actor) -> Result<bool> {
+        let mut tx = self.pool.begin().await.map_err(sql_err!(self, "begin"))?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET run_now = 1, \
              next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \
@@ -161,10 +171,15 @@ impl Store {
         )))
         .bind(PARKED)
         .bind(name.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "request run"))?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        self.audit_in(&mut *tx, actor, "run", name, None).await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
     }
 
     /// Runs arbitrary SQL (tests and `sqlcron` maintenance only).

@@ -11,16 +11,27 @@ use crate::job::JobSpec;
 impl Store {
     /// Applies the TOML's jobs: creates and updates `source = 'toml'` rows, removes TOML rows no
     /// longer in the file, and never touches rows created with SQL. With `dry_run`, only reports.
-    pub async fn apply_toml(&self, jobs: &[JobSpec], dry_run: bool) -> Result<ApplyReport> {
-        let existing = sqlx::query("SELECT name, source, toml_hash FROM cron_table")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(sql_err!(self, "read jobs for apply"))?;
+    /// Each change is recorded in the audit trail as `actor`'s, with the columns it changed.
+    pub async fn apply_toml(
+        &self,
+        jobs: &[JobSpec],
+        dry_run: bool,
+        actor: &Actor,
+    ) -> Result<ApplyReport> {
+        let existing = sqlx::query(AssertSqlSafe(format!(
+            "SELECT name, source, toml_hash, {} FROM cron_table",
+            JOB_VALUE_COLUMNS.join(", ")
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read jobs for apply"))?;
         let mut rows: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+        let mut stored: BTreeMap<String, &sqlx::any::AnyRow> = BTreeMap::new();
         for r in &existing {
             let name: String = r.try_get("name").map_err(sql_err!(self, "apply"))?;
             let source: String = r.try_get("source").map_err(sql_err!(self, "apply"))?;
             let hash: Option<String> = r.try_get("toml_hash").map_err(sql_err!(self, "apply"))?;
+            stored.insert(name.clone(), r);
             rows.insert(name, (source, hash));
         }
         let mut report = ApplyReport::default();
@@ -51,8 +62,8 @@ impl Store {
                             .collect::<Vec<_>>()
                             .join(", ");
                         let text = self.dialect.render(&format!(
-                            "UPDATE cron_table SET {sets}, toml_enabled = ?, toml_hash = ? \
-                             WHERE name = ? AND source = 'toml'"
+                            "UPDATE cron_table SET {sets}, toml_enabled = ?, toml_hash = ?, \
+                             changed_by = ? WHERE name = ? AND source = 'toml'"
                         ));
                         let mut q = sqlx::query(AssertSqlSafe(text));
                         for (c, v) in JOB_VALUE_COLUMNS.iter().zip(&values) {
@@ -63,10 +74,18 @@ impl Store {
                         }
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
+                            .bind(actor.marker())
                             .bind(job.name.clone())
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "update TOML job"))?;
+                        let changed = stored
+                            .get(&job.name)
+                            .map(|r| changed_columns(r, &values))
+                            .unwrap_or_default();
+                        let detail = format!("changed {}", changed.join(","));
+                        self.audit_in(&mut *tx, actor, "apply_update", &job.name, Some(detail))
+                            .await?;
                     }
                 }
                 None => {
@@ -75,8 +94,8 @@ impl Store {
                         let cols = JOB_VALUE_COLUMNS.join(", ");
                         let marks = vec!["?"; JOB_VALUE_COLUMNS.len()].join(", ");
                         let text = self.dialect.render(&format!(
-                            "INSERT INTO cron_table (name, {cols}, source, toml_enabled, toml_hash) \
-                             VALUES (?, {marks}, 'toml', ?, ?)"
+                            "INSERT INTO cron_table (name, {cols}, source, toml_enabled, toml_hash, \
+                             changed_by) VALUES (?, {marks}, 'toml', ?, ?, ?)"
                         ));
                         let mut q = sqlx::query(AssertSqlSafe(text)).bind(job.name.clone());
                         for v in &values {
@@ -84,9 +103,12 @@ impl Store {
                         }
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
+                            .bind(actor.marker())
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "create TOML job"))?;
+                        self.audit_in(&mut *tx, actor, "apply_create", &job.name, None)
+                            .await?;
                     }
                 }
             }
@@ -97,6 +119,16 @@ impl Store {
             if source == "toml" && !wanted.contains(name.as_str()) {
                 report.removed.push(name.clone());
                 if !dry_run {
+                    // Marked first, so that the delete trigger knows it is not a plain SQL one.
+                    let marker = format!("removing {}", actor.marker());
+                    sqlx::query(AssertSqlSafe(self.dialect.render(
+                        "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
+                    )))
+                    .bind(marker)
+                    .bind(name.clone())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql_err!(self, "mark TOML job for removal"))?;
                     sqlx::query(AssertSqlSafe(self.dialect.render(
                         "DELETE FROM cron_table WHERE name = ? AND source = 'toml'",
                     )))
@@ -104,6 +136,8 @@ impl Store {
                     .execute(&mut *tx)
                     .await
                     .map_err(sql_err!(self, "remove TOML job"))?;
+                    self.audit_in(&mut *tx, actor, "apply_remove", name, None)
+                        .await?;
                 }
             }
         }
@@ -113,7 +147,7 @@ impl Store {
 }
 
 /// Columns a TOML apply writes (after `name`).
-const JOB_VALUE_COLUMNS: [&str; 20] = [
+const JOB_VALUE_COLUMNS: [&str; 25] = [
     "schedule",
     "timezone",
     "command",
@@ -133,6 +167,11 @@ const JOB_VALUE_COLUMNS: [&str; 20] = [
     "jitter",
     "on_lease_lost",
     "rerun_lost",
+    "run_user",
+    "run_group",
+    "env_file",
+    "inherit_env",
+    "limits",
     "error",
 ];
 
@@ -179,8 +218,39 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
         Value::Text(o.jitter.map(fd)),
         Value::Text(o.on_lease_lost.map(|l| l.as_str().to_string())),
         Value::Int(o.rerun_lost.map(i64::from)),
+        Value::Text(job.user.clone()),
+        Value::Text(job.group.clone()),
+        Value::Text(job.env_file.clone()),
+        Value::Text(
+            (!job.inherit_env.is_empty())
+                .then(|| serde_json::to_string(&job.inherit_env).unwrap_or_default()),
+        ),
+        Value::Text(
+            (!job.limits.is_empty())
+                .then(|| serde_json::to_string(&job.limits).unwrap_or_default()),
+        ),
         Value::Text(None),
     ]
+}
+
+/// The columns whose stored value differs from what the TOML writes (`enabled` left out: an
+/// apply keeps a pause).
+fn changed_columns(row: &sqlx::any::AnyRow, values: &[Value]) -> Vec<&'static str> {
+    JOB_VALUE_COLUMNS
+        .iter()
+        .zip(values)
+        .filter(|(c, v)| {
+            **c != "enabled"
+                && **c != "error"
+                && match v {
+                    Value::Text(t) => {
+                        row.try_get::<Option<String>, _>(**c).ok().as_ref() != Some(t)
+                    }
+                    Value::Int(i) => row.try_get::<Option<i64>, _>(**c).ok() != Some(*i),
+                }
+        })
+        .map(|(c, _)| *c)
+        .collect()
 }
 
 /// A stable fingerprint of a TOML job definition (FNV-1a, hex), used to skip unchanged jobs on

@@ -80,7 +80,7 @@ impl Store {
 }
 
 /// The database file of a `sqlite://PATH?options` URL; `None` for in-memory databases.
-fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+pub(super) fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
     let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))?;
@@ -91,20 +91,45 @@ fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
     Some(std::path::PathBuf::from(path))
 }
 
+/// Creates the SQLite database file (and its directory) readable by its owner only, whatever
+/// the umask: jobs' commands and output are in it. SQLite gives the `-wal` and `-shm` files the
+/// database file's mode. Files and directories that exist already are left as they are.
+pub(super) fn create_private(db: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = db.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    match std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(db)
+    {
+        Ok(file) => file.set_permissions(std::fs::Permissions::from_mode(0o600)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// An exclusive advisory lock on `<path>.migrate.lock`, released when the file is closed.
 fn lock_file(db: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    if let Some(dir) = db.parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir)?;
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    create_private(db)?;
     let mut name = db.as_os_str().to_owned();
     name.push(".migrate.lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(std::path::PathBuf::from(name))?;
     // SAFETY: flock on a file descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {

@@ -266,11 +266,13 @@ macro_rules! sql_err {
 
 mod admin;
 pub mod apply;
+mod audit;
 mod claim;
 pub mod locks;
 mod migrate;
 
 pub use apply::job_hash;
+pub use audit::{Actor, AuditRow};
 pub use locks::{LockRow, LockState};
 
 impl Store {
@@ -292,8 +294,15 @@ impl Store {
     ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
-        let dialect = Dialect::from_url(url).ok_or_else(|| StoreError::Url(url.to_string()))?;
+        let dialect = Dialect::from_url(url)
+            .ok_or_else(|| StoreError::Url(crate::secrets::redact_url(url)))?;
         let mut url = url.to_string();
+        if dialect == Dialect::Sqlite
+            && let Some(path) = migrate::sqlite_path(&url)
+        {
+            migrate::create_private(&path)
+                .map_err(|e| StoreError::Lock(format!("creating {}: {e}", path.display())))?;
+        }
         if dialect == Dialect::Sqlite && !url.contains("mode=") {
             url.push_str(if url.contains('?') {
                 "&mode=rwc"

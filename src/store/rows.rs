@@ -23,6 +23,15 @@ pub struct JobRow {
     pub workdir: Option<String>,
     pub enabled: bool,
     pub pool: Option<String>,
+    /// The account the job runs as (`cron_table.run_user`, `run_group`).
+    pub run_user: Option<String>,
+    pub run_group: Option<String>,
+    /// A file of `KEY=VALUE` lines read at each run.
+    pub env_file: Option<String>,
+    /// JSON array of the daemon's variables the job also gets.
+    pub inherit_env: Option<String>,
+    /// JSON object of resource limits.
+    pub limits: Option<String>,
     /// Policy columns as stored (NULL: the TOML default).
     pub policy: BTreeMap<&'static str, Option<String>>,
     pub source: String,
@@ -205,6 +214,11 @@ impl JobRow {
             workdir: r.text("workdir"),
             enabled: r.flag("enabled", false),
             pool: r.text("pool"),
+            run_user: r.text("run_user"),
+            run_group: r.text("run_group"),
+            env_file: r.text("env_file"),
+            inherit_env: r.text("inherit_env"),
+            limits: r.text("limits"),
             policy,
             source: r.text("source").unwrap_or_default(),
             next_exec: r.int("next_exec"),

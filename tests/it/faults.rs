@@ -32,8 +32,9 @@ for_each_dialect!(
 async fn daemon(db: &TestDb, name: &str, daemon_keys: &str, jobs: &str) -> (Daemon, Store) {
     let store = db.store().await;
     let text = format!(
-        "[database]\nurl = \"{}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"200ms\"\n{daemon_keys}\n{jobs}",
-        db.url
+        "[database]\nurl = \"{}\"\n[node]\nname = \"{name}\"\n[daemon]\n{}\npoll_interval = \"200ms\"\n{daemon_keys}\n{jobs}",
+        db.url,
+        crate::util::default_user()
     );
     let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
     let daemon = Daemon::new(store.clone(), config);
@@ -185,7 +186,12 @@ async fn manual_run_during_a_takeover_waits_for_the_rerun(dialect: Dialect) {
         .start_run(a[0].id, "A", a[0].token, &key)
         .await
         .unwrap();
-    assert!(store.request_run("m").await.unwrap());
+    assert!(
+        store
+            .request_run("m", &sqlcron::store::Actor::this_process(None))
+            .await
+            .unwrap()
+    );
     expire(&store, "m").await;
     assert_eq!(daemon.tick(&mut tasks).await.unwrap().claimed, 1);
     drain(&mut tasks).await;

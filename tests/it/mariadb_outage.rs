@@ -13,6 +13,8 @@ pub struct ThrowawayMariadb {
     dir: tempfile::TempDir,
     pub port: u16,
     server: Option<Child>,
+    /// More server options (`--ssl-cert=...` in the TLS tests).
+    pub options: Vec<String>,
 }
 
 fn tool(name: &str) -> PathBuf {
@@ -25,10 +27,17 @@ fn tool(name: &str) -> PathBuf {
 
 impl ThrowawayMariadb {
     pub fn start() -> ThrowawayMariadb {
+        Self::start_with(|_| vec![])
+    }
+
+    /// Starts a server with the options `options(dir)` returns; `dir` is the server's own
+    /// directory, where its files may be put first.
+    pub fn start_with(options: impl FnOnce(&Path) -> Vec<String>) -> ThrowawayMariadb {
         let dir = tempfile::Builder::new()
             .prefix("sqlcron-my")
             .tempdir()
             .unwrap();
+        let options = options(dir.path());
         let data = dir.path().join("data");
         let out = Command::new(tool("mariadb-install-db"))
             .arg("--no-defaults")
@@ -50,6 +59,7 @@ impl ThrowawayMariadb {
             dir,
             port: free_port(),
             server: None,
+            options,
         };
         db.up();
         db
@@ -70,6 +80,7 @@ impl ThrowawayMariadb {
             ))
             .arg(format!("--port={}", self.port))
             .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
+            .args(&self.options)
             .arg(format!(
                 "--log-error={}",
                 self.dir.path().join("err.log").display()

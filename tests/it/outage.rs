@@ -12,6 +12,8 @@ pub struct ThrowawayPostgres {
     bin: PathBuf,
     pub data: PathBuf,
     pub port: u16,
+    /// More `-c name=value` settings for the server (TLS tests).
+    pub settings: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -57,6 +59,12 @@ fn as_postgres(bin: &Path, tool: &str, args: &[&str]) -> std::process::Output {
 
 impl ThrowawayPostgres {
     pub fn start() -> ThrowawayPostgres {
+        Self::start_with(|_| vec![])
+    }
+
+    /// Starts a server with the settings `settings(dir)` returns (`ssl=on`, ...); `dir` is the
+    /// server's own directory, owned by the server's user, where its files may be put first.
+    pub fn start_with(settings: impl FnOnce(&Path) -> Vec<String>) -> ThrowawayPostgres {
         let bin = pg_bin();
         let dir = tempfile::Builder::new()
             .prefix("sqlcron-pg")
@@ -64,6 +72,7 @@ impl ThrowawayPostgres {
             .unwrap();
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
+        let settings = settings(dir.path());
         if unsafe { libc::geteuid() } == 0 {
             let status = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -89,6 +98,7 @@ impl ThrowawayPostgres {
             bin,
             data,
             port: free_port(),
+            settings,
             _dir: dir,
         };
         pg.up();
@@ -96,11 +106,14 @@ impl ThrowawayPostgres {
     }
 
     pub fn up(&self) {
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
             self.port,
             self.data.display()
         );
+        for s in &self.settings {
+            opts.push_str(&format!(" -c {s}"));
+        }
         let log = self.data.join("server.log");
         as_postgres(
             &self.bin,

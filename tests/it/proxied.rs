@@ -37,7 +37,13 @@ fn through(db: &TestDb, proxy: &Proxy) -> String {
         Dialect::Postgres => "127.0.0.1:5432",
         _ => "127.0.0.1:3306",
     };
-    db.url.replace(server, &format!("127.0.0.1:{}", proxy.port))
+    let url = db.url.replace(server, &format!("127.0.0.1:{}", proxy.port));
+    // The proxy finds statements in the protocol: the shared server offers TLS, which the
+    // default `sslmode=prefer` would take, hiding them.
+    match db.dialect {
+        Dialect::Postgres => format!("{url}?sslmode=disable"),
+        _ => url,
+    }
 }
 
 fn upstream(dialect: Dialect) -> &'static str {
@@ -50,7 +56,8 @@ fn upstream(dialect: Dialect) -> &'static str {
 /// A daemon in this process on `url`, with its jobs applied.
 async fn daemon(url: &str, name: &str, keys: &str, jobs: &str) -> Daemon {
     let text = format!(
-        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"200ms\"\n{keys}\n{jobs}"
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\n{}\npoll_interval = \"200ms\"\n{keys}\n{jobs}",
+        crate::util::default_user()
     );
     let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
     let lease = config.daemon.lease;

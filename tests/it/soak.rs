@@ -162,8 +162,9 @@ fn write_job_script(dir: &Path) -> PathBuf {
 }
 
 fn node_config(url: &str, name: &str, script: &Path) -> String {
+    let run_as = crate::util::default_user();
     let mut text = format!(
-        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"500ms\"\n\
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\n{run_as}\npoll_interval = \"500ms\"\n\
          lease = \"{LEASE_SECS}s\"\nshutdown_grace = \"10s\"\n[defaults]\nkill_grace = \"1s\"\n"
     );
     for job in SHORT {

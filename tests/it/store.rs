@@ -505,14 +505,20 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
         &Environment::default(),
     )
     .unwrap();
-    let dry = store.apply_toml(&v1.jobs, true).await.unwrap();
+    let dry = store
+        .apply_toml(&v1.jobs, true, &sqlcron::store::Actor::this_process(None))
+        .await
+        .unwrap();
     assert_eq!(dry.created, vec!["a", "b"]);
     assert_eq!(
         store.jobs().await.unwrap().len(),
         1,
         "dry run changes nothing"
     );
-    let r = store.apply_toml(&v1.jobs, false).await.unwrap();
+    let r = store
+        .apply_toml(&v1.jobs, false, &sqlcron::store::Actor::this_process(None))
+        .await
+        .unwrap();
     assert_eq!(r.created, vec!["a", "b"]);
     assert_eq!(r.conflicts, vec!["from-sql"]);
     let a = store.job("a").await.unwrap().unwrap();
@@ -525,7 +531,10 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     assert_eq!(b.argv.as_deref(), Some("[\"/bin/echo\",\"x\"]"));
     assert_eq!(b.env.as_deref(), Some("{\"K\":\"v\"}"));
     // Unchanged: nothing to do.
-    let again = store.apply_toml(&v1.jobs, false).await.unwrap();
+    let again = store
+        .apply_toml(&v1.jobs, false, &sqlcron::store::Actor::this_process(None))
+        .await
+        .unwrap();
     assert!(again.created.is_empty() && again.updated.is_empty() && again.removed.is_empty());
     let v2 = parse(
         "[[job]]\nname=\"a\"\nschedule=\"*/5 * * * *\"\ncommand=\"true\"\n",
@@ -533,7 +542,10 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
         &Environment::default(),
     )
     .unwrap();
-    let r = store.apply_toml(&v2.jobs, false).await.unwrap();
+    let r = store
+        .apply_toml(&v2.jobs, false, &sqlcron::store::Actor::this_process(None))
+        .await
+        .unwrap();
     assert_eq!(r.updated, vec!["a"]);
     assert_eq!(r.removed, vec!["b"]);
     let names: Vec<String> = store
@@ -854,11 +866,28 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
         enabled,
         pool: None,
         overrides: Default::default(),
+        ..Default::default()
     };
-    store.apply_toml(&[job("true", true)], false).await.unwrap();
-    assert!(store.set_enabled("k", false).await.unwrap());
+    store
+        .apply_toml(
+            &[job("true", true)],
+            false,
+            &sqlcron::store::Actor::this_process(None),
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .set_enabled("k", false, &sqlcron::store::Actor::this_process(None))
+            .await
+            .unwrap()
+    );
     let report = store
-        .apply_toml(&[job("echo changed", true)], false)
+        .apply_toml(
+            &[job("echo changed", true)],
+            false,
+            &sqlcron::store::Actor::this_process(None),
+        )
         .await
         .unwrap();
     assert_eq!(report.updated, ["k"]);
@@ -866,11 +895,19 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
     assert_eq!(row.command.as_deref(), Some("echo changed"));
     assert!(!row.enabled, "the pause survives an update");
     store
-        .apply_toml(&[job("echo changed", false)], false)
+        .apply_toml(
+            &[job("echo changed", false)],
+            false,
+            &sqlcron::store::Actor::this_process(None),
+        )
         .await
         .unwrap();
     store
-        .apply_toml(&[job("echo changed", true)], false)
+        .apply_toml(
+            &[job("echo changed", true)],
+            false,
+            &sqlcron::store::Actor::this_process(None),
+        )
         .await
         .unwrap();
     assert!(

@@ -14,8 +14,9 @@ async fn tick_prepares_then_claims_and_runs_a_due_job() {
     let db = TestDb::new(Dialect::Sqlite).await;
     let store = db.store().await;
     let text = format!(
-        "[database]\nurl = \"{}\"\n[node]\nname = \"t\"\n[[job]]\nname = \"once\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo ticked\"\n",
-        db.url
+        "[database]\nurl = \"{}\"\n[node]\nname = \"t\"\n[daemon]\n{}\n[[job]]\nname = \"once\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo ticked\"\n",
+        db.url,
+        crate::util::default_user()
     );
     let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
     let daemon = Daemon::new(store.clone(), config);

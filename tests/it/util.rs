@@ -159,6 +159,16 @@ pub struct DaemonProcess {
 impl DaemonProcess {
     /// Starts a daemon with a configuration written to `dir/<name>.toml`.
     pub fn start(dir: &Path, name: &str, config: &str) -> DaemonProcess {
+        Self::start_with_env(dir, name, config, &[])
+    }
+
+    /// The same with more variables in the daemon's environment.
+    pub fn start_with_env(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> DaemonProcess {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config).unwrap();
         let log = dir.join(format!("{name}.log"));
@@ -172,6 +182,7 @@ impl DaemonProcess {
             // Not a systemd service, even when the tests run inside one.
             .env_remove("INVOCATION_ID")
             .env("RUST_LOG", "sqlcron=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -217,8 +228,16 @@ impl Drop for DaemonProcess {
 /// The configuration of one test node.
 pub fn node_config(url: &str, name: &str, extra: &str) -> String {
     format!(
-        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\npoll_interval = \"1s\"\nlease = \"3s\"\nshutdown_grace = \"5s\"\n{extra}\n"
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\n{}\npoll_interval = \"1s\"\nlease = \"3s\"\nshutdown_grace = \"5s\"\n{extra}\n",
+        default_user()
     )
+}
+
+/// `default_user = "<the user running the tests>"`: a daemon running as root needs a user for
+/// its jobs, and any other daemon may name only itself.
+pub fn default_user() -> String {
+    let me = sqlcron::account::current().expect("the test user's account");
+    format!("default_user = \"{}\"", me.name)
 }
 
 /// A TCP port free on 127.0.0.1 right now, for a throwaway server.

@@ -1,0 +1,202 @@
+//! The Unix accounts jobs run as: looking up a user and a group by name, with the user's
+//! supplementary groups, home and shell. I/O through the C library's name service (so LDAP and
+//! other NSS sources work as they do for cron); no database, no processes.
+
+use std::ffi::{CStr, CString};
+
+/// An account a job's process can run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// The user's name (`LOGNAME` and `USER` of the job).
+    pub name: String,
+    pub uid: u32,
+    /// The primary group: the user's own, or the job's `group`.
+    pub gid: u32,
+    /// Supplementary groups, as `initgroups` would set them (the primary group included).
+    pub groups: Vec<u32>,
+    /// `HOME` of the job.
+    pub home: String,
+    /// `SHELL` of the job (`/bin/sh` when the account names none).
+    pub shell: String,
+}
+
+/// Whether this process may switch to another account.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The account this process runs as.
+pub fn current() -> Result<Account, String> {
+    // SAFETY: as above.
+    let uid = unsafe { libc::geteuid() };
+    let account = passwd(Key::Uid(uid))?.ok_or_else(|| format!("uid {uid} has no account"))?;
+    // The groups this process already has, not those of the account's entry: a daemon started
+    // with fewer groups does not gain any.
+    // SAFETY: a zero-length query returns the count only.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut groups = vec![0 as libc::gid_t; n.max(0) as usize];
+    // SAFETY: the buffer holds n entries.
+    let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
+    groups.truncate(got.max(0) as usize);
+    // SAFETY: as geteuid.
+    let gid = unsafe { libc::getegid() };
+    Ok(Account {
+        gid,
+        groups,
+        ..account
+    })
+}
+
+/// The account named `user` (a name or a numeric uid), with `group` (a name or a numeric gid)
+/// as its primary group when given.
+pub fn lookup(user: &str, group: Option<&str>) -> Result<Account, String> {
+    let key = match user.parse::<u32>() {
+        Ok(uid) => Key::Uid(uid),
+        Err(_) => Key::Name(user),
+    };
+    let mut account = passwd(key)?.ok_or_else(|| format!("user \"{user}\" does not exist"))?;
+    if let Some(g) = group {
+        account.gid = group_id(g)?;
+    }
+    account.groups = group_list(&account.name, account.gid)?;
+    Ok(account)
+}
+
+enum Key<'a> {
+    Name(&'a str),
+    Uid(u32),
+}
+
+/// One passwd entry (groups not filled in yet).
+fn passwd(key: Key<'_>) -> Result<Option<Account>, String> {
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: zeroed passwd is a valid out-parameter for getpw*_r.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    let rc = match key {
+        Key::Name(name) => {
+            let c = CString::new(name).map_err(|_| format!("user \"{name}\" has a NUL byte"))?;
+            // SAFETY: every pointer is valid for the call; buf's length is passed.
+            unsafe {
+                libc::getpwnam_r(
+                    c.as_ptr(),
+                    &mut pw,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                    &mut result,
+                )
+            }
+        }
+        // SAFETY: as above.
+        Key::Uid(uid) => unsafe {
+            libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result)
+        },
+    };
+    if rc != 0 {
+        return Err(format!(
+            "looking up the user failed: {}",
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    if result.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: on success the strings point into buf, NUL-terminated.
+    let text = |p: *const libc::c_char| unsafe {
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    let shell = text(pw.pw_shell);
+    Ok(Some(Account {
+        name: text(pw.pw_name),
+        uid: pw.pw_uid,
+        gid: pw.pw_gid,
+        groups: vec![],
+        home: text(pw.pw_dir),
+        shell: if shell.is_empty() {
+            "/bin/sh".into()
+        } else {
+            shell
+        },
+    }))
+}
+
+/// A group's id from its name or number.
+fn group_id(group: &str) -> Result<u32, String> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    let c = CString::new(group).map_err(|_| format!("group \"{group}\" has a NUL byte"))?;
+    let mut buf = vec![0 as libc::c_char; 64 * 1024];
+    // SAFETY: zeroed group is a valid out-parameter.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; buf's length is passed.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            c.as_ptr(),
+            &mut gr,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "looking up group \"{group}\" failed: {}",
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    if result.is_null() {
+        return Err(format!("group \"{group}\" does not exist"));
+    }
+    Ok(gr.gr_gid)
+}
+
+/// The supplementary groups of `user`, with `gid` among them.
+fn group_list(user: &str, gid: u32) -> Result<Vec<u32>, String> {
+    let c = CString::new(user).map_err(|_| format!("user \"{user}\" has a NUL byte"))?;
+    let mut n: libc::c_int = 64;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let mut count = n;
+        // SAFETY: groups holds `count` entries; getgrouplist writes at most that many and sets
+        // count to the number needed.
+        let rc = unsafe { libc::getgrouplist(c.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        if rc >= 0 {
+            groups.truncate(count as usize);
+            return Ok(groups);
+        }
+        if count <= n || count > 65_536 {
+            return Err(format!("cannot list the groups of user \"{user}\""));
+        }
+        n = count;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_exists_and_unknown_users_are_named() {
+        let root = lookup("root", None).unwrap();
+        assert_eq!((root.uid, root.gid), (0, 0));
+        assert!(root.groups.contains(&0));
+        assert_eq!(lookup("0", None).unwrap().name, "root");
+        let e = lookup("no-such-user-sqlcron", None).unwrap_err();
+        assert_eq!(e, "user \"no-such-user-sqlcron\" does not exist");
+        let e = lookup("root", Some("no-such-group-sqlcron")).unwrap_err();
+        assert_eq!(e, "group \"no-such-group-sqlcron\" does not exist");
+    }
+
+    #[test]
+    fn current_account_is_this_process() {
+        let me = current().unwrap();
+        assert_eq!(me.uid, unsafe { libc::geteuid() });
+    }
+}

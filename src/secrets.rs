@@ -1,0 +1,287 @@
+//! Keeping the database's credentials secret: reading the URL and the password from files (or
+//! systemd credentials) instead of the TOML, and hiding them wherever a URL is printed. Which
+//! variables of the daemon's environment no job ever sees is listed here too.
+//!
+//! Sources, in order: `$SQLCRON_DATABASE_URL`, else `[database] url_file`, else the systemd
+//! credential `database-url`, else `[database] url`. The password, when the URL has none: from
+//! `[database] password_file`, else the systemd credential `database-password`. A relative
+//! `url_file` or `password_file` is read from `$CREDENTIALS_DIRECTORY` under systemd (the files
+//! of `LoadCredential=`), else beside the configuration file.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Environment, Problem, RawDatabase};
+
+/// Variables of the daemon's own environment no command ever inherits: the database URL (it may
+/// hold the password) and systemd's notification, socket and credential handles.
+pub const SECRET_VARS: [&str; 7] = [
+    "SQLCRON_DATABASE_URL",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "CREDENTIALS_DIRECTORY",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+];
+
+/// Name of the systemd credential holding the whole URL.
+pub const CREDENTIAL_URL: &str = "database-url";
+/// Name of the systemd credential holding the password.
+pub const CREDENTIAL_PASSWORD: &str = "database-password";
+
+/// Where the URL and the password come from, when not from the TOML.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DatabaseSecrets {
+    pub url_file: Option<PathBuf>,
+    pub password_file: Option<PathBuf>,
+}
+
+impl DatabaseSecrets {
+    /// Decides the sources (no file is read yet); problems go to `push`.
+    pub fn from_raw(
+        raw: &RawDatabase,
+        env: &Environment,
+        config_path: &Path,
+        push: &mut dyn FnMut(&str, String),
+    ) -> DatabaseSecrets {
+        let creds = env.credentials_directory.as_deref().map(Path::new);
+        let place = |p: &str| -> PathBuf {
+            let p = Path::new(p);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else if let Some(dir) = creds {
+                dir.join(p)
+            } else {
+                config_path.parent().unwrap_or(Path::new("/")).join(p)
+            }
+        };
+        let credential = |name: &str| creds.map(|d| d.join(name)).filter(|p| p.exists());
+        if raw.url.is_some() && raw.url_file.is_some() {
+            push(
+                "[database] url_file",
+                "give either url or url_file, not both".into(),
+            );
+        }
+        let url_file = if env.database_url.is_some() {
+            None
+        } else {
+            raw.url_file.as_deref().map(place).or_else(|| {
+                raw.url
+                    .is_none()
+                    .then(|| credential(CREDENTIAL_URL))
+                    .flatten()
+            })
+        };
+        let password_file = raw
+            .password_file
+            .as_deref()
+            .map(place)
+            .or_else(|| credential(CREDENTIAL_PASSWORD));
+        DatabaseSecrets {
+            url_file,
+            password_file,
+        }
+    }
+
+    /// Reads the files: the URL to use instead of `url`, or `None` to keep it.
+    pub fn resolve(&self, url: &str) -> Result<Option<String>, Problem> {
+        if self.url_file.is_none() && self.password_file.is_none() {
+            return Ok(None);
+        }
+        let read = |key: &str, path: &Path| {
+            std::fs::read_to_string(path)
+                .map(|t| t.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|e| Problem {
+                    location: format!("[database] {key}"),
+                    message: format!("cannot read {}: {e}", path.display()),
+                })
+        };
+        let mut url = match &self.url_file {
+            Some(path) => read("url_file", path)?.trim().to_string(),
+            None => url.to_string(),
+        };
+        if let Some(path) = &self.password_file {
+            let password = read("password_file", path)?;
+            url = with_password(&url, &password).map_err(|message| Problem {
+                location: "[database] password_file".into(),
+                message,
+            })?;
+        }
+        Ok(Some(url))
+    }
+}
+
+/// `url` with `password` (percent-encoded) in its user information.
+pub fn with_password(url: &str, password: &str) -> Result<String, String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("the database URL has no scheme://".into());
+    };
+    if scheme == "sqlite" {
+        return Err("SQLite takes no password".into());
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((user, host)) = authority.rsplit_once('@') else {
+        return Err("the database URL names no user (postgres://USER@host/db)".into());
+    };
+    if user.contains(':') {
+        return Err("the database URL has a password already".into());
+    }
+    Ok(format!(
+        "{scheme}://{user}:{}@{host}{tail}",
+        percent_encode(password)
+    ))
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Query parameters whose value is a secret.
+fn secret_param(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("password")
+        || k.contains("passwd")
+        || k == "pwd"
+        || k.contains("secret")
+        || k.contains("token")
+}
+
+/// A URL fit for messages and logs: the user information loses everything after the user name
+/// (whatever characters the password holds, even unencoded `@`, `:` or `/`), and every
+/// password-like query parameter its value. When in doubt it hides more, never less.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let mut out = format!("{scheme}://");
+    if let Some(info) = userinfo {
+        match info.find(':') {
+            Some(colon) => {
+                out.push_str(&info[..colon]);
+                out.push_str(":***");
+            }
+            // A '/' or '?' before the '@' means the '@' was not the user information's end
+            // (or the password held it unencoded): hide it all.
+            None if info.contains(['/', '?', '#']) => out.push_str("***"),
+            None => out.push_str(info),
+        }
+        out.push('@');
+    }
+    match rest.split_once('?') {
+        None => out.push_str(rest),
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if secret_param(k) => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_nasty_passwords() {
+        let cases = [
+            ("postgres://u:secret@db/x", "postgres://u:***@db/x"),
+            ("postgres://u:p@ss@db:5432/x", "postgres://u:***@db:5432/x"),
+            ("postgres://u:p:a:ss@db/x", "postgres://u:***@db/x"),
+            ("postgres://u:pa/ss@db/x", "postgres://u:***@db/x"),
+            ("postgres://u:p%40ss@db/x", "postgres://u:***@db/x"),
+            (
+                "mysql://root@127.0.0.1:3306/t",
+                "mysql://root@127.0.0.1:3306/t",
+            ),
+            (
+                "postgres://u@db/x?sslmode=require&password=hunter2&sslpassword=k",
+                "postgres://u@db/x?sslmode=require&password=***&sslpassword=***",
+            ),
+            ("postgres://db/x?user=u&PASSWORD=a@b", "postgres://***@b"),
+            (
+                "sqlite:///var/lib/sqlcron/sqlcron.db",
+                "sqlite:///var/lib/sqlcron/sqlcron.db",
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+        for pw in ["se@cret", "a:b", "x/y", "%40", "p@ss:w/rd?#&="] {
+            let url = with_password("postgres://u@db/x?sslmode=require", pw).unwrap();
+            let shown = redact_url(&url);
+            assert!(!shown.contains(pw), "{shown}");
+            assert_eq!(shown, "postgres://u:***@db/x?sslmode=require");
+        }
+    }
+
+    #[test]
+    fn passwords_are_encoded_into_the_url() {
+        assert_eq!(
+            with_password("postgres://sqlcron@db:5432/sqlcron", "p@ss:w/rd%").unwrap(),
+            "postgres://sqlcron:p%40ss%3Aw%2Frd%25@db:5432/sqlcron"
+        );
+        assert_eq!(
+            with_password("postgres://u:x@db/d", "y").unwrap_err(),
+            "the database URL has a password already"
+        );
+        assert!(with_password("postgres://db/d", "y").is_err());
+    }
+
+    #[test]
+    fn files_and_credentials_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("database-password"), "s3cr@t\n").unwrap();
+        std::fs::write(dir.path().join("url"), "postgres://app@db/app\n").unwrap();
+        let env = Environment {
+            credentials_directory: Some(dir.path().to_string_lossy().into()),
+            ..Environment::default()
+        };
+        let raw = RawDatabase {
+            url_file: Some("url".into()),
+            ..RawDatabase::default()
+        };
+        let mut problems = vec![];
+        let s = DatabaseSecrets::from_raw(
+            &raw,
+            &env,
+            Path::new("/etc/sqlcron/sqlcron.toml"),
+            &mut |l, m| problems.push(format!("{l}: {m}")),
+        );
+        assert!(problems.is_empty());
+        assert_eq!(s.url_file, Some(dir.path().join("url")));
+        assert_eq!(s.password_file, Some(dir.path().join("database-password")));
+        assert_eq!(
+            s.resolve("ignored").unwrap().unwrap(),
+            "postgres://app:s3cr%40t@db/app"
+        );
+        let missing = DatabaseSecrets {
+            url_file: None,
+            password_file: Some("/nonexistent/pw".into()),
+        };
+        let p = missing.resolve("postgres://u@h/d").unwrap_err();
+        assert_eq!(p.location, "[database] password_file");
+        assert!(p.message.starts_with("cannot read /nonexistent/pw"));
+    }
+}

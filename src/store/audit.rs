@@ -1,0 +1,142 @@
+//! The audit trail, `cron_audit`: one row per operator action (`sqlcron run`, `pause`,
+//! `resume`, a TOML apply and what it changed) written here, and one per definition change made
+//! with plain SQL, written by the schema's triggers.
+//!
+//! How the triggers tell the two apart: every change made through sqlcron sets
+//! `cron_table.changed_by` to a fresh value ([`Actor::marker`]); a trigger records an insert or
+//! an update only when `changed_by` did not change (plain SQL), and a delete unless the row was
+//! marked `removing ...` first (a TOML apply). The database clock times every row.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+/// Who acted, for the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The Unix user (with the `sudo` caller when there is one), or a daemon's description.
+    pub who: String,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+}
+
+impl Actor {
+    /// This process: its real Unix user (with `$SUDO_USER` when run through sudo), host name
+    /// and pid; `role` is added after the user (`"root (daemon web-1)"`).
+    pub fn this_process(role: Option<&str>) -> Actor {
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let mut who = crate::account::lookup(&uid.to_string(), None)
+            .map(|a| a.name)
+            .unwrap_or_else(|_| uid.to_string());
+        if let Ok(sudo) = std::env::var("SUDO_USER")
+            && !sudo.is_empty()
+        {
+            who = format!("{who} (sudo by {sudo})");
+        }
+        if let Some(role) = role {
+            who = format!("{who} ({role})");
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string());
+        Actor {
+            who,
+            host,
+            pid: Some(i64::from(std::process::id())),
+        }
+    }
+
+    /// A value of `changed_by` no earlier change used.
+    pub(super) fn marker(&self) -> String {
+        format!(
+            "{}@{} pid {} #{:016x}",
+            self.who,
+            self.host.as_deref().unwrap_or("?"),
+            self.pid.unwrap_or(0),
+            rand::random::<u64>()
+        )
+    }
+}
+
+/// One row of `cron_audit`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AuditRow {
+    pub id: i64,
+    /// Milliseconds since the epoch, database clock.
+    pub at: i64,
+    /// `run`, `pause`, `resume`, `apply_create`, `apply_update`, `apply_remove`, `sql_insert`,
+    /// `sql_update`, `sql_delete`.
+    pub action: String,
+    pub job: Option<String>,
+    pub who: String,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+    pub detail: Option<String>,
+}
+
+/// The statement that records one action; binds: action, job, who, host, pid, detail.
+pub(super) const AUDIT_INSERT: &str = "INSERT INTO cron_audit (at, action, job, who, host, pid, detail) \
+     VALUES ({now}, ?, ?, ?, ?, ?, ?)";
+
+impl Store {
+    /// Records one action.
+    pub(super) async fn audit_in<'c, E>(
+        &self,
+        conn: E,
+        actor: &Actor,
+        action: &str,
+        job: &str,
+        detail: Option<String>,
+    ) -> Result<()>
+    where
+        E: sqlx::Executor<'c, Database = sqlx::Any>,
+    {
+        sqlx::query(AssertSqlSafe(self.dialect.render(AUDIT_INSERT)))
+            .bind(action.to_string())
+            .bind(job.to_string())
+            .bind(actor.who.clone())
+            .bind(actor.host.clone())
+            .bind(actor.pid)
+            .bind(detail)
+            .execute(conn)
+            .await
+            .map_err(sql_err!(self, "write audit"))?;
+        Ok(())
+    }
+
+    /// The audit trail, newest first, optionally of one job.
+    pub async fn audit_log(&self, job: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
+        let cols = "id, at, action, job, who, host, pid, detail";
+        let text = match job {
+            Some(_) => format!(
+                "SELECT {cols} FROM cron_audit WHERE job = ? ORDER BY at DESC, id DESC LIMIT ?"
+            ),
+            None => format!("SELECT {cols} FROM cron_audit ORDER BY at DESC, id DESC LIMIT ?"),
+        };
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
+        if let Some(j) = job {
+            q = q.bind(j.to_string());
+        }
+        let rows = q
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read audit"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(AuditRow {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    action: r.try_get("action")?,
+                    job: r.try_get("job")?,
+                    who: r.try_get("who")?,
+                    host: r.try_get("host")?,
+                    pid: r.try_get("pid")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode audit"))
+    }
+}

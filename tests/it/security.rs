@@ -1,0 +1,565 @@
+//! Security: what a job's process gets (environment, account, limits), where secrets live and
+//! that they never show, private files, and the audit trail.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use sqlcron::store::{Actor, Dialect, Store};
+
+use crate::util::{DaemonProcess, TestDb, eventually, stderr, stdout};
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Waits for a job's first finished run and returns it.
+async fn first_run(store: &Store, job: &str) -> sqlcron::store::HistoryRow {
+    eventually(
+        Duration::from_secs(30),
+        &format!("a run of {job}"),
+        || async {
+            store
+                .history(Some(job), 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|r| r.outcome != "running")
+        },
+    )
+    .await
+}
+
+fn env_of(output: &str) -> BTreeMap<String, String> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A job that prints its environment gets PATH, HOME, SHELL, LOGNAME, USER, LANG, what it asks
+/// to inherit, its env_file and env table and the SQLCRON_* variables; never the database URL
+/// or anything else of the daemon's. The password is in no log line and no history row.
+async fn job_environment_is_cron_like(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Trust authentication ignores the password, which is there to be hidden.
+    let url = match dialect {
+        Dialect::Postgres => db.url.replacen("postgres@", "postgres:s3cr%40t@", 1),
+        _ => db.url.clone(),
+    };
+    let env_file = dir.path().join("job.env");
+    std::fs::write(&env_file, "# the job's own secret\nMY_TOKEN=\"tok en\"\n").unwrap();
+    let job = format!(
+        "[[job]]\nname = \"printenv\"\nschedule = \"* * * * * *\"\ncommand = \"env\"\n\
+         env = {{ FOO = \"bar\" }}\ninherit_env = [\"KEEP_ME\"]\nenv_file = \"{}\"\n",
+        env_file.display()
+    );
+    // node_config puts `extra` right after the [daemon] keys: inherit_env is the daemon's.
+    let config = crate::util::node_config(&url, "n", &format!("inherit_env = [\"ALSO\"]\n{job}"));
+    let node = DaemonProcess::start_with_env(
+        dir.path(),
+        "n",
+        &config,
+        &[
+            ("SQLCRON_DATABASE_URL", &url),
+            ("DROP_ME", "x"),
+            ("KEEP_ME", "kept"),
+            ("ALSO", "also"),
+            ("LANG", "C.UTF-8"),
+        ],
+    );
+    let run = first_run(&store, "printenv").await;
+    assert_eq!(run.outcome, "ok", "{run:?}");
+    let env = env_of(run.output.as_deref().unwrap_or_default());
+    let me = sqlcron::account::current().unwrap();
+    assert_eq!(env.get("USER"), Some(&me.name));
+    assert_eq!(env.get("LOGNAME"), Some(&me.name));
+    assert_eq!(env.get("HOME"), Some(&me.home));
+    assert!(env.contains_key("PATH") && env.contains_key("SHELL"));
+    assert_eq!(env.get("LANG").map(String::as_str), Some("C.UTF-8"));
+    assert_eq!(env.get("KEEP_ME").map(String::as_str), Some("kept"));
+    assert_eq!(env.get("ALSO").map(String::as_str), Some("also"));
+    assert_eq!(env.get("MY_TOKEN").map(String::as_str), Some("tok en"));
+    assert_eq!(env.get("FOO").map(String::as_str), Some("bar"));
+    assert_eq!(env.get("SQLCRON_JOB").map(String::as_str), Some("printenv"));
+    for k in [
+        "SQLCRON_SLOT",
+        "SQLCRON_ATTEMPT",
+        "SQLCRON_NODE",
+        "SQLCRON_FENCING_TOKEN",
+    ] {
+        assert!(env.contains_key(k), "{k} missing: {env:?}");
+    }
+    for k in [
+        "SQLCRON_DATABASE_URL",
+        "DROP_ME",
+        "RUST_LOG",
+        "CARGO_PKG_NAME",
+    ] {
+        assert!(!env.contains_key(k), "{k} leaked to the job: {env:?}");
+    }
+    let allowed = [
+        "PATH", "HOME", "SHELL", "LOGNAME", "USER", "LANG", "KEEP_ME", "ALSO", "MY_TOKEN", "FOO",
+        "PWD", "OLDPWD", "SHLVL", "_",
+    ];
+    for k in env.keys() {
+        assert!(
+            k.starts_with("SQLCRON_") || allowed.contains(&k.as_str()),
+            "unexpected variable {k} in the job's environment"
+        );
+    }
+    let log = node.log_text();
+    drop(node);
+    assert!(!log.contains("s3cr"), "the password is in the log");
+    assert!(!run.output.unwrap_or_default().contains("s3cr"));
+    store.close().await;
+}
+
+for_each_dialect!(
+    job_environment_is_cron_like,
+    audit_trail_records_who_changed_what
+);
+
+/// A user and a group made for one test, removed after it.
+struct TestUser {
+    name: String,
+    group: String,
+}
+
+impl TestUser {
+    fn create() -> TestUser {
+        let n = rand::random::<u32>() % 1_000_000;
+        let (name, group) = (format!("sqlct{n}"), format!("sqlcg{n}"));
+        let run = |args: &[&str]| {
+            let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        };
+        run(&["groupadd", &group]);
+        run(&[
+            "useradd",
+            "-M",
+            "-d",
+            "/nonexistent-home",
+            "-s",
+            "/bin/sh",
+            "-G",
+            &group,
+            &name,
+        ]);
+        TestUser { name, group }
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+        let _ = Command::new("groupdel").arg(&self.group).output();
+    }
+}
+
+/// A daemon running as root runs a job as the user it names (uid, gid, supplementary groups,
+/// HOME, USER), refuses a job that names none, and names a user that does not exist; a daemon
+/// not running as root is told at `check` that it cannot run a job as another user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_switches_to_the_named_user() {
+    if !is_root() {
+        eprintln!("SKIPPED run_as_switches_to_the_named_user: needs root to create a user");
+        return;
+    }
+    let user = TestUser::create();
+    let account = sqlcron::account::lookup(&user.name, None).unwrap();
+    let group = sqlcron::account::lookup(&user.name, Some(&user.group)).unwrap();
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"n\"\n[daemon]\npoll_interval = \"200ms\"\n\
+         [[job]]\nname = \"as-user\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\n\
+         command = 'echo \"$(id -u) $(id -g) $(id -G) $HOME $USER $LOGNAME\"'\n\
+         [[job]]\nname = \"as-group\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\ngroup = \"{}\"\n\
+         command = 'id -g'\n\
+         [[job]]\nname = \"no-user\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"ghost\"\nschedule = \"* * * * * *\"\nuser = \"no-such-user-x\"\n\
+         command = \"true\"\n",
+        db.url, user.name, user.name, user.group
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    let run = first_run(&store, "as-user").await;
+    assert_eq!(run.outcome, "ok", "{run:?}");
+    let out = run.output.unwrap();
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(fields[0], account.uid.to_string());
+    assert_eq!(fields[1], account.gid.to_string());
+    assert!(
+        fields.contains(&group.gid.to_string().as_str()),
+        "supplementary group {} missing: {out}",
+        group.gid
+    );
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("/nonexistent-home {0} {0}", user.name)),
+        "{out}"
+    );
+    let run = first_run(&store, "as-group").await;
+    assert_eq!(run.output.unwrap().trim(), group.gid.to_string());
+    let run = first_run(&store, "no-user").await;
+    assert_eq!(run.outcome, "failed");
+    assert!(
+        run.message
+            .unwrap()
+            .contains("must name the user it runs as"),
+        "a root daemon ran a job without a user"
+    );
+    let run = first_run(&store, "ghost").await;
+    assert_eq!(run.outcome, "failed");
+    assert!(
+        run.message
+            .unwrap()
+            .contains("\"no-such-user-x\" does not exist")
+    );
+    drop(node);
+
+    // Not root: `check` refuses a job that names another user.
+    let shared = tempfile::Builder::new()
+        .prefix("sqlcron-check")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = shared.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[database]\nurl = \"sqlite:///nonexistent/x.db\"\n[[job]]\nname = \"j\"\n\
+         schedule = \"@daily\"\ncommand = \"true\"\nuser = \"root\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new("runuser")
+        .args(["-u", &user.name, "--"])
+        .arg(env!("CARGO_BIN_EXE_sqlcron"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "job \"j\" user: \"root\": this daemon runs as \"{}\"",
+            user.name
+        )),
+        "{}",
+        stderr(&out)
+    );
+    store.close().await;
+}
+
+/// A CPU limit ends a runaway job with SIGXCPU and the history says which limit; the open-files
+/// limit is what the job sees; a cgroup limit where no delegated cgroup exists is reported, and
+/// the job still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_apply_and_the_history_says_why() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = "[[job]]\nname = \"spin\"\nschedule = \"* * * * * *\"\n\
+                limits = { nofile = 64, cpu_time = \"1s\" }\n\
+                command = \"ulimit -n; while :; do :; done\"\n\
+                [[job]]\nname = \"capped\"\nschedule = \"* * * * * *\"\n\
+                limits = { memory_max = \"64M\", tasks_max = 16 }\ncommand = \"echo fine\"\n";
+    let node = DaemonProcess::start(
+        dir.path(),
+        "n",
+        &crate::util::node_config(&db.url, "n", jobs),
+    );
+    let run = first_run(&store, "spin").await;
+    assert_eq!(run.outcome, "failed");
+    assert_eq!(run.signal, Some(i64::from(libc::SIGXCPU)), "{run:?}");
+    assert_eq!(run.output.as_deref(), Some("64\n"));
+    assert!(
+        run.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("limits.cpu_time (1s of CPU)"),
+        "{run:?}"
+    );
+    let run = first_run(&store, "capped").await;
+    assert_eq!(run.outcome, "ok");
+    // The test daemon is not a systemd service with Delegate=yes: the limit is not applied,
+    // and both the run and the log say so.
+    assert!(
+        run.message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("cgroup limits not applied: "),
+        "{run:?}"
+    );
+    assert!(node.log_text().contains("cgroup limits (memory_max"));
+    store.close().await;
+}
+
+/// The SQLite database, its -wal and -shm files and the state directory are private whatever
+/// the umask; `check` warns about a configuration file that holds a password and that others
+/// can read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_private_and_check_warns_about_readable_passwords() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let db = state.join("sqlcron.db");
+    let store = Store::connect(&format!("sqlite://{}", db.display()), 2).unwrap();
+    store.migrate().await.unwrap();
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('x', '@daily', 'true')",
+        )
+        .await
+        .unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o700);
+    for file in [
+        "sqlcron.db",
+        "sqlcron.db-wal",
+        "sqlcron.db-shm",
+        "sqlcron.db.migrate.lock",
+    ] {
+        assert_eq!(mode(&state.join(file)), 0o600, "{file}");
+    }
+    store.close().await;
+
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[database]\nurl = \"postgres://app:hunter2@db.internal/app\"\n",
+    )
+    .unwrap();
+    let check = || {
+        Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("check")
+            .env_remove("SQLCRON_DATABASE_URL")
+            .output()
+            .unwrap()
+    };
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = check();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("holds the database password and is readable by every user"));
+    assert!(stdout(&out).contains("postgres://app:***@db.internal/app"));
+    assert!(!stdout(&out).contains("hunter2") && !stderr(&out).contains("hunter2"));
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert!(!stderr(&check()).contains("readable by every user"));
+}
+
+/// The password from `password_file` (with characters a URL cannot hold as they are) and the
+/// URL from a systemd credential reach the database and never the output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_come_from_files_and_credentials() {
+    let db = TestDb::new(Dialect::Postgres).await;
+    db.store().await.migrate().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let nasty = "p@ss:w/rd%40?#";
+    std::fs::write(dir.path().join("pw"), format!("{nasty}\n")).unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("[database]\nurl = \"{}\"\npassword_file = \"pw\"\n", db.url),
+    )
+    .unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .env_remove("SQLCRON_DATABASE_URL")
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["status"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run(&["check"], &[]);
+    assert!(
+        stdout(&out).contains("postgres://postgres:***@127.0.0.1"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("w/rd"));
+
+    // systemd credentials: the URL and the password, no database keys in the file at all.
+    let creds = dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("database-url"), format!("{}\n", db.url)).unwrap();
+    std::fs::write(creds.join("database-password"), nasty).unwrap();
+    std::fs::write(&cfg, "[node]\nname = \"n\"\n").unwrap();
+    let creds_env = [("CREDENTIALS_DIRECTORY", creds.to_str().unwrap())];
+    let out = run(&["check"], &creds_env);
+    assert!(
+        stdout(&out).contains("database postgres://postgres:***@127.0.0.1"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["status"], &creds_env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A missing file is a configuration error naming the key.
+    std::fs::write(
+        &cfg,
+        "[database]\nurl = \"postgres://u@h/d\"\npassword_file = \"/nonexistent/pw\"\n",
+    )
+    .unwrap();
+    let out = run(&["check"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("[database] password_file: cannot read /nonexistent/pw"));
+}
+
+/// Every operator action and every definition change made with SQL is one audit row: what,
+/// which job, who; changes made through sqlcron are not recorded twice by the triggers, and the
+/// daemon's own writes (claims, releases) are not recorded at all.
+async fn audit_trail_records_who_changed_what(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let alice = Actor {
+        who: "alice".into(),
+        host: Some("ops-1".into()),
+        pid: Some(42),
+    };
+    let job = |name: &str, command: &str| sqlcron::job::JobSpec {
+        name: name.into(),
+        schedule: "@daily".into(),
+        command: Some(command.into()),
+        enabled: true,
+        ..Default::default()
+    };
+    store
+        .apply_toml(&[job("a", "true"), job("b", "true")], false, &alice)
+        .await
+        .unwrap();
+    assert!(store.set_enabled("a", false, &alice).await.unwrap());
+    assert!(store.set_enabled("a", true, &alice).await.unwrap());
+    assert!(store.request_run("a", &alice).await.unwrap());
+    store
+        .apply_toml(&[job("a", "echo v2")], false, &alice)
+        .await
+        .unwrap();
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('c', '@daily', 'true')",
+        )
+        .await
+        .unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET schedule = '@hourly' WHERE name = 'c'")
+        .await
+        .unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET retries = 3, timeout = '5m' WHERE name = 'a'")
+        .await
+        .unwrap();
+    // The daemon's own columns are not definitions.
+    store
+        .execute_raw("UPDATE cron_table SET next_exec = 5, exec_by = 'x', token = token + 1 WHERE name = 'a'")
+        .await
+        .unwrap();
+    store
+        .execute_raw("DELETE FROM cron_table WHERE name = 'c'")
+        .await
+        .unwrap();
+
+    let mut log = store.audit_log(None, 100).await.unwrap();
+    log.reverse();
+    let seen: Vec<(&str, &str)> = log
+        .iter()
+        .map(|r| (r.action.as_str(), r.job.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("apply_create", "a"),
+            ("apply_create", "b"),
+            ("pause", "a"),
+            ("resume", "a"),
+            ("run", "a"),
+            ("apply_update", "a"),
+            ("apply_remove", "b"),
+            ("sql_insert", "c"),
+            ("sql_update", "c"),
+            ("sql_update", "a"),
+            ("sql_delete", "c"),
+        ]
+    );
+    assert_eq!(log[2].who, "alice");
+    assert_eq!(
+        (log[2].host.as_deref(), log[2].pid),
+        (Some("ops-1"), Some(42))
+    );
+    assert_eq!(log[5].detail.as_deref(), Some("changed command"));
+    assert_eq!(log[8].who, "sql");
+    assert!(
+        log[8]
+            .detail
+            .as_deref()
+            .unwrap()
+            .starts_with("changed schedule"),
+        "{:?}",
+        log[8]
+    );
+    assert!(
+        log[9]
+            .detail
+            .as_deref()
+            .unwrap()
+            .starts_with("changed retries,timeout"),
+        "{:?}",
+        log[9]
+    );
+    let now = store.now().await.unwrap();
+    assert!(
+        log.iter().all(|r| (now - r.at).abs() < 60_000),
+        "database clock"
+    );
+    assert_eq!(store.audit_log(Some("c"), 100).await.unwrap().len(), 3);
+    store.close().await;
+}
+
+/// `sqlcron run` and `sqlcron audit --json` from the command line name the Unix user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_actions_are_audited() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[database]\nurl = \"{}\"\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\n",
+            db.url
+        ),
+    )
+    .unwrap();
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .env_remove("SQLCRON_DATABASE_URL")
+            .env_remove("SUDO_USER")
+            .output()
+            .unwrap()
+    };
+    assert!(cli(&["apply"]).status.success());
+    assert!(cli(&["run", "j"]).status.success());
+    assert!(cli(&["pause", "j"]).status.success());
+    let out = cli(&["audit", "j", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["pause", "run", "apply_create"]);
+    let me = sqlcron::account::current().unwrap().name;
+    assert_eq!(rows[0]["who"], me.as_str());
+    let out = cli(&["audit"]);
+    assert!(stdout(&out).lines().next().unwrap().starts_with("WHEN"));
+}
