@@ -60,12 +60,18 @@ async fn semaphore_of_three_with_eight_contenders(dialect: Dialect) {
     let store = db.store().await; // schema in place before the race
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("sem.log");
+    let go = dir.path().join("go");
     let mut children = vec![];
     for i in 0..8 {
         let cfg = config_file(dir.path(), &db.url, &format!("p{i}"));
+        // A holder stays until every request is queued (the `go` file), then 0.4 s more: the
+        // first three are inside together however slowly the later ones arrive.
         let script = format!(
-            "echo enter {i} $({STAMP}) >> {log}; sleep 0.4; echo exit {i} $({STAMP}) >> {log}",
-            log = log.display()
+            "echo enter {i} $({STAMP}) >> {log}; \
+             while [ ! -e {go} ]; do sleep 0.05; done; sleep 0.4; \
+             echo exit {i} $({STAMP}) >> {log}",
+            log = log.display(),
+            go = go.display()
         );
         children.push(spawn(
             &cfg,
@@ -92,6 +98,7 @@ async fn semaphore_of_three_with_eight_contenders(dialect: Dialect) {
         })
         .await;
     }
+    std::fs::write(&go, "").unwrap();
     for mut c in children {
         let status = c.wait().unwrap();
         assert!(status.success(), "{status}");
