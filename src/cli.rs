@@ -101,6 +101,14 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Break a lock or semaphore: its holders stop their commands at their next extension and
+    /// the place is free when the lease ends. Recorded in the audit trail.
+    Unlock {
+        name: String,
+        /// Only the hold with this fencing token (see `sqlcron locks`).
+        #[arg(long)]
+        token: Option<i64>,
+    },
     /// List lock and semaphore holders and waiters, and each lock's last release.
     Locks {
         #[arg(long)]
@@ -266,6 +274,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 command,
             } => guarded(&config, name, size, &lease, wait.as_deref(), &command).await,
             Command::Locks { json } => locks(&connect(&config).await?, json).await,
+            Command::Unlock { name, token } => unlock(&connect(&config).await?, &name, token).await,
             Command::History { job, limit, json } => {
                 history(&connect(&config).await?, job.as_deref(), limit, json).await
             }
@@ -373,6 +382,32 @@ async fn locks(store: &Store, json: bool) -> Result<u8, Failure> {
             r.pid.map(|p| p.to_string()).unwrap_or_default(),
             fmt_ms(r.since),
             fmt_ms(r.until)
+        );
+    }
+    Ok(0)
+}
+
+async fn unlock(store: &Store, name: &str, token: Option<i64>) -> Result<u8, Failure> {
+    let broken = store
+        .lock_break(name, token, &Actor::this_process(None))
+        .await
+        .map_err(Failure::runtime)?;
+    if broken.is_empty() {
+        let which = token
+            .map(|t| format!(" with token {t}"))
+            .unwrap_or_default();
+        return Err(Failure::runtime(format!(
+            "lock \"{name}\" has no live hold{which}"
+        )));
+    }
+    for b in broken {
+        println!(
+            "{name}: broke token {} held by {} on {} (pid {}); its holder stops its command at its next extension, and the place is free by {}",
+            b.token.unwrap_or_default(),
+            b.owner.unwrap_or_default(),
+            b.host.unwrap_or_default(),
+            b.pid.map(|p| p.to_string()).unwrap_or_default(),
+            fmt_ms(b.until)
         );
     }
     Ok(0)

@@ -250,7 +250,7 @@ async fn hold_and_run(
                         }
                     }
                     Ok(false) => {
-                        tracing::error!(lock = %p.name, token = id, "lock lost; stopping the command");
+                        tracing::error!(lock = %p.name, token = id, "lock lost (expired or broken); stopping the command");
                         lost = true;
                         let _ = stop_tx.send(StopRequest::Kill);
                     }

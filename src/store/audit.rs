@@ -1,5 +1,5 @@
 //! The audit trail, `cron_audit`: one row per operator action (`sqlcron run`, `pause`,
-//! `resume`, a TOML apply and what it changed) written here, and one per definition change made
+//! `resume`, a lock break, a TOML apply and what it changed) written here, and one per definition change made
 //! with plain SQL, written by the schema's triggers.
 //!
 //! How the triggers tell the two apart: every change made through sqlcron sets
@@ -66,7 +66,7 @@ pub struct AuditRow {
     /// Milliseconds since the epoch, database clock.
     pub at: i64,
     /// `run`, `pause`, `resume`, `apply_create`, `apply_update`, `apply_remove`, `sql_insert`,
-    /// `sql_update`, `sql_delete`.
+    /// `sql_update`, `sql_delete`, `lock_break` (then `job` is the lock's name).
     pub action: String,
     pub job: Option<String>,
     pub who: String,

@@ -162,10 +162,11 @@ impl Store {
         })
     }
 
-    /// Extends a request's lease if it is still live. False: it expired (lost).
+    /// Extends a request's lease if it is still live. False: it expired or was broken (lost).
     pub async fn lock_extend(&self, id: i64, lease: Duration) -> Result<bool> {
         let done = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "UPDATE cron_lock_waiters SET lease_until = {now} + ? WHERE id = ? AND lease_until > {now}",
+            "UPDATE cron_lock_waiters SET lease_until = {now} + ? \
+             WHERE id = ? AND lease_until > {now} AND state <> 'broken'",
         )))
         .bind(lease.as_millis() as i64)
         .bind(id)
@@ -194,11 +195,82 @@ impl Store {
         .map_err(err!(self, "release lock"))?;
         if let Some(r) = row {
             let state: String = r.try_get("state").map_err(err!(self, "read lock"))?;
-            if state == "holding" {
-                self.record_lock_release(&r, "clean").await?;
+            match state.as_str() {
+                "holding" => self.record_lock_release(&r, "clean").await?,
+                "broken" => self.record_lock_release(&r, "broken").await?,
+                _ => {}
             }
         }
         Ok(())
+    }
+
+    /// `sqlcron unlock`: breaks the live holds of `name` (or only the one with fencing token
+    /// `token`) and records each in the audit trail, in one transaction. Returns the holds
+    /// broken.
+    ///
+    /// A broken hold is not deleted: it can no longer be extended, so its holder stops its
+    /// command at its next extension (within a third of the lease), and the place stays taken
+    /// until the lease ends. The next holder therefore never overlaps a holder that is still
+    /// running, even one that cannot reach the database to learn of the break.
+    pub async fn lock_break(
+        &self,
+        name: &str,
+        token: Option<i64>,
+        actor: &super::Actor,
+    ) -> Result<Vec<LockRow>> {
+        let mut tx = self.pool().begin().await.map_err(err!(self, "begin"))?;
+        let select = "SELECT id, name, owner, host, pid, acquired_at, lease_until \
+                      FROM cron_lock_waiters \
+                      WHERE name = ? AND state = 'holding' AND lease_until > {now} ORDER BY id";
+        let rows = sqlx::query(AssertSqlSafe(self.dialect().render(select)))
+            .bind(name.to_string())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err!(self, "find lock holders"))?;
+        let mut broken = Vec::new();
+        for r in &rows {
+            let row = LockRow {
+                name: r.try_get("name").map_err(err!(self, "find lock holders"))?,
+                state: "broken".into(),
+                owner: r
+                    .try_get("owner")
+                    .map_err(err!(self, "find lock holders"))?,
+                host: r.try_get("host").map_err(err!(self, "find lock holders"))?,
+                pid: r.try_get("pid").map_err(err!(self, "find lock holders"))?,
+                since: r
+                    .try_get("acquired_at")
+                    .map_err(err!(self, "find lock holders"))?,
+                until: r
+                    .try_get("lease_until")
+                    .map_err(err!(self, "find lock holders"))?,
+                token: r.try_get("id").map_err(err!(self, "find lock holders"))?,
+            };
+            if token.is_some() && row.token != token {
+                continue;
+            }
+            let done = sqlx::query(AssertSqlSafe(self.dialect().render(
+                "UPDATE cron_lock_waiters SET state = 'broken' WHERE id = ? AND state = 'holding'",
+            )))
+            .bind(row.token)
+            .execute(&mut *tx)
+            .await
+            .map_err(err!(self, "break lock"))?;
+            if done.rows_affected() != 1 {
+                continue;
+            }
+            let detail = format!(
+                "token {} held by {} on {} pid {}",
+                row.token.unwrap_or_default(),
+                row.owner.as_deref().unwrap_or("?"),
+                row.host.as_deref().unwrap_or("?"),
+                row.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+            );
+            self.audit_in(&mut *tx, actor, "lock_break", name, Some(detail))
+                .await?;
+            broken.push(row);
+        }
+        tx.commit().await.map_err(err!(self, "commit"))?;
+        Ok(broken)
     }
 
     async fn record_lock_release(&self, r: &sqlx::any::AnyRow, how: &str) -> Result<()> {
@@ -246,8 +318,12 @@ impl Store {
             .execute(self.pool())
             .await
             .map_err(err!(self, "reap lock"))?;
-            if deleted.rows_affected() == 1 && state == "holding" {
-                self.record_lock_release(r, "expired").await?;
+            if deleted.rows_affected() == 1 {
+                match state.as_str() {
+                    "holding" => self.record_lock_release(r, "expired").await?,
+                    "broken" => self.record_lock_release(r, "broken").await?,
+                    _ => {}
+                }
             }
         }
         Ok(rows.len())

@@ -14,6 +14,7 @@ for_each_dialect!(
     killed_holder_frees_its_place_after_the_lease,
     dead_waiter_does_not_block_the_queue,
     pool_of_two_across_three_nodes,
+    broken_lock_stops_its_holder_before_the_next_one_runs,
 );
 
 fn config_file(dir: &Path, url: &str, name: &str) -> String {
@@ -364,4 +365,93 @@ async fn pool_of_two_across_three_nodes(dialect: Dialect) {
         history.iter().all(|h| h.outcome != "skipped"),
         "waiting for the pool is not missing the slot: {history:?}"
     );
+}
+
+/// Issue 10 (7): `sqlcron unlock` breaks a hold; the holder stops its whole command before the
+/// next holder starts, and the break is in the audit trail.
+async fn broken_lock_stops_its_holder_before_the_next_one_runs(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = config_file(dir.path(), &db.url, "a");
+    let b = config_file(dir.path(), &db.url, "b");
+    let secs = format!("378.{}", rand::random::<u32>());
+    let pipeline = format!("sleep {secs} | cat");
+    let mut holder = spawn(
+        &a,
+        &["lock", "U", "--lease", "3s", "--", "sh", "-c", &pipeline],
+    );
+    let sleeper = eventually(Duration::from_secs(10), "the pipeline", || async {
+        crate::util::pids_with_cmdline(&["sleep", &secs]).pop()
+    })
+    .await;
+    wait_for_holder(&store, Duration::from_secs(10)).await;
+    let marker = dir.path().join("b-ran");
+    let mut waiter = spawn(
+        &b,
+        &[
+            "lock",
+            "U",
+            "--lease",
+            "3s",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+    );
+    eventually(Duration::from_secs(5), "the waiter to queue", || async {
+        store
+            .locks()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name == "U" && l.state == "waiting")
+    })
+    .await;
+    let unlock = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .args(["--config", &a, "unlock", "U"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // A token that holds nothing breaks nothing.
+    let out = unlock(&["--token", "999999"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no live hold with token 999999"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = unlock(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("U: broke token") && said.contains("held by a"),
+        "{said}"
+    );
+    let status =
+        crate::util::wait_exit(&mut holder, Duration::from_secs(8), "the holder to stop").await;
+    assert_eq!(status.code(), Some(1), "the holder reports the lost hold");
+    assert!(
+        !crate::util::alive(sleeper),
+        "the broken holder's pipeline survived"
+    );
+    let status =
+        crate::util::wait_exit(&mut waiter, Duration::from_secs(8), "the waiter to run").await;
+    assert!(status.success(), "{status}");
+    assert!(marker.exists());
+    let audit = store.audit_log(Some("U"), 10).await.unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].action, "lock_break");
+    let detail = audit[0].detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("held by a on"), "{detail}");
+    assert!(audit[0].pid.unwrap_or_default() > 0, "{audit:?}");
+    // Nothing is held now: a second break says so.
+    assert_eq!(unlock(&[]).status.code(), Some(1));
 }

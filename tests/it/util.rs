@@ -250,6 +250,25 @@ pub fn free_port() -> u16 {
 }
 
 /// Whether a process runs (a zombie waiting for its parent counts as ended).
+/// Waits for a child to exit, polling with a deadline; panics naming `what` when it does not.
+pub async fn wait_exit(
+    child: &mut std::process::Child,
+    timeout: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn alive(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
