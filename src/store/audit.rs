@@ -1,6 +1,6 @@
 //! The audit trail, `cron_audit`: one row per operator action (`sqlcron run`, `pause`,
-//! `resume`, a lock break, a TOML apply and what it changed) written here, and one per definition change made
-//! with plain SQL, written by the schema's triggers.
+//! `resume`, `unlock`, a TOML apply and what it changed) written here, and one per definition
+//! change made with plain SQL, written by the schema's triggers.
 //!
 //! How the triggers tell the two apart: every change made through sqlcron sets
 //! `cron_table.changed_by` to a fresh value ([`Actor::marker`]); a trigger records an insert or
