@@ -20,4 +20,6 @@ cargo clippy --all-targets --quiet -- -D warnings
 # Everything but the chaos soak, in parallel; then the soak alone, one database after the other
 # (three daemons and a throwaway server each; SQLCRON_SOAK_SECS sets its length, default 120 s).
 cargo test --all-targets -- --skip soak::
+# The fuzz targets (schedule parser, configuration, row decoding), 20 s each (SQLCRON_FUZZ_SECS).
+scripts/fuzz.sh
 cargo test --test it soak:: -- --test-threads=1

@@ -12,7 +12,8 @@
 //! - [`policy`]: pure decisions on claim and release (misfire, retries, lost runs, jitter).
 //! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type:
 //!   `rows` (what is read and written), `claim` (the claim path: claim, start, extend, release,
-//!   takeover), `admin` (status, history, pause, run), `apply` (TOML → rows), `migrate`, and
+//!   takeover), `admin` (status, history, pause, run), `apply` (TOML → rows), `audit` (the
+//!   audit trail), `locks` (locks, semaphores, pools), `migrate`, and
 //!   `dialect` (every difference between the three databases).
 //! - [`runner`]: running one command (process group, output tail and bounded log, timeout); no
 //!   database.
