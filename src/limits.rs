@@ -243,6 +243,42 @@ mod tests {
         assert_eq!(r[1], (libc::RLIMIT_CPU, 10, 10 + CPU_KILL_GRACE_SECS));
     }
 
+    /// The files a run's group gets, checked in a plain directory (the kernel's cgroup v2
+    /// interface is files of the same names; this machine's tests cannot delegate one).
+    #[test]
+    fn run_group_gets_the_cgroup_values_and_reads_oom_kills() {
+        let base = tempfile::tempdir().unwrap();
+        let l = Limits {
+            memory_max: Some(64 << 20),
+            cpu_weight: Some(50),
+            cpu_quota: Some(25),
+            tasks_max: Some(16),
+            ..Limits::default()
+        };
+        let group = RunCgroup::create(base.path(), "nightly backup/1", &l).unwrap();
+        let dir = std::fs::read_dir(base.path())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let name = dir.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with("run-nightly_backup_1-"), "{name}");
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        assert_eq!(read("memory.max"), "67108864");
+        assert_eq!(read("memory.swap.max"), "0");
+        assert_eq!(read("cpu.weight"), "50");
+        assert_eq!(read("cpu.max"), format!("25000 {CPU_PERIOD_US}"));
+        assert_eq!(read("pids.max"), "16");
+        assert_eq!(
+            group.procs.to_str().unwrap(),
+            dir.join("cgroup.procs").to_str().unwrap()
+        );
+        assert!(!group.oom_killed());
+        std::fs::write(dir.join("memory.events"), "low 0\noom 1\noom_kill 1\n").unwrap();
+        assert!(group.oom_killed());
+    }
+
     #[test]
     fn reasons_name_the_limit() {
         let l = Limits {
