@@ -14,9 +14,6 @@ use sqlcron::job::Outcome;
 use sqlcron::schedule::Schedule;
 use sqlcron::store::{Actor, JobRow, PARKED, Store};
 
-/// A node counts as alive while its heartbeat is younger than this.
-const NODE_ALIVE_WINDOW_MS: i64 = 3 * 5_000;
-
 #[derive(Debug, Parser)]
 #[command(
     name = "sqlcron",
@@ -713,9 +710,7 @@ async fn status(store: &Store, config: &Config, json: bool) -> Result<u8, Failur
     let rows = store.jobs().await.map_err(Failure::runtime)?;
     let nodes = store.nodes().await.map_err(Failure::runtime)?;
     let jobs: Vec<JobStatus> = rows.iter().map(|r| job_status(r, config, now)).collect();
-    let alive = |n: &sqlcron::store::NodeRow| {
-        n.stopped.is_none() && n.last_seen.is_some_and(|s| now - s < NODE_ALIVE_WINDOW_MS)
-    };
+    let alive = |n: &sqlcron::store::NodeRow| n.alive(now);
     // Drift: alive nodes whose TOML jobs differ.
     let mut per_node = std::collections::BTreeMap::new();
     for n in nodes.iter().filter(|n| alive(n)) {

@@ -47,6 +47,8 @@ pub struct RawConfig {
     pub pools: BTreeMap<String, i64>,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub metrics: RawMetrics,
     #[serde(default, rename = "job")]
     pub jobs: Vec<RawJob>,
 }
@@ -86,6 +88,12 @@ pub struct RawDaemon {
 pub struct RawLog {
     pub level: Option<String>,
     pub target: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen: Option<String>,
 }
 
 /// Policy keys, shared by `[defaults]` and `[[job]]`.
@@ -146,6 +154,8 @@ pub struct Config {
     /// Pool name → cluster-wide limit.
     pub pools: BTreeMap<String, u32>,
     pub log: LogConfig,
+    /// Where `/metrics` and `/healthz` are served (`[metrics] listen`); none by default.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// `[[job]]` tables, in file order.
     pub jobs: Vec<JobSpec>,
 }
@@ -514,6 +524,17 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         );
     }
 
+    let metrics_listen = raw.metrics.listen.as_deref().and_then(|l| match l.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            c.push(
+                "[metrics] listen",
+                format!("\"{l}\" is not an address and port (e.g. \"127.0.0.1:9464\")"),
+            );
+            None
+        }
+    });
+
     let mut jobs = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (i, job) in raw.jobs.iter().enumerate() {
@@ -561,6 +582,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         defaults,
         pools,
         log: LogConfig { level, target },
+        metrics_listen,
         jobs,
     })
 }

@@ -22,6 +22,7 @@
 //! - [`limits`]: a run's resource limits (`setrlimit`, and a control group where delegated).
 //! - [`secrets`]: the database URL and password from files or systemd credentials; redaction.
 //! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
+//! - [`metrics`]: Prometheus metrics and `/healthz`, served on `[metrics] listen`.
 //! - [`daemon`]: the poll loop (`tick`), what a claimed row becomes (`claimed`: decide, write,
 //!   act), the lease loop and trust window (`lease`), row decoding (`decode`) and the shutdown
 //!   sequence.
@@ -41,6 +42,7 @@ pub mod envfile;
 pub mod guard;
 pub mod job;
 pub mod limits;
+pub mod metrics;
 pub mod policy;
 pub mod reaper;
 pub mod runner;

@@ -173,6 +173,7 @@ impl Shared {
                     failed,
                 } => {
                     tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, failed, "taking over a finished but unreleased run");
+                    self.metrics.takeover(&row.name);
                     let next = after_run(
                         &row.name,
                         &Finished {
@@ -258,6 +259,7 @@ impl Shared {
         if let Some((slot, attempt)) = plan.lost {
             let by = row.prev_exec_by.clone().unwrap_or_default();
             tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, previous_node = %by, "run lost: its node stopped renewing the lease");
+            self.metrics.takeover(&row.name);
             let key = RunKey {
                 job: row.name.clone(),
                 slot,
@@ -287,6 +289,7 @@ impl Shared {
         }
         if let Some(skipped) = plan.skipped {
             tracing::warn!(job = %row.name, count = skipped.count, first = %fmt_ms(skipped.first), last = %fmt_ms(skipped.last), misfire = policy.misfire.as_str(), "missed slots skipped");
+            self.metrics.missed(&row.name, skipped.count);
             let message = format!(
                 "{} missed slot(s) not run (misfire = {})",
                 skipped.count,
@@ -368,6 +371,7 @@ impl Shared {
                 }
                 Err(e) => {
                     tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "recording the run start failed; retrying");
+                    self.metrics.database_error(e.kind());
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(RETRY_MAX);
                 }
@@ -422,6 +426,7 @@ impl Shared {
         }
         tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, token = row.token, node = %self.node, "started");
         let started = db_time(claim);
+        self.metrics.run_started(started - slot);
         let result = runner::run(&spec, claim.stop.clone()).await;
         let interrupted = self.supervision().get_mut(&sup_key).and_then(|r| {
             r.running = false;
@@ -508,7 +513,10 @@ impl Shared {
             policy,
             schedule,
         );
+        self.metrics
+            .run_ended(&row.name, result.outcome.as_str(), db_time(claim));
         if failed && next.slot == key.slot {
+            self.metrics.retry(&row.name);
             tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
         }
         if let Some((slot, attempt)) = next.abandoned
@@ -618,6 +626,7 @@ impl Shared {
                         return false;
                     }
                     tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "recording {what} failed; retrying");
+                    self.metrics.database_error(e.kind());
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(RETRY_MAX);
                 }
@@ -630,6 +639,12 @@ impl Shared {
     /// refuses (not a connection problem) is retried once without the run's output, with the
     /// reason in its message, so a run is never repeated for what it printed.
     async fn release_with_retry(&self, claim: &Claim, release: &Release, key: Option<&RunKey>) {
+        let began = Instant::now();
+        self.release_attempts(claim, release, key).await;
+        self.metrics.release_took(began.elapsed());
+    }
+
+    async fn release_attempts(&self, claim: &Claim, release: &Release, key: Option<&RunKey>) {
         let row = &claim.row;
         let sup_key = (row.id, row.token);
         let mut release = release.clone();
@@ -669,6 +684,7 @@ impl Shared {
                         continue;
                     }
                     tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "release failed; retrying while the lease is kept");
+                    self.metrics.database_error(e.kind());
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(RETRY_MAX);
                 }

@@ -35,6 +35,7 @@
 //! | the node dies | the lease expires; another node takes over by `rerun_lost` |
 //! | the node is stopped (SIGTERM) | after `shutdown_grace`, runs are stopped and their leases ended at once |
 
+use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,11 +130,12 @@ impl Drop for SupervisionGuard {
 }
 
 /// Marks a claim lost and, by its policy, stops its process.
-pub(super) fn lose(r: &mut Supervised, token: i64, why: &str) {
+pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics) {
     if r.interrupted.is_some() {
         return;
     }
     r.interrupted = Some(Interrupt::LeaseLost);
+    metrics.lease_lost(&r.job);
     match r.on_lease_lost {
         OnLeaseLost::Kill => {
             tracing::error!(job = %r.job, token, reason = why, "lease lost; stopping the job");
@@ -174,7 +176,7 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
                         continue;
                     };
                     if lost.contains(&key.0) {
-                        lose(r, key.1, "another node holds the row now");
+                        lose(r, key.1, "another node holds the row now", &shared.metrics);
                     } else if r.interrupted.is_none() {
                         r.trusted_until = trusted_until(attempt, lease);
                         let pgid = r.pgid.load(Ordering::SeqCst);
@@ -185,6 +187,7 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
                 }
             }
             Err(e) => {
+                shared.metrics.database_error(e.kind());
                 if !failing {
                     tracing::error!(error = %e, kind = e.kind(), "lease extension failed; runs continue until their trust window ends");
                     failing = true;
@@ -208,6 +211,7 @@ pub(super) async fn trust_watch(shared: Arc<Shared>) {
                     r,
                     key.1,
                     "no lease extension succeeded within the trust window",
+                    &shared.metrics,
                 );
             }
         }

@@ -76,6 +76,8 @@ struct Shared {
     /// The daemon's own account and environment, read at start: what a job's process is built
     /// from (see `decode::run_spec`).
     host: decode::Host,
+    /// What the node decided, for `/metrics`, and the loop's health, for `/healthz`.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub struct Daemon {
@@ -85,6 +87,10 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(store: Store, config: Config) -> Daemon {
         let permits = Arc::new(Semaphore::new(config.daemon.max_parallel));
+        // A healthy loop passes at least every poll interval; a tick itself is bounded by the
+        // statement timeouts (a fraction of the lease).
+        let window = config.daemon.poll_interval * 3 + config.daemon.lease;
+        let metrics = Arc::new(crate::metrics::Metrics::new(&config.node_name, window));
         Daemon {
             shared: Arc::new(Shared {
                 store,
@@ -95,6 +101,7 @@ impl Daemon {
                 wake: Notify::new(),
                 stopping: false.into(),
                 host: decode::Host::from_process(),
+                metrics,
             }),
         }
     }
@@ -160,6 +167,7 @@ impl Daemon {
         let mut tasks = JoinSet::new();
         let lease_loop = tokio::spawn(lease::lease_loop(self.shared.clone()));
         let trust_watch = tokio::spawn(lease::trust_watch(self.shared.clone()));
+        let metrics_server = self.serve_metrics().await;
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
         let mut last_heartbeat = Instant::now();
@@ -185,9 +193,16 @@ impl Daemon {
                         last_heartbeat = Instant::now();
                         if let Err(e) = self.shared.store.node_seen(&self.shared.node).await {
                             tracing::warn!(error = %e, "node heartbeat failed");
+                            self.shared.metrics.database_error(e.kind());
+                        }
+                        if let Ok(nodes) = self.shared.store.nodes().await {
+                            let alive = nodes.iter().filter(|n| n.alive(report.now)).count();
+                            self.shared.metrics.nodes_alive(alive);
                         }
                     }
                     let running = self.running_count();
+                    let offset = report.now - chrono::Utc::now().timestamp_millis();
+                    self.shared.metrics.pass(true, running, Some(offset));
                     crate::systemd::status(&status_line(running, &report));
                     if report.saturated && report.claimed > 0 {
                         Duration::ZERO
@@ -207,6 +222,8 @@ impl Daemon {
                 }
                 Err(e) => {
                     errors += 1;
+                    self.shared.metrics.database_error(e.kind());
+                    self.shared.metrics.pass(false, self.running_count(), None);
                     if outage_since.is_none() {
                         outage_since = Some(Instant::now());
                         tracing::error!(error = %e, "database unreachable; retrying with backoff");
@@ -239,6 +256,29 @@ impl Daemon {
         self.shutdown(tasks, control, stop_now).await;
         lease_loop.abort();
         trust_watch.abort();
+        if let Some(server) = metrics_server {
+            server.abort();
+        }
+    }
+
+    /// Starts serving `/metrics` and `/healthz` when `[metrics] listen` is set. An address
+    /// that cannot be bound is logged and the node runs on without it: metrics are not worth
+    /// a missed run.
+    async fn serve_metrics(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let addr = self.config().metrics_listen?;
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(listen = %addr, "serving /metrics and /healthz");
+                Some(tokio::spawn(crate::metrics::serve(
+                    listener,
+                    self.shared.metrics.clone(),
+                )))
+            }
+            Err(e) => {
+                tracing::error!(listen = %addr, error = %e, "cannot serve metrics; running without");
+                None
+            }
+        }
     }
 
     fn running_count(&self) -> usize {

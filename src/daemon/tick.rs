@@ -109,6 +109,7 @@ impl Daemon {
             .store
             .claim_excluding(&shared.node, free, config.daemon.lease, &supervised)
             .await?;
+        shared.metrics.claim_took(claim_started.elapsed());
         report.claimed = rows.len();
         report.saturated = rows.len() == free;
         let now = now.unwrap_or(peek.now);

@@ -343,6 +343,19 @@ pub struct NodeRow {
     pub toml_jobs: Option<String>,
 }
 
+/// A node counts as alive while its heartbeat (every 5 s) is younger than this.
+pub const NODE_ALIVE_WINDOW_MS: i64 = 3 * 5_000;
+
+impl NodeRow {
+    /// Whether the node runs and its heartbeat is recent at `now` (database clock, ms).
+    pub fn alive(&self, now: i64) -> bool {
+        self.stopped.is_none()
+            && self
+                .last_seen
+                .is_some_and(|s| now - s < NODE_ALIVE_WINDOW_MS)
+    }
+}
+
 /// What a TOML apply changed (or would change, with `dry_run`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ApplyReport {

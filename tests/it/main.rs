@@ -15,6 +15,7 @@ mod cluster;
 mod faults;
 mod locks;
 mod mariadb_outage;
+mod metrics;
 mod outage;
 mod proxied;
 mod proxy;

@@ -46,7 +46,23 @@ impl Drop for Proxy {
 impl Proxy {
     /// Starts relaying 127.0.0.1:<port> to `upstream` (`host:port`).
     pub async fn start(upstream: &str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(0, upstream).await
+    }
+
+    /// The same on a given port (0: any free one), e.g. the port of a proxy dropped earlier.
+    pub async fn start_on(port: u16, upstream: &str) -> Proxy {
+        // A dropped proxy's listener closes when its task is cancelled, a moment after.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(l) => break l,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("proxy cannot listen on port {port}: {e}"),
+            }
+        };
         let port = listener.local_addr().unwrap().port();
         let switches = Arc::new(Switches {
             upstream: upstream.to_string(),

@@ -1,0 +1,193 @@
+//! Issue 12 (5): `/metrics` and `/healthz` of a real daemon, scraped over HTTP and parsed by a
+//! Prometheus text parser; values checked against the run history.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use sqlcron::store::{Actor, Dialect, Store};
+
+use crate::proxy::Proxy;
+use crate::util::{DaemonProcess, TestDb, eventually, free_port, node_config};
+
+for_each_dialect!(metrics_match_the_history);
+
+/// `GET path` on 127.0.0.1:port: the status code and the body, or `None` if nothing answers.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// The samples of a scrape, parsed by `prometheus-parse`.
+fn scrape(port: u16) -> prometheus_parse::Scrape {
+    let (code, body) = get(port, "/metrics").expect("/metrics answers");
+    assert_eq!(code, 200, "{body}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("not the Prometheus text format: {e}\n{body}"))
+}
+
+/// The value of the sample `name` whose labels include `labels`.
+fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s.samples
+        .iter()
+        .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .and_then(|x| match x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        })
+}
+
+async fn count_runs(store: &Store, job: &str, outcome: &str) -> f64 {
+    store
+        .history(Some(job), 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.outcome == outcome)
+        .count() as f64
+}
+
+async fn metrics_match_the_history(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let jobs = format!(
+        "[metrics]\nlisten = \"127.0.0.1:{port}\"\n\
+         [[job]]\nname = \"good\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"bad\"\nschedule = \"* * * * * *\"\ncommand = \"exit 3\"\n"
+    );
+    let node = DaemonProcess::start(dir.path(), "m1", &node_config(&db.url, "m1", &jobs));
+    eventually(Duration::from_secs(20), "two runs of each job", || async {
+        (count_runs(&store, "good", "ok").await >= 2.0
+            && count_runs(&store, "bad", "failed").await >= 2.0)
+            .then_some(())
+    })
+    .await;
+    let actor = Actor::this_process(None);
+    store.set_enabled("good", false, &actor).await.unwrap();
+    store.set_enabled("bad", false, &actor).await.unwrap();
+    // Once nothing runs any more, the node's counters equal the history exactly.
+    let scraped = eventually(
+        Duration::from_secs(10),
+        "the counters to settle",
+        || async {
+            let s = scrape(port);
+            let good = count_runs(&store, "good", "ok").await;
+            let bad = count_runs(&store, "bad", "failed").await;
+            let labels = |job, outcome| [("node", "m1"), ("job", job), ("outcome", outcome)];
+            (value(&s, "sqlcron_runs_total", &labels("good", "ok")) == Some(good)
+                && value(&s, "sqlcron_runs_total", &labels("bad", "failed")) == Some(bad)
+                && value(&s, "sqlcron_running_jobs", &[]) == Some(0.0))
+            .then_some(s)
+        },
+    )
+    .await;
+    let runs = count_runs(&store, "good", "ok").await + count_runs(&store, "bad", "failed").await;
+    assert_eq!(
+        value(
+            &scraped,
+            "sqlcron_start_lateness_seconds_count",
+            &[("node", "m1")]
+        ),
+        Some(runs),
+        "one lateness sample per start"
+    );
+    assert_eq!(
+        value(
+            &scraped,
+            "sqlcron_runs_total",
+            &[("job", "good"), ("outcome", "failed")]
+        ),
+        None
+    );
+    let last_end = store
+        .history(Some("good"), 1)
+        .await
+        .unwrap()
+        .first()
+        .and_then(|r| r.ended)
+        .unwrap() as f64
+        / 1000.0;
+    let last_success = value(
+        &scraped,
+        "sqlcron_last_success_timestamp_seconds",
+        &[("job", "good")],
+    )
+    .expect("last success of good");
+    assert!(
+        (last_success - last_end).abs() < 2.0,
+        "{last_success} against the history's {last_end}"
+    );
+    assert!(
+        value(&scraped, "sqlcron_claim_duration_seconds_count", &[]).unwrap_or(0.0) >= 1.0,
+        "claims are timed"
+    );
+    assert_eq!(get(port, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(get(port, "/nothing").map(|r| r.0), Some(404));
+    node.stop();
+    store.close().await;
+}
+
+/// `/healthz` fails while the database cannot be reached and recovers with it; database
+/// errors are counted by kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_the_database() {
+    let db = TestDb::new(Dialect::Postgres).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let proxy_port = proxy.port;
+    let url = db
+        .url
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{proxy_port}"));
+    let config = node_config(
+        &url,
+        "h1",
+        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let node = DaemonProcess::start(dir.path(), "h1", &config);
+    eventually(Duration::from_secs(20), "a healthy node", || async {
+        (get(port, "/healthz").map(|r| r.0) == Some(200)).then_some(())
+    })
+    .await;
+    drop(proxy); // the database's port closes and every connection is reset
+    let body = eventually(Duration::from_secs(20), "an unhealthy node", || async {
+        get(port, "/healthz").and_then(|(code, body)| (code == 503).then_some(body))
+    })
+    .await;
+    assert!(body.contains("unreachable"), "{body}");
+    let s = scrape(port);
+    let errors: f64 = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == "sqlcron_database_errors_total")
+        .filter_map(|x| match x.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        })
+        .sum();
+    assert!(errors >= 1.0, "database errors are counted");
+    // The same port again: the node reconnects and is healthy once more.
+    let _back = Proxy::start_on(proxy_port, "127.0.0.1:5432").await;
+    eventually(
+        Duration::from_secs(30),
+        "the node healthy again",
+        || async { (get(port, "/healthz").map(|r| r.0) == Some(200)).then_some(()) },
+    )
+    .await;
+    node.stop();
+    store.close().await;
+}
