@@ -49,6 +49,8 @@ pub struct RawConfig {
     pub log: RawLog,
     #[serde(default)]
     pub metrics: RawMetrics,
+    #[serde(default)]
+    pub history: RawHistory,
     #[serde(default, rename = "job")]
     pub jobs: Vec<RawJob>,
 }
@@ -94,6 +96,15 @@ pub struct RawLog {
 #[serde(deny_unknown_fields)]
 pub struct RawMetrics {
     pub listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHistory {
+    pub keep: Option<String>,
+    pub keep_runs: Option<i64>,
+    pub keep_audit: Option<String>,
+    pub prune_interval: Option<String>,
 }
 
 /// Policy keys, shared by `[defaults]` and `[[job]]`.
@@ -156,6 +167,8 @@ pub struct Config {
     pub log: LogConfig,
     /// Where `/metrics` and `/healthz` are served (`[metrics] listen`); none by default.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `[history]`: how long runs and audit rows are kept.
+    pub history: crate::retention::HistoryConfig,
     /// `[[job]]` tables, in file order.
     pub jobs: Vec<JobSpec>,
 }
@@ -535,6 +548,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         }
     });
 
+    let history = history_config(&raw.history, &mut c);
+
     let mut jobs = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (i, job) in raw.jobs.iter().enumerate() {
@@ -583,8 +598,49 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         pools,
         log: LogConfig { level, target },
         metrics_listen,
+        history,
         jobs,
     })
+}
+
+fn history_config(raw: &RawHistory, c: &mut Collector) -> crate::retention::HistoryConfig {
+    use crate::retention::{HistoryConfig, parse_keep};
+    let defaults = HistoryConfig::default();
+    let mut keep = |key: &str, value: &Option<String>, default| match value {
+        None => default,
+        Some(text) => parse_keep(text).unwrap_or_else(|m| {
+            c.push(format!("[history] {key}"), m);
+            default
+        }),
+    };
+    let keep_runs_age = keep("keep", &raw.keep, defaults.keep);
+    let keep_audit = keep("keep_audit", &raw.keep_audit, defaults.keep_audit);
+    let keep_runs = match raw.keep_runs {
+        None => defaults.keep_runs,
+        Some(0) => None,
+        Some(n) if n > 0 => Some(n as u64),
+        Some(n) => {
+            c.push(
+                "[history] keep_runs",
+                format!("{n} must be a positive number of runs, or 0 for no limit"),
+            );
+            defaults.keep_runs
+        }
+    };
+    let prune_interval = c.duration(
+        "[history] prune_interval",
+        &raw.prune_interval,
+        defaults.prune_interval,
+    );
+    if prune_interval < std::time::Duration::from_secs(1) {
+        c.push("[history] prune_interval", "must be at least 1s");
+    }
+    HistoryConfig {
+        keep: keep_runs_age,
+        keep_runs,
+        keep_audit,
+        prune_interval,
+    }
 }
 
 /// Longest job or node name the database in `url` stores: 191 characters on MySQL/MariaDB

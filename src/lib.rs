@@ -13,7 +13,7 @@
 //! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type:
 //!   `rows` (what is read and written), `claim` (the claim path: claim, start, extend, release,
 //!   takeover), `admin` (status, history, pause, run), `apply` (TOML → rows), `audit` (the
-//!   audit trail), `locks` (locks, semaphores, pools), `migrate`, and
+//!   audit trail), `locks` (locks, semaphores, pools), `retention` (duties and pruning), `migrate`, and
 //!   `dialect` (every difference between the three databases).
 //! - [`runner`]: running one command (process group, output tail and bounded log, timeout); no
 //!   database.
@@ -22,10 +22,11 @@
 //! - [`limits`]: a run's resource limits (`setrlimit`, and a control group where delegated).
 //! - [`secrets`]: the database URL and password from files or systemd credentials; redaction.
 //! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
+//! - [`retention`]: `[history]` limits and the pure decisions of a pruning round.
 //! - [`metrics`]: Prometheus metrics and `/healthz`, served on `[metrics] listen`.
 //! - [`daemon`]: the poll loop (`tick`), what a claimed row becomes (`claimed`: decide, write,
-//!   act), the lease loop and trust window (`lease`), row decoding (`decode`) and the shutdown
-//!   sequence.
+//!   act), the lease loop and trust window (`lease`), row decoding (`decode`), history pruning
+//!   (`housekeeping`) and the shutdown sequence.
 //! - [`guard`]: `sqlcron lock` / `sqlcron sem`: a command run under a cluster-wide lease.
 //! - [`systemd`]: sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING); no-ops elsewhere.
 //!
@@ -45,6 +46,7 @@ pub mod limits;
 pub mod metrics;
 pub mod policy;
 pub mod reaper;
+pub mod retention;
 pub mod runner;
 pub mod schedule;
 pub mod secrets;

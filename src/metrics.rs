@@ -37,6 +37,11 @@ struct RunLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabel {
+    table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
 }
@@ -70,6 +75,8 @@ pub struct Metrics {
     nodes_alive: Gauge,
     /// Database clock minus this node's clock, in seconds, at the last poll.
     clock_offset: Gauge<f64, AtomicU64>,
+    /// History rows this node deleted under the retention limits, by table.
+    pruned: Family<TableLabel, Counter>,
     /// What `/healthz` answers from.
     health: Mutex<Health>,
 }
@@ -105,6 +112,7 @@ impl Metrics {
             last_success: Family::default(),
             nodes_alive: Gauge::default(),
             clock_offset: Gauge::default(),
+            pruned: Family::default(),
             health: Mutex::new(Health {
                 last_pass: Instant::now(),
                 database_ok: false,
@@ -183,6 +191,11 @@ impl Metrics {
             Unit::Seconds,
             m.clock_offset.clone(),
         );
+        r.register(
+            "history_pruned_rows",
+            "History rows deleted under the retention limits, by table",
+            m.pruned.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -234,6 +247,14 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    pub fn pruned(&self, table: &str, rows: u64) {
+        self.pruned
+            .get_or_create(&TableLabel {
+                table: table.to_string(),
+            })
+            .inc_by(rows);
     }
 
     pub fn nodes_alive(&self, n: usize) {

@@ -11,6 +11,7 @@
 
 mod claimed;
 pub mod decode;
+mod housekeeping;
 pub mod lease;
 mod tick;
 
@@ -167,6 +168,7 @@ impl Daemon {
         let mut tasks = JoinSet::new();
         let lease_loop = tokio::spawn(lease::lease_loop(self.shared.clone()));
         let trust_watch = tokio::spawn(lease::trust_watch(self.shared.clone()));
+        let housekeeping = tokio::spawn(housekeeping::housekeeping_loop(self.shared.clone()));
         let metrics_server = self.serve_metrics().await;
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
@@ -253,6 +255,7 @@ impl Daemon {
                 },
             }
         }
+        housekeeping.abort();
         self.shutdown(tasks, control, stop_now).await;
         lease_loop.abort();
         trust_watch.abort();

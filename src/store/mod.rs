@@ -270,10 +270,12 @@ mod audit;
 mod claim;
 pub mod locks;
 mod migrate;
+mod retention;
 
 pub use apply::job_hash;
 pub use audit::{Actor, AuditRow};
 pub use locks::{LockRow, LockState};
+pub use retention::{Duty, DutyRow, Pruned};
 
 impl Store {
     /// Connects (lazily: the first statement opens the first connection, so a daemon can start

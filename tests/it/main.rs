@@ -19,6 +19,7 @@ mod metrics;
 mod outage;
 mod proxied;
 mod proxy;
+mod retention;
 mod security;
 mod service;
 mod signals;

@@ -1,0 +1,158 @@
+//! Housekeeping: pruning the history under `[history]`, by one node of the cluster at a time.
+//!
+//! Every node tries to take the `history` duty every `prune_interval` (the first time one poll
+//! interval after start). The holder deletes in batches of [`BATCH`] rows, each batch one
+//! statement fenced by the duty's token, and extends the duty between batches; a pause after
+//! each batch leaves the database to the claims. What it removed is logged, counted in the
+//! metrics and recorded in `cron_duties.last_result`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::Shared;
+use crate::retention::{BATCH, Pruned, cutoff, deletable};
+use crate::store::{Duty, Pruned as Table, Store, StoreError};
+
+/// The pruning duty's name in `cron_duties`.
+pub const HISTORY_DUTY: &str = "history";
+/// Pause after each deleted batch.
+const BATCH_PAUSE: Duration = Duration::from_millis(10);
+
+/// Why a round ended early.
+enum Halt {
+    /// The duty's lease was lost or the node is stopping: nothing more may be deleted.
+    Lost,
+    Db(StoreError),
+}
+
+impl From<StoreError> for Halt {
+    fn from(e: StoreError) -> Halt {
+        Halt::Db(e)
+    }
+}
+
+pub(super) async fn housekeeping_loop(shared: Arc<Shared>) {
+    let mut wait = shared.config().daemon.poll_interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let config = shared.config();
+        wait = config.history.prune_interval;
+        let lease_ms = config.daemon.lease.as_millis() as i64;
+        let duty = match shared
+            .store
+            .duty_take(HISTORY_DUTY, &shared.node, lease_ms)
+            .await
+        {
+            Ok(Some(duty)) => duty,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not take the history pruning duty");
+                shared.metrics.database_error(e.kind());
+                continue;
+            }
+        };
+        let mut pruned = Pruned::default();
+        let ended = prune(&shared, &duty, lease_ms, &mut pruned).await;
+        if pruned != Pruned::default() {
+            tracing::info!(%pruned, "history pruned");
+        }
+        match ended {
+            Ok(()) => {
+                if let Err(e) = shared.store.duty_done(&duty, &pruned.to_string()).await {
+                    tracing::warn!(error = %e, "could not record the pruning round");
+                }
+            }
+            Err(Halt::Lost) => tracing::info!("history pruning stopped: the duty was lost"),
+            Err(Halt::Db(e)) => {
+                tracing::warn!(error = %e, "history pruning stopped by a database error");
+                shared.metrics.database_error(e.kind());
+            }
+        }
+    }
+}
+
+/// One round under `duty`: runs by age, runs by count per job, audit rows by age.
+async fn prune(
+    shared: &Shared,
+    duty: &Duty,
+    lease_ms: i64,
+    pruned: &mut Pruned,
+) -> Result<(), Halt> {
+    let store = &shared.store;
+    let history = shared.config().history.clone();
+    let now = store.now().await?;
+    if let Some(cut) = cutoff(now, history.keep) {
+        loop {
+            let candidates = store
+                .prune_candidates_by_age(Table::Runs, cut, BATCH)
+                .await?;
+            let ids = deletable(&candidates, &store.claimed_jobs().await?);
+            let n = delete(shared, duty, lease_ms, Table::Runs, &ids).await?;
+            pruned.runs_by_age += n;
+            if n == 0 || (candidates.len() as i64) < BATCH {
+                break;
+            }
+        }
+    }
+    if let Some(keep) = history.keep_runs {
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        for job in store.job_names().await? {
+            let Some(boundary) = store.run_count_boundary(&job, keep).await? else {
+                continue;
+            };
+            loop {
+                if store.claimed_jobs().await?.contains(&job) {
+                    break;
+                }
+                let ids = store.runs_up_to(&job, boundary, BATCH).await?;
+                let n = delete(shared, duty, lease_ms, Table::Runs, &ids).await?;
+                pruned.runs_by_count += n;
+                if n == 0 || (ids.len() as i64) < BATCH {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(cut) = cutoff(now, history.keep_audit) {
+        loop {
+            let candidates = store
+                .prune_candidates_by_age(Table::Audit, cut, BATCH)
+                .await?;
+            let ids: Vec<i64> = candidates.iter().map(|(id, _)| *id).collect();
+            let n = delete(shared, duty, lease_ms, Table::Audit, &ids).await?;
+            pruned.audit += n;
+            if n == 0 || (candidates.len() as i64) < BATCH {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes one batch under the duty, then extends it and pauses.
+async fn delete(
+    shared: &Shared,
+    duty: &Duty,
+    lease_ms: i64,
+    table: Table,
+    ids: &[i64],
+) -> Result<u64, Halt> {
+    let store: &Store = &shared.store;
+    let n = store.prune_rows(table, ids, duty).await?;
+    if n > 0 {
+        let name = match table {
+            Table::Runs => "cron_runs",
+            Table::Audit => "cron_audit",
+        };
+        shared.metrics.pruned(name, n);
+    }
+    if shared.stopping.load(Ordering::SeqCst) || !store.duty_extend(duty, lease_ms).await? {
+        return Err(Halt::Lost);
+    }
+    tokio::time::sleep(BATCH_PAUSE).await;
+    Ok(n)
+}

@@ -1,0 +1,131 @@
+//! How long history is kept (`[history]`), and the pure decisions of a pruning round: which
+//! instant is too old, and which of the candidate rows may go.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Runs kept by age unless `[history] keep` says otherwise.
+pub const KEEP_DEFAULT: Duration = Duration::from_secs(90 * 86_400);
+/// Runs kept per job unless `[history] keep_runs` says otherwise.
+pub const KEEP_RUNS_DEFAULT: u64 = 10_000;
+/// Audit rows kept unless `[history] keep_audit` says otherwise.
+pub const KEEP_AUDIT_DEFAULT: Duration = Duration::from_secs(365 * 86_400);
+/// How often a node tries to take the pruning duty.
+pub const PRUNE_INTERVAL_DEFAULT: Duration = Duration::from_secs(600);
+/// Rows deleted per statement: small enough that no statement holds locks for long.
+pub const BATCH: i64 = 500;
+
+/// `[history]`: how much of `cron_runs` and `cron_audit` is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// Runs that ended longer ago than this go; `None`: no age limit (`keep = "forever"`).
+    pub keep: Option<Duration>,
+    /// Runs per job beyond the newest this many go; `None`: no count limit (`keep_runs = 0`).
+    pub keep_runs: Option<u64>,
+    /// Audit rows older than this go; `None`: kept forever.
+    pub keep_audit: Option<Duration>,
+    /// How often a node tries to take the pruning duty.
+    pub prune_interval: Duration,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            keep: Some(KEEP_DEFAULT),
+            keep_runs: Some(KEEP_RUNS_DEFAULT),
+            keep_audit: Some(KEEP_AUDIT_DEFAULT),
+            prune_interval: PRUNE_INTERVAL_DEFAULT,
+        }
+    }
+}
+
+/// Parses an age limit: a duration, or `"forever"` for none.
+pub fn parse_keep(text: &str) -> Result<Option<Duration>, String> {
+    if text.trim().eq_ignore_ascii_case("forever") {
+        return Ok(None);
+    }
+    match crate::config::parse_duration(text) {
+        Ok(d) if d >= Duration::from_secs(60) => Ok(Some(d)),
+        Ok(_) => Err(format!(
+            "\"{text}\" is shorter than a minute; use e.g. \"90d\", or \"forever\""
+        )),
+        Err(e) => Err(format!("{e}, or \"forever\"")),
+    }
+}
+
+/// The instant (database clock, ms) before which rows are too old at `now`.
+pub fn cutoff(now: i64, keep: Option<Duration>) -> Option<i64> {
+    keep.map(|k| now.saturating_sub(i64::try_from(k.as_millis()).unwrap_or(i64::MAX)))
+}
+
+/// The candidate rows that may be deleted: all but the runs of a job whose row is claimed now
+/// (a node taking over an unreleased claim reads that job's newest run).
+pub fn deletable(candidates: &[(i64, Option<String>)], claimed: &HashSet<String>) -> Vec<i64> {
+    candidates
+        .iter()
+        .filter(|(_, job)| job.as_ref().is_none_or(|j| !claimed.contains(j)))
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// What one pruning round removed, for the log and `cron_duties.last_result`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub runs_by_age: u64,
+    pub runs_by_count: u64,
+    pub audit: u64,
+}
+
+impl std::fmt::Display for Pruned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} runs by age, {} runs by count, {} audit rows",
+            self.runs_by_age, self.runs_by_count, self.audit
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_accepts_durations_and_forever_only() {
+        assert_eq!(
+            parse_keep("90d").unwrap(),
+            Some(Duration::from_secs(90 * 86_400))
+        );
+        assert_eq!(parse_keep("Forever").unwrap(), None);
+        assert!(
+            parse_keep("10s")
+                .unwrap_err()
+                .contains("shorter than a minute")
+        );
+        assert!(parse_keep("soon").unwrap_err().contains("forever"));
+    }
+
+    #[test]
+    fn cutoff_is_now_minus_keep() {
+        assert_eq!(
+            cutoff(1_000_000, Some(Duration::from_secs(60))),
+            Some(940_000)
+        );
+        assert_eq!(cutoff(1_000_000, None), None);
+        assert_eq!(
+            cutoff(5, Some(Duration::from_secs(u64::MAX))),
+            Some(5 - i64::MAX)
+        );
+    }
+
+    #[test]
+    fn runs_of_claimed_jobs_stay() {
+        let claimed: HashSet<String> = ["busy".to_string()].into();
+        let candidates = vec![
+            (1, Some("busy".to_string())),
+            (2, Some("idle".to_string())),
+            (3, None),
+        ];
+        assert_eq!(deletable(&candidates, &claimed), vec![2, 3]);
+    }
+}

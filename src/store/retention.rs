@@ -1,0 +1,241 @@
+//! History retention: cluster duties (`cron_duties`, one node at a time under a fenced lease)
+//! and the small, index-backed deletions of old `cron_runs` and `cron_audit` rows.
+//!
+//! Every deletion names the rows by primary key and is fenced by the duty's token: a node whose
+//! duty lease ran out deletes nothing. The candidates are found with plain reads (no row locks,
+//! so a claim never waits for pruning), and the runs of a job whose row is claimed are never
+//! candidates: a node taking over an unreleased claim reads that job's newest run record.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+/// A duty held by this node: the fence for every write made under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duty {
+    pub name: String,
+    pub node: String,
+    pub token: i64,
+}
+
+/// One row of `cron_duties`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DutyRow {
+    pub name: String,
+    pub node: Option<String>,
+    pub token: i64,
+    pub lease_until: i64,
+    pub last_done: Option<i64>,
+    pub last_result: Option<String>,
+}
+
+/// A table whose old rows are pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pruned {
+    Runs,
+    Audit,
+}
+
+impl Pruned {
+    fn table(self) -> &'static str {
+        match self {
+            Pruned::Runs => "cron_runs",
+            Pruned::Audit => "cron_audit",
+        }
+    }
+}
+
+impl Store {
+    /// Takes the duty `name` for `lease_ms` when nobody holds it (its lease ended) or this node
+    /// already does; `None` when another node holds it.
+    pub async fn duty_take(&self, name: &str, node: &str, lease_ms: i64) -> Result<Option<Duty>> {
+        let (ins, conflict) = self.dialect.insert_ignore();
+        sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "{ins} INTO cron_duties (name) VALUES (?){conflict}"
+        ))))
+        .bind(name.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "create duty"))?;
+        let took = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_duties SET node = ?, token = token + 1, lease_until = {now} + ? \
+             WHERE name = ? AND (lease_until <= {now} OR node = ?)",
+        )))
+        .bind(node.to_string())
+        .bind(lease_ms)
+        .bind(name.to_string())
+        .bind(node.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "take duty"))?;
+        if took.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(
+            self.dialect
+                .render("SELECT token FROM cron_duties WHERE name = ? AND node = ?"),
+        ))
+        .bind(name.to_string())
+        .bind(node.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql_err!(self, "take duty"))?;
+        Ok(token.map(|token| Duty {
+            name: name.to_string(),
+            node: node.to_string(),
+            token,
+        }))
+    }
+
+    /// Extends a held duty's lease; `false` when it was lost (another node took it).
+    pub async fn duty_extend(&self, duty: &Duty, lease_ms: i64) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_duties SET lease_until = {now} + ? \
+             WHERE name = ? AND node = ? AND token = ? AND lease_until > {now}",
+        )))
+        .bind(lease_ms)
+        .bind(duty.name.clone())
+        .bind(duty.node.clone())
+        .bind(duty.token)
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "extend duty"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Ends a duty's round: records what it did and frees the lease at once.
+    pub async fn duty_done(&self, duty: &Duty, result: &str) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_duties SET lease_until = {now}, last_done = {now}, last_result = ? \
+             WHERE name = ? AND node = ? AND token = ?",
+        )))
+        .bind(result.to_string())
+        .bind(duty.name.clone())
+        .bind(duty.node.clone())
+        .bind(duty.token)
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "end duty"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every duty row, by name.
+    pub async fn duties(&self) -> Result<Vec<DutyRow>> {
+        let rows = sqlx::query(
+            "SELECT name, node, token, lease_until, last_done, last_result FROM cron_duties \
+             ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read duties"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(DutyRow {
+                    name: r.try_get("name")?,
+                    node: r.try_get("node")?,
+                    token: r.try_get("token")?,
+                    lease_until: r.try_get("lease_until")?,
+                    last_done: r.try_get("last_done")?,
+                    last_result: r.try_get("last_result")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read duties"))
+    }
+
+    /// Names of the jobs whose row is claimed now (their runs are not pruned).
+    pub async fn claimed_jobs(&self) -> Result<std::collections::HashSet<String>> {
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM cron_table WHERE exec_by IS NOT NULL")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql_err!(self, "read claimed jobs"))?;
+        Ok(names.into_iter().collect())
+    }
+
+    /// Names of every job with a row, by name.
+    pub async fn job_names(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar("SELECT name FROM cron_table ORDER BY name")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read job names"))
+    }
+
+    /// Up to `limit` of the oldest rows of `table` that ended (runs) or were written (audit)
+    /// before `cutoff`: `(id, job)` pairs, oldest first.
+    pub async fn prune_candidates_by_age(
+        &self,
+        table: Pruned,
+        cutoff: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, Option<String>)>> {
+        let text = match table {
+            Pruned::Runs => {
+                "SELECT id, job_name AS job FROM cron_runs WHERE ended < ? ORDER BY ended LIMIT ?"
+            }
+            Pruned::Audit => "SELECT id, job FROM cron_audit WHERE at < ? ORDER BY at LIMIT ?",
+        };
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(text)))
+            .bind(cutoff)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "find old rows"))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("job")?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "find old rows"))
+    }
+
+    /// The id of `job`'s newest run beyond the `keep` newest (every run with this id or a
+    /// lower one is beyond the limit); `None` when it has `keep` runs or fewer.
+    pub async fn run_count_boundary(&self, job: &str, keep: i64) -> Result<Option<i64>> {
+        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+            "SELECT id FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+        )))
+        .bind(job.to_string())
+        .bind(keep)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql_err!(self, "count runs"))
+    }
+
+    /// Up to `limit` ids of `job`'s runs with an id up to `boundary`, oldest first.
+    pub async fn runs_up_to(&self, job: &str, boundary: i64, limit: i64) -> Result<Vec<i64>> {
+        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+            "SELECT id FROM cron_runs WHERE job_name = ? AND id <= ? ORDER BY id LIMIT ?",
+        )))
+        .bind(job.to_string())
+        .bind(boundary)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "find runs beyond the limit"))
+    }
+
+    /// Deletes the rows `ids` of `table`, fenced by `duty` (nothing when its lease ended or
+    /// another node took it). Returns the number deleted.
+    pub async fn prune_rows(&self, table: Pruned, ids: &[i64], duty: &Duty) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let marks = vec!["?"; ids.len()].join(", ");
+        let text = format!(
+            "DELETE FROM {} WHERE id IN ({marks}) AND EXISTS (SELECT 1 FROM cron_duties \
+             WHERE name = ? AND node = ? AND token = ? AND lease_until > {{now}})",
+            table.table()
+        );
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
+        for id in ids {
+            q = q.bind(*id);
+        }
+        let done = q
+            .bind(duty.name.clone())
+            .bind(duty.node.clone())
+            .bind(duty.token)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "prune"))?;
+        Ok(done.rows_affected())
+    }
+}
