@@ -329,15 +329,45 @@ impl Shared {
                 slot,
                 attempt,
                 manual,
-            } => Some((
-                RunKey {
-                    job: row.name.clone(),
-                    slot,
-                    attempt,
-                },
-                manual,
-            )),
+            } => {
+                // A run of another slot than the row's (after a takeover, abandoned retries or
+                // missed slots): the row moves to it before it starts, so that a node taking
+                // over from this one finds the run by the row's slot.
+                if !manual && row.slot != Some(slot) && !self.advance(claim, slot).await {
+                    return None;
+                }
+                Some((
+                    RunKey {
+                        job: row.name.clone(),
+                        slot,
+                        attempt,
+                    },
+                    manual,
+                ))
+            }
         }
+    }
+
+    /// Moves the claimed row to `slot` with no attempt made yet, fenced by the claim; retried
+    /// while the claim is trusted. False if the claim was lost.
+    async fn advance(&self, claim: &Claim, slot: i64) -> bool {
+        let row = &claim.row;
+        let lost = std::sync::atomic::AtomicBool::new(false);
+        let written = self
+            .until_written(claim, "the slot to run", || async {
+                let fenced = self
+                    .store
+                    .advance_slot(row.id, &self.node, row.token, slot)
+                    .await?;
+                lost.store(fenced == Fenced::Lost, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            })
+            .await;
+        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::warn!(job = %row.name, "claim lost before the run started; not running");
+            return false;
+        }
+        written
     }
 
     /// Records the run's start, fenced by the claim and idempotent: retried until it lands,

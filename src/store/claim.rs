@@ -478,6 +478,22 @@ impl Store {
 
     /// At shutdown: end the lease of a row whose run was stopped, so that another node takes
     /// it over at once (by its `rerun_lost` policy) instead of waiting for the lease.
+    /// Moves a claimed row to `slot` with no attempt made, fenced by node and token: done before
+    /// a run of another slot than the row's starts.
+    pub async fn advance_slot(&self, id: i64, node: &str, token: i64, slot: i64) -> Result<Fenced> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_table SET slot = ?, attempt = 0 WHERE id = ? AND exec_by = ? AND token = ?",
+        )))
+        .bind(slot)
+        .bind(id)
+        .bind(node.to_string())
+        .bind(token)
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "advance to the slot to run"))?;
+        Ok(Fenced::from_rows(done.rows_affected()))
+    }
+
     pub async fn release_for_takeover(&self, id: i64, node: &str, token: i64) -> Result<Fenced> {
         let done = sqlx::query(AssertSqlSafe(self.sql.shutdown_release.clone()))
             .bind(id)

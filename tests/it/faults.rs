@@ -1,7 +1,8 @@
 //! Issue 9: every scheduled slot runs exactly once under the faults a cluster sees — a node
 //! re-claiming its own row, output a database cannot store, a start whose reply was lost, a
 //! takeover chain, a manual run during a takeover, bad rows written with SQL, a statement that
-//! hangs past the trust window, a database that never comes up at start.
+//! hangs past the trust window, a database that never comes up at start, a node dying in a run
+//! of a later slot than its row's (after missed slots were skipped).
 //!
 //! Most cases drive one daemon in this process (`Daemon::tick`, or `Daemon::run` where the lease
 //! loop matters) against a real database, and set up the other holders' traces with the store.
@@ -26,6 +27,7 @@ for_each_dialect!(
     claimed_but_never_started_slot_is_run_not_lost,
     hung_statement_cannot_keep_a_claim_trusted,
     stopped_daemon_leaves_no_job_running_when_another_node_takes_over,
+    a_run_of_a_later_slot_is_found_when_its_node_dies,
 );
 
 /// A daemon in this process, on `db`, with `jobs` (TOML `[[job]]` tables) and the node `name`.
@@ -476,4 +478,77 @@ async fn stopped_daemon_leaves_no_job_running_when_another_node_takes_over(diale
     );
     drop(b);
     drop(a);
+}
+
+/// A claim that skips missed slots runs a later slot than the row's. When its node dies in that
+/// run, the next node must find the run (and record it lost), not plan from the row's old slot:
+/// that planned the run again, found its record under the dead node's token and handed the row
+/// over, forever, leaving the run `running` and the job stuck.
+async fn a_run_of_a_later_slot_is_found_when_its_node_dies(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let jobs = format!(
+        "[[job]]\nname = \"later\"\nschedule = \"* * * * * *\"\nmisfire = \"skip\"\n\
+         starting_deadline = \"1s\"\n\
+         command = \"if [ -e {d}/go ]; then rm {d}/go; echo $SQLCRON_SLOT > {d}/started; sleep 60; fi\"\n"
+    );
+    let a = DaemonProcess::start(dir.path(), "la", &node_config(&db.url, "la", &jobs));
+    eventually(Duration::from_secs(20), "later runs", || async {
+        (!store.history(Some("later"), 1).await.unwrap().is_empty()).then_some(())
+    })
+    .await;
+    // Missed slots: the job is paused for three seconds, then resumed with the go file there.
+    let actor = sqlcron::store::Actor::this_process(None);
+    store.set_enabled("later", false, &actor).await.unwrap();
+    let paused_at = store.now().await.unwrap();
+    eventually(Duration::from_secs(10), "three slots missed", || async {
+        (store.now().await.unwrap() > paused_at + 3_500).then_some(())
+    })
+    .await;
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    store.set_enabled("later", true, &actor).await.unwrap();
+    let started = dir.path().join("started");
+    eventually(Duration::from_secs(20), "the long run started", || async {
+        std::fs::metadata(&started).ok().map(|_| ())
+    })
+    .await;
+    let history = store.history(Some("later"), 100).await.unwrap();
+    assert!(
+        history.iter().any(|r| r.outcome == "skipped"),
+        "the pause skipped slots: {history:?}"
+    );
+    let running = history
+        .iter()
+        .find(|r| r.outcome == "running")
+        .cloned()
+        .expect("the long run is recorded running");
+    a.signal(libc::SIGKILL);
+    let mut a = a;
+    let _ = a.child.wait();
+
+    let b = DaemonProcess::start(dir.path(), "lb", &node_config(&db.url, "lb", &jobs));
+    eventually(
+        Duration::from_secs(30),
+        "the dead node's run recorded lost, and later slots run again",
+        || async {
+            let h = store.history(Some("later"), 200).await.unwrap();
+            let lost = h
+                .iter()
+                .any(|r| r.slot == running.slot && r.attempt == 1 && r.outcome == "lost");
+            let after = h.iter().any(|r| {
+                r.slot > running.slot && r.outcome == "ok" && r.node.as_deref() == Some("lb")
+            });
+            (lost && after).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !b.log_text().contains("recorded under another claim"),
+        "{}",
+        b.log_text()
+    );
+    assert!(b.stop().success());
+    store.close().await;
 }
