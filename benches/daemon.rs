@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness burst burst-systemd rss locks
+//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness retention burst burst-systemd rss locks
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -310,20 +310,43 @@ async fn idle_cost(dialect: Dialect) {
     db.drop_db().await;
 }
 
+/// Start lateness of the runs in `history` from `from_slot` on (ms, sorted), and the number of
+/// slots that ran twice.
+fn lateness_of(history: &[sqlcron::store::HistoryRow], from_slot: i64) -> (Vec<f64>, usize) {
+    let mut late: Vec<f64> = history
+        .iter()
+        .filter(|h| h.slot >= from_slot && h.started.is_some() && h.node.as_deref() != Some("seed"))
+        .map(|h| (h.started.unwrap() - h.slot) as f64)
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let mut dup: HashMap<(String, i64), usize> = HashMap::new();
+    for h in history {
+        if h.outcome == "ok" {
+            *dup.entry((h.job.clone(), h.slot)).or_default() += 1;
+        }
+    }
+    (late, dup.values().filter(|n| **n > 1).count())
+}
+
+/// 3 nodes running 100 jobs every second, with `extra` configuration.
+fn lateness_nodes(dir: &Path, url: &str, extra: &str) -> Vec<Daemon> {
+    let mut jobs = extra.to_string();
+    for i in 0..100 {
+        jobs.push_str(&format!(
+            "\n[[job]]\nname = \"late{i:03}\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n"
+        ));
+    }
+    (0..3)
+        .map(|n| start_daemon(dir, &format!("n{n}"), url, &jobs, "info"))
+        .collect()
+}
+
 /// Start lateness: 3 nodes, 100 jobs every second, default settings.
 async fn lateness(dialect: Dialect) {
     let db = Db::new(dialect).await;
     let store = db.store().await;
-    let mut jobs = String::new();
-    for i in 0..100 {
-        jobs.push_str(&format!(
-            "[[job]]\nname = \"late{i:03}\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n"
-        ));
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<Daemon> = (0..3)
-        .map(|n| start_daemon(dir.path(), &format!("n{n}"), &db.url, &jobs, "info"))
-        .collect();
+    let mut nodes = lateness_nodes(dir.path(), &db.url, "");
     for n in &nodes {
         wait_ready(n).await;
     }
@@ -335,27 +358,121 @@ async fn lateness(dialect: Dialect) {
     let history = store.history(None, 100_000).await.unwrap();
     // Leave out the first 3 seconds (nodes still starting).
     let first_slot = history.iter().map(|h| h.slot).min().unwrap_or(0);
-    let mut late: Vec<f64> = history
-        .iter()
-        .filter(|h| h.slot >= first_slot + 3_000 && h.started.is_some())
-        .map(|h| (h.started.unwrap() - h.slot) as f64)
-        .collect();
-    late.sort_by(f64::total_cmp);
-    let mut dup: HashMap<(String, i64), usize> = HashMap::new();
-    for h in &history {
-        if h.outcome == "ok" {
-            *dup.entry((h.job.clone(), h.slot)).or_default() += 1;
-        }
-    }
+    let (late, dup) = lateness_of(&history, first_slot + 3_000);
     println!(
-        "lateness   {:<8} 3 nodes x 100 jobs/s for {secs}s: {} runs, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms, duplicates {}",
+        "lateness   {:<8} 3 nodes x 100 jobs/s for {secs}s: {} runs, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms, duplicates {dup}",
         dialect.name(),
         late.len(),
         percentile(&late, 0.5),
         percentile(&late, 0.99),
         late.last().copied().unwrap_or(f64::NAN),
-        dup.values().filter(|n| **n > 1).count()
     );
+    store.close().await;
+    db.drop_db().await;
+}
+
+/// Inserts `n` finished runs of job `seed-old` that ended `age_days` ago.
+async fn seed_runs(store: &Store, dialect: Dialect, n: i64, age_days: i64) {
+    let now = store.now().await.unwrap();
+    let ended = now - age_days * 86_400_000;
+    let cols = "job_name, slot, attempt, node, started, ended, outcome, output";
+    let chunk = 500_000;
+    let mut start = 0;
+    while start < n {
+        let end = (start + chunk - 1).min(n - 1);
+        let sql = match dialect {
+            Dialect::Postgres => format!(
+                "INSERT INTO cron_runs ({cols}) SELECT 'seed-old', g * 1000, 1, 'seed', {ended}, \
+                 {ended} + g, 'ok', 'some output of an old run' FROM generate_series({start}, {end}) g"
+            ),
+            Dialect::Mysql => format!(
+                "INSERT INTO cron_runs ({cols}) SELECT 'seed-old', seq * 1000, 1, 'seed', {ended}, \
+                 {ended} + seq, 'ok', 'some output of an old run' FROM seq_{start}_to_{end}"
+            ),
+            Dialect::Sqlite => format!(
+                "WITH RECURSIVE g(x) AS (SELECT {start} UNION ALL SELECT x + 1 FROM g WHERE x < {end}) \
+                 INSERT INTO cron_runs ({cols}) SELECT 'seed-old', x * 1000, 1, 'seed', {ended}, \
+                 {ended} + x, 'ok', 'some output of an old run' FROM g"
+            ),
+        };
+        store.execute_raw(&sql).await.unwrap();
+        start = end + 1;
+    }
+}
+
+/// History retention: 5,000,000 runs older than `keep` are pruned while 3 nodes run 100 jobs
+/// every second; start lateness before pruning (same nodes, pruning off) and during it.
+async fn retention(dialect: Dialect) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    let rows: i64 = std::env::var("SQLCRON_BENCH_PRUNE_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000_000);
+    let t = Instant::now();
+    seed_runs(&store, dialect, rows, 100).await;
+    let seeded = t.elapsed();
+    let dir = tempfile::tempdir().unwrap();
+    let window = Duration::from_secs(40);
+    let mut result = Vec::new();
+    for (label, keep) in [("not pruning", "forever"), ("pruning", "30d")] {
+        let extra = format!("[history]\nkeep = \"{keep}\"\nprune_interval = \"1s\"\n");
+        let mut nodes = lateness_nodes(dir.path(), &db.url, &extra);
+        for n in &nodes {
+            wait_ready(n).await;
+        }
+        let from = store.now().await.unwrap() + 3_000;
+        let t = Instant::now();
+        tokio::time::sleep(window).await;
+        let left_after_window = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'seed-old'")
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        let mut left = left_after_window;
+        while keep != "forever" && left > 0 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            left = store
+                .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'seed-old'")
+                .await
+                .unwrap()
+                .unwrap_or(0);
+        }
+        let took = t.elapsed();
+        for n in &mut nodes {
+            stop(n);
+        }
+        let history = store.history(None, 200_000).await.unwrap();
+        let to = from + window.as_millis() as i64 - 3_000;
+        let in_window: Vec<_> = history.into_iter().filter(|h| h.slot < to).collect();
+        let (late, dup) = lateness_of(&in_window, from);
+        result.push(format!(
+            "retention  {:<8} {label:<11} {} runs, p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms, duplicates {dup}; seed rows left after {}s: {left_after_window}{}",
+            dialect.name(),
+            late.len(),
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            late.last().copied().unwrap_or(f64::NAN),
+            window.as_secs(),
+            if keep == "forever" {
+                String::new()
+            } else {
+                format!(", all {rows} pruned in {:.0} s", took.as_secs_f64())
+            }
+        ));
+        store
+            .execute_raw("DELETE FROM cron_runs WHERE node <> 'seed'")
+            .await
+            .unwrap();
+    }
+    println!(
+        "retention  {:<8} {rows} old runs seeded in {:.0} s",
+        dialect.name(),
+        seeded.as_secs_f64()
+    );
+    for line in result {
+        println!("{line}");
+    }
     store.close().await;
     db.drop_db().await;
 }
@@ -677,6 +794,11 @@ async fn main() {
     if on("lateness") {
         for d in all {
             lateness(d).await;
+        }
+    }
+    if on("retention") {
+        for d in all {
+            retention(d).await;
         }
     }
     if on("burst") {

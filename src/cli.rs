@@ -1,5 +1,7 @@
 //! Subcommands. Each returns an exit code or a [`Failure`] carrying its message and code.
 
+mod explain;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -53,6 +55,19 @@ enum Command {
         job: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say what happened to every slot of a job in a range, and when it runs next.
+    Explain {
+        job: String,
+        /// Start of the range: RFC 3339, or a date or date and time in the job's zone
+        /// (default: 24 hours ago).
+        #[arg(long)]
+        from: Option<String>,
+        /// End of the range (default: now).
+        #[arg(long)]
+        to: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -274,6 +289,15 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Unlock { name, token } => unlock(&connect(&config).await?, &name, token).await,
             Command::History { job, limit, json } => {
                 history(&connect(&config).await?, job.as_deref(), limit, json).await
+            }
+            Command::Explain {
+                job,
+                from,
+                to,
+                json,
+            } => {
+                let store = connect(&config).await?;
+                explain::run(&store, &config, &job, from.as_deref(), to.as_deref(), json).await
             }
             Command::Audit { job, limit, json } => {
                 audit(&connect(&config).await?, job.as_deref(), limit, json).await

@@ -22,6 +22,7 @@
 //! - [`limits`]: a run's resource limits (`setrlimit`, and a control group where delegated).
 //! - [`secrets`]: the database URL and password from files or systemd credentials; redaction.
 //! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
+//! - [`explain`]: what happened to each slot of a job (`sqlcron explain`); pure.
 //! - [`retention`]: `[history]` limits and the pure decisions of a pruning round.
 //! - [`metrics`]: Prometheus metrics and `/healthz`, served on `[metrics] listen`.
 //! - [`daemon`]: the poll loop (`tick`), what a claimed row becomes (`claimed`: decide, write,
@@ -40,6 +41,7 @@ pub mod account;
 pub mod config;
 pub mod daemon;
 pub mod envfile;
+pub mod explain;
 pub mod guard;
 pub mod job;
 pub mod limits;

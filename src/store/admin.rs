@@ -97,8 +97,7 @@ impl Store {
 
     /// The history, newest first, optionally of one job.
     pub async fn history(&self, job: Option<&str>, limit: i64) -> Result<Vec<HistoryRow>> {
-        let cols = "job_name, slot, attempt, node, token, started, ended, outcome, exit_code, \
-                    exit_signal, output, skipped_count, skipped_last, message";
+        let cols = HISTORY_COLUMNS;
         let text = match job {
             Some(_) => {
                 format!("SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT ?")
@@ -115,24 +114,29 @@ impl Store {
             .await
             .map_err(sql_err!(self, "read history"))?;
         rows.iter()
-            .map(|r| {
-                Ok(HistoryRow {
-                    job: r.try_get("job_name")?,
-                    slot: r.try_get("slot")?,
-                    attempt: r.try_get("attempt")?,
-                    node: r.try_get("node")?,
-                    token: r.try_get("token")?,
-                    started: r.try_get("started")?,
-                    ended: r.try_get("ended")?,
-                    outcome: r.try_get("outcome")?,
-                    exit_code: r.try_get("exit_code")?,
-                    signal: r.try_get("exit_signal")?,
-                    output: r.try_get("output")?,
-                    skipped_count: r.try_get("skipped_count")?,
-                    skipped_last: r.try_get("skipped_last")?,
-                    message: r.try_get("message")?,
-                })
-            })
+            .map(history_row)
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode history"))
+    }
+
+    /// The runs of `job` whose slot is in `from..=to`, and the skipped-slots records that
+    /// cover part of it, by slot and attempt.
+    pub async fn runs_between(&self, job: &str, from: i64, to: i64) -> Result<Vec<HistoryRow>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {HISTORY_COLUMNS} FROM cron_runs WHERE job_name = ? \
+             AND ((slot >= ? AND slot <= ?) OR (outcome = 'skipped' AND slot < ? AND skipped_last >= ?)) \
+             ORDER BY slot, attempt, id"
+        ))))
+        .bind(job.to_string())
+        .bind(from)
+        .bind(to)
+        .bind(from)
+        .bind(from)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read runs"))?;
+        rows.iter()
+            .map(history_row)
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(sql_err!(self, "decode history"))
     }
@@ -207,4 +211,27 @@ impl Store {
             .map_err(sql_err!(self, "query"))?;
         row.try_get(0).map_err(sql_err!(self, "query"))
     }
+}
+
+/// The columns of `cron_runs` a [`HistoryRow`] is read from.
+const HISTORY_COLUMNS: &str = "job_name, slot, attempt, node, token, started, ended, outcome, \
+     exit_code, exit_signal, output, skipped_count, skipped_last, message";
+
+fn history_row(r: &sqlx::any::AnyRow) -> std::result::Result<HistoryRow, sqlx::Error> {
+    Ok(HistoryRow {
+        job: r.try_get("job_name")?,
+        slot: r.try_get("slot")?,
+        attempt: r.try_get("attempt")?,
+        node: r.try_get("node")?,
+        token: r.try_get("token")?,
+        started: r.try_get("started")?,
+        ended: r.try_get("ended")?,
+        outcome: r.try_get("outcome")?,
+        exit_code: r.try_get("exit_code")?,
+        signal: r.try_get("exit_signal")?,
+        output: r.try_get("output")?,
+        skipped_count: r.try_get("skipped_count")?,
+        skipped_last: r.try_get("skipped_last")?,
+        message: r.try_get("message")?,
+    })
 }

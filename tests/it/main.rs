@@ -12,6 +12,7 @@ macro_rules! for_each_dialect {
 mod behaviour;
 mod cli_next;
 mod cluster;
+mod explain;
 mod faults;
 mod locks;
 mod mariadb_outage;
