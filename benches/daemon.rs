@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness retention burst burst-systemd rss locks
+//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness retention[-sqlite|-postgres|-mysql] burst burst-systemd rss locks
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -796,8 +796,8 @@ async fn main() {
             lateness(d).await;
         }
     }
-    if on("retention") {
-        for d in all {
+    for d in all {
+        if on("retention") || wanted.contains(&format!("retention-{}", d.name()).as_str()) {
             retention(d).await;
         }
     }
