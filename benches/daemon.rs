@@ -382,7 +382,7 @@ async fn seed_runs(store: &Store, dialect: Dialect, n: i64, age_days: i64) {
         let end = (start + chunk - 1).min(n - 1);
         let sql = match dialect {
             Dialect::Postgres => format!(
-                "INSERT INTO cron_runs ({cols}) SELECT 'seed-old', g * 1000, 1, 'seed', {ended}, \
+                "INSERT INTO cron_runs ({cols}) SELECT 'seed-old', CAST(g AS BIGINT) * 1000, 1, 'seed', {ended}, \
                  {ended} + g, 'ok', 'some output of an old run' FROM generate_series({start}, {end}) g"
             ),
             Dialect::Mysql => format!(

@@ -229,11 +229,21 @@ impl Store {
         for id in ids {
             q = q.bind(*id);
         }
-        let done = q
+        let q = q
             .bind(duty.name.clone())
             .bind(duty.node.clone())
-            .bind(duty.token)
-            .execute(&self.pool)
+            .bind(duty.token);
+        let mut conn = self.pool.acquire().await.map_err(sql_err!(self, "prune"))?;
+        if self.dialect == Dialect::Mysql {
+            // InnoDB's default REPEATABLE READ would lock the gaps next to the deleted index
+            // entries, where new runs are inserted; the deletion needs no such protection.
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .execute(&mut *conn)
+                .await
+                .map_err(sql_err!(self, "prune"))?;
+        }
+        let done = q
+            .execute(&mut *conn)
             .await
             .map_err(sql_err!(self, "prune"))?;
         Ok(done.rows_affected())
