@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs each fuzz target (fuzz/fuzz_targets) for a bounded time: the schedule parser, the
 # configuration, and the decoding of a cron_table row. Installs cargo-fuzz if it is missing.
-# SQLCRON_FUZZ_SECS sets the time per target (default 20). Any crash fails the script; the input
+# SQLCRON_FUZZ_SECS sets the time per target (default 20); --build-only only builds them. Any crash fails the script; the input
 # is left in fuzz/artifacts/TARGET/ and becomes a regular test.
 #
 # cargo fuzz needs nightly-only compiler flags (sanitizer coverage): RUSTC_BOOTSTRAP=1 lets the
@@ -17,6 +17,9 @@ fi
 
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O --sanitizer none
+if [ "${1:-}" = "--build-only" ]; then
+    exit 0
+fi
 for target in schedule config row; do
     mkdir -p "fuzz/corpus/$target"
     echo "fuzz.sh: $target for ${secs}s" >&2

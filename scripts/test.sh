@@ -17,9 +17,20 @@ fi
 
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
+# The fuzz targets need a build of their own (instrumented): it runs at the lowest CPU priority
+# while the tests below run, which mostly wait on daemons and databases.
+fuzz_log=$(mktemp)
+nice -n 19 scripts/fuzz.sh --build-only >"$fuzz_log" 2>&1 &
+fuzz_build=$!
+trap 'kill "$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 # Everything but the chaos soak, in parallel; then the soak alone, one database after the other
-# (three daemons and a throwaway server each; SQLCRON_SOAK_SECS sets its length, default 120 s).
+# (three daemons and a throwaway server each; SQLCRON_SOAK_SECS sets its length, default 60 s).
 cargo test --all-targets -- --skip soak::
+if ! wait "$fuzz_build"; then
+    cat "$fuzz_log" >&2
+    echo "test.sh: building the fuzz targets failed" >&2
+    exit 1
+fi
 # The fuzz targets (schedule parser, configuration, row decoding), 20 s each (SQLCRON_FUZZ_SECS).
 scripts/fuzz.sh
 cargo test --test it soak:: -- --test-threads=1

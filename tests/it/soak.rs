@@ -9,7 +9,7 @@
 //! alive at once, a slot completed twice, a slot with neither a completed run nor a recorded
 //! decision about it, a history row left `running`, a daemon that exits or panics.
 //!
-//! `SQLCRON_SOAK_SECS` sets the length of the fault phase per database (default 120).
+//! `SQLCRON_SOAK_SECS` sets the length of the fault phase per database (default 60).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -220,7 +220,7 @@ async fn soak(dialect: Dialect) {
     let secs: u64 = std::env::var("SQLCRON_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(120);
+        .unwrap_or(60);
     let seed = std::env::var("SQLCRON_SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
