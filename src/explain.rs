@@ -69,6 +69,8 @@ pub fn explain(
     let skipped: Vec<usize> = (0..runs.len())
         .filter(|i| runs[*i].outcome == "skipped")
         .collect();
+    // The oldest record's slot: slots before it have no record because there was none yet.
+    let oldest = runs.iter().map(|r| r.slot).min();
     let start = DateTime::from_timestamp_millis(range.from - 1).unwrap_or_default();
     for t in schedule.iter_after(start) {
         let slot = t.timestamp_millis();
@@ -90,7 +92,7 @@ pub fn explain(
             used[*i] = true;
             ("skipped", describe_skipped(&runs[*i], slot))
         } else {
-            unrecorded(row, slot, now, runs)
+            unrecorded(row, slot, now, oldest)
         };
         // The newest slots are the ones asked about most: the oldest are left out first.
         if lines.len() == range.limit {
@@ -235,7 +237,7 @@ fn describe_skipped(r: &HistoryRow, slot: i64) -> String {
 }
 
 /// A past slot with no record of its own.
-fn unrecorded(row: &RowState, slot: i64, now: i64, runs: &[HistoryRow]) -> (&'static str, String) {
+fn unrecorded(row: &RowState, slot: i64, now: i64, oldest: Option<i64>) -> (&'static str, String) {
     let waiting = row.slot.is_some_and(|s| s <= slot);
     if let Some(e) = &row.error {
         return ("parked", format!("not run: the row is parked ({e})"));
@@ -254,8 +256,7 @@ fn unrecorded(row: &RowState, slot: i64, now: i64, runs: &[HistoryRow]) -> (&'st
         let late = ms(now - slot);
         return ("due", format!("due {late} ago, not started yet"));
     }
-    let first = runs.iter().map(|r| r.slot).min();
-    if first.is_none_or(|f| slot < f) {
+    if oldest.is_none_or(|f| slot < f) {
         (
             "no_record",
             "no record: before the job's oldest kept record (not yet defined, or pruned)".into(),
