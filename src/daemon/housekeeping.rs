@@ -100,21 +100,30 @@ async fn prune(
     }
     if let Some(keep) = history.keep_runs {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-        for job in store.job_names().await? {
-            let Some(boundary) = store.run_count_boundary(&job, keep).await? else {
-                continue;
-            };
-            loop {
-                if store.claimed_jobs().await?.contains(&job) {
-                    break;
-                }
-                let ids = store.runs_up_to(&job, boundary, BATCH).await?;
-                let n = delete(shared, duty, lease_ms, Table::Runs, &ids).await?;
-                pruned.runs_by_count += n;
-                if n == 0 || (ids.len() as i64) < BATCH {
-                    break;
+        // Jobs a page at a time, each page one statement: a table of thousands of jobs costs
+        // a few statements per round, not one per job.
+        let mut after = String::new();
+        loop {
+            let page = store.run_count_boundaries(&after, keep, BATCH).await?;
+            for (job, boundary) in &page {
+                let Some(boundary) = *boundary else { continue };
+                loop {
+                    if store.claimed_jobs().await?.contains(job) {
+                        break;
+                    }
+                    let ids = store.runs_up_to(job, boundary, BATCH).await?;
+                    let n = delete(shared, duty, lease_ms, Table::Runs, &ids).await?;
+                    pruned.runs_by_count += n;
+                    if n == 0 || (ids.len() as i64) < BATCH {
+                        break;
+                    }
                 }
             }
+            match page.last() {
+                Some((job, _)) if page.len() as i64 == BATCH => after = job.clone(),
+                _ => break,
+            }
+            tokio::time::sleep(BATCH_PAUSE).await;
         }
     }
     if let Some(cut) = cutoff(now, history.keep_audit) {
@@ -144,11 +153,7 @@ async fn delete(
     let store: &Store = &shared.store;
     let n = store.prune_rows(table, ids, duty).await?;
     if n > 0 {
-        let name = match table {
-            Table::Runs => "cron_runs",
-            Table::Audit => "cron_audit",
-        };
-        shared.metrics.pruned(name, n);
+        shared.metrics.pruned(table.table(), n);
     }
     if shared.stopping.load(Ordering::SeqCst) || !store.duty_extend(duty, lease_ms).await? {
         return Err(Halt::Lost);

@@ -37,7 +37,8 @@ pub enum Pruned {
 }
 
 impl Pruned {
-    fn table(self) -> &'static str {
+    /// The table's name.
+    pub fn table(self) -> &'static str {
         match self {
             Pruned::Runs => "cron_runs",
             Pruned::Audit => "cron_audit",
@@ -153,14 +154,6 @@ impl Store {
         Ok(names.into_iter().collect())
     }
 
-    /// Names of every job with a row, by name.
-    pub async fn job_names(&self) -> Result<Vec<String>> {
-        sqlx::query_scalar("SELECT name FROM cron_table ORDER BY name")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(sql_err!(self, "read job names"))
-    }
-
     /// Up to `limit` of the oldest rows of `table` that ended (runs) or were written (audit)
     /// before `cutoff`: `(id, job)` pairs, oldest first.
     pub async fn prune_candidates_by_age(
@@ -187,17 +180,30 @@ impl Store {
             .map_err(sql_err!(self, "find old rows"))
     }
 
-    /// The id of `job`'s newest run beyond the `keep` newest (every run with this id or a
-    /// lower one is beyond the limit); `None` when it has `keep` runs or fewer.
-    pub async fn run_count_boundary(&self, job: &str, keep: i64) -> Result<Option<i64>> {
-        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
-            "SELECT id FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+    /// Up to `limit` jobs named after `after`, by name, each with the id of its newest run
+    /// beyond the `keep` newest (every run with this id or a lower one is beyond the limit;
+    /// `None` when it has `keep` runs or fewer). One statement per page.
+    pub async fn run_count_boundaries(
+        &self,
+        after: &str,
+        keep: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, Option<i64>)>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT j.name AS name, (SELECT r.id FROM cron_runs r WHERE r.job_name = j.name \
+             ORDER BY r.id DESC LIMIT 1 OFFSET ?) AS boundary \
+             FROM cron_table j WHERE j.name > ? ORDER BY j.name LIMIT ?",
         )))
-        .bind(job.to_string())
         .bind(keep)
-        .fetch_optional(&self.pool)
+        .bind(after.to_string())
+        .bind(limit)
+        .fetch_all(&self.pool)
         .await
-        .map_err(sql_err!(self, "count runs"))
+        .map_err(sql_err!(self, "count runs"))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("name")?, r.try_get("boundary")?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "count runs"))
     }
 
     /// Up to `limit` ids of `job`'s runs with an id up to `boundary`, oldest first.
