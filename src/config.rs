@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::alerts::AlertSettings;
 use crate::job::{JobSpec, Misfire, OnLeaseLost, Policy, PolicyOverrides};
 use crate::schedule::{CronExpr, parse_zone};
 
@@ -51,6 +52,8 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     #[serde(default)]
     pub history: RawHistory,
+    #[serde(default)]
+    pub alerts: RawAlerts,
     #[serde(default, rename = "job")]
     pub jobs: Vec<RawJob>,
 }
@@ -123,6 +126,53 @@ pub struct RawPolicy {
     pub jitter: Option<String>,
     pub on_lease_lost: Option<String>,
     pub rerun_lost: Option<bool>,
+    /// Alert keys (see `alerts.rs`): a hook is a command, a table with `command` or `url`, or
+    /// `false`.
+    pub on_failure: Option<serde_json::Value>,
+    pub on_success: Option<serde_json::Value>,
+    pub on_missed: Option<serde_json::Value>,
+    pub on_recovery: Option<serde_json::Value>,
+    pub alert_after: Option<String>,
+    pub ping_url: Option<String>,
+}
+
+impl RawPolicy {
+    /// The alert keys as [`AlertSettings`]; the first bad key is reported.
+    pub fn alert_settings(&self) -> Result<AlertSettings, (String, String)> {
+        let mut m = serde_json::Map::new();
+        for (k, v) in [
+            ("on_failure", &self.on_failure),
+            ("on_success", &self.on_success),
+            ("on_missed", &self.on_missed),
+            ("on_recovery", &self.on_recovery),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), v.clone());
+            }
+        }
+        for (k, v) in [
+            ("alert_after", &self.alert_after),
+            ("ping_url", &self.ping_url),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), v.clone().into());
+            }
+        }
+        AlertSettings::from_json(&serde_json::Value::Object(m)).map_err(|e| {
+            match e.split_once(": ") {
+                Some((k, m)) if !k.contains(' ') => (k.to_string(), m.to_string()),
+                _ => ("alerts".to_string(), e),
+            }
+        })
+    }
+}
+
+/// `[alerts]`: how hooks are delivered.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlerts {
+    pub timeout: Option<String>,
+    pub give_up_after: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -169,6 +219,10 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// `[history]`: how long runs and audit rows are kept.
     pub history: crate::retention::HistoryConfig,
+    /// The alert keys of `[defaults]`: every job's unless it says otherwise.
+    pub alert_defaults: AlertSettings,
+    /// `[alerts]`: how hooks are delivered.
+    pub delivery: crate::alerts::DeliveryConfig,
     /// `[[job]]` tables, in file order.
     pub jobs: Vec<JobSpec>,
 }
@@ -549,6 +603,26 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     });
 
     let history = history_config(&raw.history, &mut c);
+    let alert_defaults = raw
+        .defaults
+        .alert_settings()
+        .unwrap_or_else(|(key, message)| {
+            c.push(format!("[defaults] {key}"), message);
+            AlertSettings::default()
+        });
+    let delivery_default = crate::alerts::DeliveryConfig::default();
+    let delivery = crate::alerts::DeliveryConfig {
+        timeout: c.duration(
+            "[alerts] timeout",
+            &raw.alerts.timeout,
+            delivery_default.timeout,
+        ),
+        give_up_after: c.duration(
+            "[alerts] give_up_after",
+            &raw.alerts.give_up_after,
+            delivery_default.give_up_after,
+        ),
+    };
 
     let mut jobs = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -599,6 +673,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         log: LogConfig { level, target },
         metrics_listen,
         history,
+        alert_defaults,
+        delivery,
         jobs,
     })
 }
@@ -712,6 +788,13 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
             PolicyOverrides::default()
         }
     };
+    let alerts = job
+        .policy
+        .alert_settings()
+        .unwrap_or_else(|(key, message)| {
+            problems.push((key, message));
+            AlertSettings::default()
+        });
     let limits = match &job.limits {
         None => crate::job::Limits::default(),
         Some(v) => crate::job::Limits::from_json(v).unwrap_or_else(|m| {
@@ -759,6 +842,7 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
         env_file: job.env_file.clone(),
         inherit_env: job.inherit_env.clone(),
         limits,
+        alerts,
     })
 }
 

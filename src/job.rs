@@ -232,6 +232,8 @@ pub struct JobSpec {
     pub inherit_env: Vec<String>,
     /// Resource limits of each run.
     pub limits: Limits,
+    /// Hooks, the dead-man's switch and pings (`None`s inherit `[defaults]`).
+    pub alerts: crate::alerts::AlertSettings,
 }
 
 /// Which account a job runs as: `(user, group)` to switch to, or `None` to run as the daemon.

@@ -13,7 +13,8 @@
 //! - [`store`]: every SQL statement, for SQLite, PostgreSQL and MySQL/MariaDB, behind one type:
 //!   `rows` (what is read and written), `claim` (the claim path: claim, start, extend, release,
 //!   takeover), `admin` (status, history, pause, run), `apply` (TOML → rows), `audit` (the
-//!   audit trail), `locks` (locks, semaphores, pools), `retention` (duties and pruning), `migrate`, and
+//!   audit trail), `locks` (locks, semaphores, pools), `retention` (duties and pruning), `events` (alert events and the dead-man's
+//!   switch), `migrate`, and
 //!   `dialect` (every difference between the three databases).
 //! - [`runner`]: running one command (process group, output tail and bounded log, timeout); no
 //!   database.
@@ -22,12 +23,15 @@
 //! - [`limits`]: a run's resource limits (`setrlimit`, and a control group where delegated).
 //! - [`secrets`]: the database URL and password from files or systemd credentials; redaction.
 //! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
+//! - [`alerts`]: which events a history record raises (hooks), what they say, the dead-man's
+//!   switch; pure.
 //! - [`explain`]: what happened to each slot of a job (`sqlcron explain`); pure.
 //! - [`retention`]: `[history]` limits and the pure decisions of a pruning round.
 //! - [`metrics`]: Prometheus metrics and `/healthz`, served on `[metrics] listen`.
 //! - [`daemon`]: the poll loop (`tick`), what a claimed row becomes (`claimed`: decide, write,
 //!   act), the lease loop and trust window (`lease`), row decoding (`decode`), history pruning
-//!   (`housekeeping`) and the shutdown sequence.
+//!   (`housekeeping`), event scan and hook delivery (`alerting`, `delivery`) and the shutdown
+//!   sequence.
 //! - [`guard`]: `sqlcron lock` / `sqlcron sem`: a command run under a cluster-wide lease.
 //! - [`systemd`]: sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING); no-ops elsewhere.
 //!
@@ -38,6 +42,7 @@
 //! `daemon`.
 
 pub mod account;
+pub mod alerts;
 pub mod config;
 pub mod daemon;
 pub mod envfile;

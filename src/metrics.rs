@@ -77,8 +77,25 @@ pub struct Metrics {
     clock_offset: Gauge<f64, AtomicU64>,
     /// History rows this node deleted under the retention limits, by table.
     pruned: Family<TableLabel, Counter>,
+    /// Alert events this node recorded, by job and event (`missed` with `overdue` for the
+    /// dead-man's switch).
+    alerts: Family<AlertLabel, Counter>,
+    /// Hook deliveries this node ended, by event and result (`sent`, `retry`, `failed`).
+    deliveries: Family<DeliveryLabel, Counter>,
     /// What `/healthz` answers from.
     health: Mutex<Health>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabel {
+    job: String,
+    event: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabel {
+    event: String,
+    result: String,
 }
 
 /// The poll loop's last pass, for the health check.
@@ -113,6 +130,8 @@ impl Metrics {
             nodes_alive: Gauge::default(),
             clock_offset: Gauge::default(),
             pruned: Family::default(),
+            alerts: Family::default(),
+            deliveries: Family::default(),
             health: Mutex::new(Health {
                 last_pass: Instant::now(),
                 database_ok: false,
@@ -196,6 +215,16 @@ impl Metrics {
             "History rows deleted under the retention limits, by table",
             m.pruned.clone(),
         );
+        r.register(
+            "alerts",
+            "Alert events recorded by this node, by job and event (overdue: the dead-man's switch)",
+            m.alerts.clone(),
+        );
+        r.register(
+            "hook_deliveries",
+            "Hook deliveries ended by this node, by event and result (sent, retry, failed)",
+            m.deliveries.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -255,6 +284,24 @@ impl Metrics {
                 table: table.to_string(),
             })
             .inc_by(rows);
+    }
+
+    pub fn alert(&self, job: &str, event: &str) {
+        self.alerts
+            .get_or_create(&AlertLabel {
+                job: job.to_string(),
+                event: event.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn delivery(&self, event: &str, result: &str) {
+        self.deliveries
+            .get_or_create(&DeliveryLabel {
+                event: event.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     pub fn nodes_alive(&self, n: usize) {

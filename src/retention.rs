@@ -74,14 +74,15 @@ pub struct Pruned {
     pub runs_by_age: u64,
     pub runs_by_count: u64,
     pub audit: u64,
+    pub events: u64,
 }
 
 impl std::fmt::Display for Pruned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} runs by age, {} runs by count, {} audit rows",
-            self.runs_by_age, self.runs_by_count, self.audit
+            "{} runs by age, {} runs by count, {} audit rows, {} alert events",
+            self.runs_by_age, self.runs_by_count, self.audit, self.events
         )
     }
 }

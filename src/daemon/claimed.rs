@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::decode::{Resolved, run_spec};
+use super::delivery::Ping;
 use super::lease::{Interrupt, SupervisionGuard, reaper_deadline};
 use super::{Shared, fmt_ms};
 use crate::config::Config;
@@ -457,6 +458,7 @@ impl Shared {
         tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, token = row.token, node = %self.node, "started");
         let started = db_time(claim);
         self.metrics.run_started(started - slot);
+        self.ping(row, Ping::Start);
         let result = runner::run(&spec, claim.stop.clone()).await;
         let interrupted = self.supervision().get_mut(&sup_key).and_then(|r| {
             r.running = false;
@@ -545,6 +547,7 @@ impl Shared {
         );
         self.metrics
             .run_ended(&row.name, result.outcome.as_str(), db_time(claim));
+        self.ping(row, if failed { Ping::Failure } else { Ping::Success });
         if failed && next.slot == key.slot {
             self.metrics.retry(&row.name);
             tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
@@ -575,7 +578,7 @@ impl Shared {
     /// fenced write. A change to the row's definition or policy columns un-parks it.
     /// The account a run switches to and its `env_file`, looked up now (users and files change
     /// between runs).
-    fn resolve_process<'a>(
+    pub(super) fn resolve_process<'a>(
         &'a self,
         row: &JobRow,
         config: &Config,

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::account::Account;
+use crate::alerts::AlertSettings;
 use crate::config::Config;
 use crate::job::{Limits, Policy, PolicyOverrides};
 use crate::runner::{Program, RunSpec};
@@ -37,6 +38,7 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
     }
     inherit_list(row)?;
     row_limits(row)?;
+    row_alerts(row)?;
     Ok((Schedule::new(expr, tz), policy))
 }
 
@@ -60,6 +62,18 @@ fn row_limits(row: &JobRow) -> Result<Limits, String> {
             let v: serde_json::Value =
                 serde_json::from_str(t).map_err(|e| format!("limits: not JSON ({e})"))?;
             Limits::from_json(&v).map_err(|e| format!("limits: {e}"))
+        }
+    }
+}
+
+/// The `alerts` column: a JSON object of hooks, `alert_after` and `ping_url`.
+pub fn row_alerts(row: &JobRow) -> Result<AlertSettings, String> {
+    match &row.alerts {
+        None => Ok(AlertSettings::default()),
+        Some(t) => {
+            let v: serde_json::Value =
+                serde_json::from_str(t).map_err(|e| format!("alerts: not JSON ({e})"))?;
+            AlertSettings::from_json(&v).map_err(|e| format!("alerts: {e}"))
         }
     }
 }
@@ -131,6 +145,7 @@ fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
         jitter: get("jitter"),
         on_lease_lost: get("on_lease_lost"),
         rerun_lost: int("rerun_lost")?.map(|n| n != 0),
+        ..Default::default()
     };
     PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))
 }

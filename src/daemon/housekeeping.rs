@@ -126,14 +126,21 @@ async fn prune(
             tokio::time::sleep(BATCH_PAUSE).await;
         }
     }
-    if let Some(cut) = cutoff(now, history.keep_audit) {
+    for (table, keep) in [
+        (Table::Audit, history.keep_audit),
+        (Table::Events, history.keep),
+    ] {
+        let Some(cut) = cutoff(now, keep) else {
+            continue;
+        };
         loop {
-            let candidates = store
-                .prune_candidates_by_age(Table::Audit, cut, BATCH)
-                .await?;
+            let candidates = store.prune_candidates_by_age(table, cut, BATCH).await?;
             let ids: Vec<i64> = candidates.iter().map(|(id, _)| *id).collect();
-            let n = delete(shared, duty, lease_ms, Table::Audit, &ids).await?;
-            pruned.audit += n;
+            let n = delete(shared, duty, lease_ms, table, &ids).await?;
+            match table {
+                Table::Events => pruned.events += n,
+                _ => pruned.audit += n,
+            }
             if n == 0 || (candidates.len() as i64) < BATCH {
                 break;
             }

@@ -9,8 +9,10 @@
 //! up to `shutdown_grace` for running jobs; then (or on a second stop) they are stopped and their
 //! rows released for takeover on a fresh, short timeout that the shutdown does not cancel.
 
+mod alerting;
 mod claimed;
 pub mod decode;
+mod delivery;
 mod housekeeping;
 pub mod lease;
 mod tick;
@@ -79,6 +81,8 @@ struct Shared {
     host: decode::Host,
     /// What the node decided, for `/metrics`, and the loop's health, for `/healthz`.
     metrics: Arc<crate::metrics::Metrics>,
+    /// The HTTP client of webhooks and pings.
+    http: reqwest::Client,
 }
 
 pub struct Daemon {
@@ -103,6 +107,7 @@ impl Daemon {
                 stopping: false.into(),
                 host: decode::Host::from_process(),
                 metrics,
+                http: delivery::http_client(),
             }),
         }
     }
@@ -169,6 +174,8 @@ impl Daemon {
         let lease_loop = tokio::spawn(lease::lease_loop(self.shared.clone()));
         let trust_watch = tokio::spawn(lease::trust_watch(self.shared.clone()));
         let housekeeping = tokio::spawn(housekeeping::housekeeping_loop(self.shared.clone()));
+        let alerting = tokio::spawn(alerting::alerting_loop(self.shared.clone()));
+        let delivery = tokio::spawn(delivery::delivery_loop(self.shared.clone()));
         let metrics_server = self.serve_metrics().await;
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
@@ -256,7 +263,15 @@ impl Daemon {
             }
         }
         housekeeping.abort();
+        alerting.abort();
         self.shutdown(tasks, control, stop_now).await;
+        // Hook deliveries under way end within their own time limit (none starts once the
+        // node stops); one cut short is delivered again by another node when its lease ends.
+        let limit = self.config().delivery.timeout + Duration::from_secs(1);
+        let mut delivery = delivery;
+        if tokio::time::timeout(limit, &mut delivery).await.is_err() {
+            delivery.abort();
+        }
         lease_loop.abort();
         trust_watch.abort();
         if let Some(server) = metrics_server {

@@ -200,6 +200,14 @@ impl Store {
         self.scalar(sql).await
     }
 
+    /// Runs a query returning one integer per row (tests and benchmarks).
+    pub async fn scalars_i64(&self, sql: &str) -> Result<Vec<i64>> {
+        sqlx::query_scalar(AssertSqlSafe(sql.to_string()))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "query"))
+    }
+
     /// Runs a query returning one value of any type the driver decodes (tests and benchmarks).
     pub async fn scalar<T>(&self, sql: &str) -> Result<Option<T>>
     where

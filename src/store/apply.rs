@@ -147,7 +147,7 @@ impl Store {
 }
 
 /// Columns a TOML apply writes (after `name`).
-const JOB_VALUE_COLUMNS: [&str; 25] = [
+const JOB_VALUE_COLUMNS: [&str; 26] = [
     "schedule",
     "timezone",
     "command",
@@ -172,6 +172,7 @@ const JOB_VALUE_COLUMNS: [&str; 25] = [
     "env_file",
     "inherit_env",
     "limits",
+    "alerts",
     "error",
 ];
 
@@ -229,6 +230,7 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
             (!job.limits.is_empty())
                 .then(|| serde_json::to_string(&job.limits).unwrap_or_default()),
         ),
+        Value::Text(job.alerts.to_json()),
         Value::Text(None),
     ]
 }

@@ -191,7 +191,7 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
     timeout, kill_grace, jitter, on_lease_lost, rerun_lost, source, next_exec, slot, attempt, \
     exec_by, prev_exec_by, lease_until, token, run_now, dirty, last_status, last_exit, last_start, \
     last_end, last_node, error, claimed_at, pool_wait, run_user, run_group, env_file, inherit_env, \
-    limits";
+    limits, alerts";
 
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
 /// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of

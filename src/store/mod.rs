@@ -268,12 +268,14 @@ mod admin;
 pub mod apply;
 mod audit;
 mod claim;
+mod events;
 pub mod locks;
 mod migrate;
 mod retention;
 
 pub use apply::job_hash;
 pub use audit::{Actor, AuditRow};
+pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
 pub use locks::{LockRow, LockState};
 pub use retention::{Duty, DutyRow, Pruned};
 

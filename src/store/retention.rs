@@ -34,6 +34,8 @@ pub struct DutyRow {
 pub enum Pruned {
     Runs,
     Audit,
+    /// `cron_events`: alert events whose delivery ended, by age like the runs.
+    Events,
 }
 
 impl Pruned {
@@ -42,6 +44,7 @@ impl Pruned {
         match self {
             Pruned::Runs => "cron_runs",
             Pruned::Audit => "cron_audit",
+            Pruned::Events => "cron_events",
         }
     }
 }
@@ -154,8 +157,8 @@ impl Store {
         Ok(names.into_iter().collect())
     }
 
-    /// Up to `limit` of the oldest rows of `table` that ended (runs) or were written (audit)
-    /// before `cutoff`: `(id, job)` pairs, oldest first.
+    /// Up to `limit` of the oldest rows of `table` that ended (runs), were written (audit) or
+    /// were made and delivered (events) before `cutoff`: `(id, job)` pairs, oldest first.
     pub async fn prune_candidates_by_age(
         &self,
         table: Pruned,
@@ -167,6 +170,11 @@ impl Store {
                 "SELECT id, job_name AS job FROM cron_runs WHERE ended < ? ORDER BY ended LIMIT ?"
             }
             Pruned::Audit => "SELECT id, job FROM cron_audit WHERE at < ? ORDER BY at LIMIT ?",
+            // Only events whose delivery ended (sent, given up, or only recorded).
+            Pruned::Events => {
+                "SELECT id, NULL AS job FROM cron_events WHERE created < ? AND next_try IS NULL \
+                 ORDER BY created LIMIT ?"
+            }
         };
         let rows = sqlx::query(AssertSqlSafe(self.dialect.render(text)))
             .bind(cutoff)

@@ -32,6 +32,8 @@ pub struct JobRow {
     pub inherit_env: Option<String>,
     /// JSON object of resource limits.
     pub limits: Option<String>,
+    /// JSON object of hooks, `alert_after` and `ping_url` (see `alerts.rs`).
+    pub alerts: Option<String>,
     /// Policy columns as stored (NULL: the TOML default).
     pub policy: BTreeMap<&'static str, Option<String>>,
     pub source: String,
@@ -219,6 +221,7 @@ impl JobRow {
             env_file: r.text("env_file"),
             inherit_env: r.text("inherit_env"),
             limits: r.text("limits"),
+            alerts: r.text("alerts"),
             policy,
             source: r.text("source").unwrap_or_default(),
             next_exec: r.int("next_exec"),

@@ -9,6 +9,7 @@ macro_rules! for_each_dialect {
     };
 }
 
+mod alerts;
 mod behaviour;
 mod cli_next;
 mod cluster;

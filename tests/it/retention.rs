@@ -104,9 +104,9 @@ async fn the_duty_is_held_by_one_node_and_fences_deletions(dialect: Dialect) {
     );
     assert!(store.duty_done(&b, "10 runs").await.unwrap());
     let duties = store.duties().await.unwrap();
-    assert_eq!(duties.len(), 1);
-    assert_eq!(duties[0].node.as_deref(), Some("b"));
-    assert_eq!(duties[0].last_result.as_deref(), Some("10 runs"));
+    let history = duties.iter().find(|d| d.name == "history").unwrap();
+    assert_eq!(history.node.as_deref(), Some("b"));
+    assert_eq!(history.last_result.as_deref(), Some("10 runs"));
     store.close().await;
 }
 
@@ -122,6 +122,22 @@ async fn three_nodes_prune_the_history_to_its_limits(dialect: Dialect) {
         store
             .execute_raw(&format!(
                 "INSERT INTO cron_audit (at, action, who) VALUES ({at}, '{action}', 'test')"
+            ))
+            .await
+            .unwrap();
+    }
+    // Alert events: an old delivered one goes; an old one waiting for its next try stays.
+    let later = (now + DAY).to_string();
+    for (dedupe, state, next_try) in [
+        ("old-sent", "sent", "NULL"),
+        ("old-pending", "pending", later.as_str()),
+    ] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_events (dedupe, job_name, kind, created, hook, payload, state, \
+                 next_try) VALUES ('{dedupe}', 'gone', 'failure', {}, '', '{{}}', '{state}', \
+                 {next_try})",
+                now - 100 * DAY
             ))
             .await
             .unwrap();
@@ -157,7 +173,12 @@ async fn three_nodes_prune_the_history_to_its_limits(dialect: Dialect) {
                 "SELECT COUNT(*) FROM cron_audit WHERE action = 'old'",
             )
             .await;
-            (gone == 0 && busy <= 1_000 && audit == 0).then_some(())
+            let events = count(
+                &store,
+                "SELECT COUNT(*) FROM cron_events WHERE dedupe = 'old-sent'",
+            )
+            .await;
+            (gone == 0 && busy <= 1_000 && audit == 0 && events == 0).then_some(())
         },
     )
     .await;
@@ -180,6 +201,16 @@ async fn three_nodes_prune_the_history_to_its_limits(dialect: Dialect) {
     for n in nodes {
         assert!(n.stop().success());
     }
+    assert_eq!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM cron_events WHERE dedupe = 'old-pending'"
+        )
+        .await,
+        1,
+        "an event still to be delivered is not pruned: {:?}",
+        store.events(None, 10).await.unwrap()
+    );
 
     // The newest runs stay: exactly the 1,000 newest of busy (the seeded ones pruned oldest
     // first), every run the nodes recorded among them.
@@ -248,7 +279,8 @@ async fn three_nodes_prune_the_history_to_its_limits(dialect: Dialect) {
         .await,
         1
     );
-    let duty = &store.duties().await.unwrap()[0];
+    let duties = store.duties().await.unwrap();
+    let duty = duties.iter().find(|d| d.name == "history").unwrap();
     assert!(duty.last_done.is_some(), "{duty:?}");
     store.close().await;
 }

@@ -1,0 +1,402 @@
+//! Delivering alert events, on every node: claim a due event under a lease (`cron_events`), run
+//! its hook (a command run like the job, or a webhook `POST`), and write how it ended under the
+//! claim's token. Also the pings of `ping_url` (start, success, failure), sent by the node that
+//! runs the job.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::Shared;
+use super::decode::{resolve, row_alerts, run_spec};
+use crate::alerts::{self, Hook};
+use crate::runner::{self, StopRequest};
+use crate::store::{Delivered, EventClaim, JobRow};
+
+/// Deliveries one node runs at once.
+const MAX_IN_FLIGHT: usize = 4;
+/// Bytes of a webhook's reply kept in an event's error.
+const REPLY_BYTES: usize = 200;
+/// A ping's time limit and tries.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+const PING_TRIES: u32 = 3;
+
+/// The HTTP client of webhooks and pings: rustls with the system's roots, redirects not
+/// followed (a hook's URL is where the event goes, nowhere else).
+pub(super) fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("sqlcron/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+pub(super) async fn delivery_loop(shared: Arc<Shared>) {
+    let mut in_flight = JoinSet::new();
+    loop {
+        let wait = shared.config().daemon.poll_interval;
+        tokio::time::sleep(wait).await;
+        while in_flight.try_join_next().is_some() {}
+        if shared.stopping.load(Ordering::SeqCst) {
+            // Deliveries under way end within their timeout; none is started any more.
+            while in_flight.join_next().await.is_some() {}
+            return;
+        }
+        let free = MAX_IN_FLIGHT.saturating_sub(in_flight.len());
+        if free == 0 {
+            continue;
+        }
+        let due = match shared.store.events_due(free as i64).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for alert events to deliver");
+                shared.metrics.database_error(e.kind());
+                continue;
+            }
+        };
+        let config = shared.config();
+        // The claim outlives the delivery's own limit by a lease: a node that dies or stalls
+        // while sending leaves the event to another node after that.
+        let lease_ms = (config.delivery.timeout + config.daemon.lease).as_millis() as i64;
+        for id in due {
+            match shared.store.event_claim(id, &shared.node, lease_ms).await {
+                Ok(Some(claim)) => {
+                    in_flight.spawn(deliver(shared.clone(), claim));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, event = id, "could not claim an alert event");
+                    shared.metrics.database_error(e.kind());
+                }
+            }
+        }
+    }
+}
+
+/// Why a delivery failed, and whether trying again can help.
+struct Failure {
+    error: String,
+    retry: bool,
+}
+
+async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
+    let config = shared.config();
+    let give_up_at = claim.created + config.delivery.give_up_after.as_millis() as i64;
+    let result = if claim.now >= give_up_at {
+        Err(Failure {
+            error: format!(
+                "not delivered within [alerts] give_up_after ({})",
+                crate::job::format_duration(config.delivery.give_up_after)
+            ),
+            retry: false,
+        })
+    } else {
+        match Hook::decode(&claim.hook) {
+            Err(e) => Err(Failure {
+                error: format!("hook: {e}"),
+                retry: false,
+            }),
+            Ok(Hook::Command(command)) => run_hook_command(&shared, &claim, &command).await,
+            Ok(Hook::Webhook { url, headers }) => {
+                post(
+                    &shared.http,
+                    &claim,
+                    &url,
+                    &headers,
+                    config.delivery.timeout,
+                )
+                .await
+            }
+        }
+    };
+    let how = match result {
+        Ok(()) => Delivered::Sent,
+        Err(f) => {
+            let after = alerts::delivery_backoff(claim.tries).as_millis() as i64;
+            if f.retry && claim.now + after < give_up_at {
+                Delivered::Retry {
+                    error: f.error,
+                    after_ms: after,
+                }
+            } else {
+                Delivered::GaveUp { error: f.error }
+            }
+        }
+    };
+    let (result, level_error) = match &how {
+        Delivered::Sent => ("sent", None),
+        Delivered::Retry { error, .. } => ("retry", Some(error.clone())),
+        Delivered::GaveUp { error } => ("failed", Some(error.clone())),
+    };
+    shared.metrics.delivery(&claim.kind, result);
+    match &level_error {
+        None => {
+            tracing::info!(job = %claim.job, event = %claim.kind, id = claim.id, tries = claim.tries, "alert delivered")
+        }
+        Some(e) if result == "retry" => {
+            tracing::warn!(job = %claim.job, event = %claim.kind, id = claim.id, tries = claim.tries, error = %e, "alert delivery failed; will retry")
+        }
+        Some(e) => {
+            tracing::error!(job = %claim.job, event = %claim.kind, id = claim.id, tries = claim.tries, error = %e, "alert delivery given up")
+        }
+    }
+    // The end is written under the claim; a database error is retried while the claim's lease
+    // lasts (after it, another node has the event and delivers it again).
+    let lease = config.delivery.timeout + config.daemon.lease;
+    let deadline = tokio::time::Instant::now() + lease.saturating_sub(config.delivery.timeout);
+    loop {
+        match shared.store.event_finish(&claim, &how).await {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::warn!(job = %claim.job, event = %claim.kind, id = claim.id, "alert claim lost before its delivery was recorded; another node delivers it again");
+                return;
+            }
+            Err(e) => {
+                shared.metrics.database_error(e.kind());
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::warn!(job = %claim.job, id = claim.id, error = %e, "could not record an alert delivery; another node delivers it again");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// A payload field as text, for a variable.
+fn field(payload: &Value, key: &str) -> String {
+    match &payload[key] {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+/// Runs a command hook like the job itself (its user, environment, working directory and
+/// limits), with the event's facts as `SQLCRON_*` variables and the output tail in a file.
+async fn run_hook_command(
+    shared: &Shared,
+    claim: &EventClaim,
+    command: &str,
+) -> Result<(), Failure> {
+    let config = shared.config();
+    let permanent = |error: String| Failure {
+        error,
+        retry: false,
+    };
+    let row: JobRow = match shared.store.job(&claim.job).await {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Err(permanent(
+                "the job no longer exists: a command hook runs as the job, with its environment"
+                    .into(),
+            ));
+        }
+        Err(e) => {
+            return Err(Failure {
+                error: e.to_string(),
+                retry: true,
+            });
+        }
+    };
+    let policy = resolve(&row, &config.defaults)
+        .map(|(_, p)| p)
+        .unwrap_or_else(|_| config.defaults.clone());
+    let mut hook_row = row.clone();
+    hook_row.command = Some(command.to_string());
+    hook_row.argv = None;
+    let payload: Value = serde_json::from_str(&claim.payload).unwrap_or(Value::Null);
+    let mut spec = shared
+        .resolve_process(&hook_row, &config)
+        .and_then(|resolved| run_spec(&hook_row, 0, 0, &shared.node, &policy, &config, resolved))
+        .map_err(permanent)?;
+    spec.timeout = config.delivery.timeout;
+    // The output tail goes in a file of its own, readable by the hook's account only.
+    let output = std::env::temp_dir().join(format!(
+        "sqlcron-event-{}-{}.out",
+        claim.id,
+        std::process::id()
+    ));
+    write_private(
+        &output,
+        field(&payload, "output").as_bytes(),
+        spec.account.as_ref(),
+    )
+    .map_err(|e| {
+        permanent(format!(
+            "cannot write the output file {}: {e}",
+            output.display()
+        ))
+    })?;
+    spec.env.retain(|(k, _)| !k.starts_with("SQLCRON_"));
+    for (k, v) in [
+        ("SQLCRON_JOB", claim.job.clone()),
+        ("SQLCRON_EVENT", claim.kind.clone()),
+        ("SQLCRON_EVENT_ID", claim.id.to_string()),
+        ("SQLCRON_SLOT", field(&payload, "slot")),
+        ("SQLCRON_ATTEMPT", field(&payload, "attempt")),
+        ("SQLCRON_NODE", field(&payload, "node")),
+        ("SQLCRON_OUTCOME", field(&payload, "outcome")),
+        ("SQLCRON_EXIT_CODE", field(&payload, "exit_code")),
+        ("SQLCRON_MESSAGE", field(&payload, "message")),
+        ("SQLCRON_TEXT", field(&payload, "text")),
+        ("SQLCRON_OUTPUT", output.display().to_string()),
+        ("SQLCRON_HOOK_NODE", shared.node.clone()),
+    ] {
+        spec.env.push((k.to_string(), v));
+    }
+    spec.job = format!("{} ({} hook)", claim.job, claim.kind);
+    let (_stop, stop) = watch::channel(StopRequest::None);
+    let result = runner::run(&spec, stop).await;
+    let _ = std::fs::remove_file(&output);
+    match result {
+        Ok(out) if out.success() => Ok(()),
+        Ok(out) => {
+            let how = if out.timed_out {
+                format!(
+                    "timed out after {}",
+                    crate::job::format_duration(spec.timeout)
+                )
+            } else if let Some(c) = out.exit_code {
+                format!("exit {c}")
+            } else {
+                format!("signal {}", out.signal.unwrap_or(0))
+            };
+            let tail: String = out
+                .output
+                .chars()
+                .rev()
+                .take(REPLY_BYTES)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            Err(Failure {
+                error: format!("hook command: {how}: {}", tail.trim()),
+                retry: true,
+            })
+        }
+        Err(e) => Err(Failure {
+            error: e.to_string(),
+            retry: true,
+        }),
+    }
+}
+
+/// Writes `data` to a new file with mode 0600, owned by `account` when the hook switches to it.
+fn write_private(
+    path: &std::path::Path,
+    data: &[u8],
+    account: Option<&crate::account::Account>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(data)?;
+    if let Some(a) = account {
+        std::os::unix::fs::chown(path, Some(a.uid), Some(a.gid))?;
+    }
+    Ok(())
+}
+
+/// A webhook: `POST` of the event's JSON body (with its `event_id`), the event's id as the
+/// idempotency key. Any 2xx is delivered.
+async fn post(
+    client: &reqwest::Client,
+    claim: &EventClaim,
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    let mut body: Value = serde_json::from_str(&claim.payload).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut body {
+        m.insert("event_id".into(), claim.id.into());
+    }
+    let mut req = client
+        .post(url)
+        .timeout(timeout)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header("Idempotency-Key", format!("sqlcron-event-{}", claim.id))
+        .header("X-Sqlcron-Event", claim.kind.clone())
+        .header("X-Sqlcron-Node", claim.node.clone());
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let failure = |error: String| Failure { error, retry: true };
+    let resp = req
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| failure(format!("webhook: {}", error_chain(&e))))?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let text = resp.text().await.unwrap_or_default();
+    let text: String = text.chars().take(REPLY_BYTES).collect();
+    Err(failure(format!("webhook: HTTP {status}: {}", text.trim())))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// What a ping reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ping {
+    Start,
+    Success,
+    Failure,
+}
+
+impl Shared {
+    /// Sends the job's `ping_url` ping in the background (Healthchecks convention: `URL/start`,
+    /// `URL`, `URL/fail`), a few tries; never delays or fails the run.
+    pub(super) fn ping(&self, row: &JobRow, what: Ping) {
+        let config = self.config();
+        let Ok(settings) = row_alerts(row) else {
+            return;
+        };
+        let Some(base) = settings.resolve(&config.alert_defaults).ping_url else {
+            return;
+        };
+        let url = match what {
+            Ping::Start => format!("{base}/start"),
+            Ping::Success => base,
+            Ping::Failure => format!("{base}/fail"),
+        };
+        let client = self.http.clone();
+        let job = row.name.clone();
+        tokio::spawn(async move {
+            for attempt in 1..=PING_TRIES {
+                match client.get(&url).timeout(PING_TIMEOUT).send().await {
+                    Ok(r) if r.status().is_success() => return,
+                    Ok(r) => {
+                        tracing::warn!(job = %job, status = %r.status(), attempt, "ping refused")
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %job, error = %error_chain(&e).replace(url.as_str(), "<ping_url>"), attempt, "ping failed")
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+            }
+        });
+    }
+}

@@ -1,0 +1,400 @@
+//! Alert events (`cron_events`) and the dead-man's switch's state (`cron_watch`).
+//!
+//! An event is made once: its `dedupe` key is unique (a history record raises each kind once; a
+//! silence raises one alert per last success), so a scan that reads a record twice, or two nodes
+//! that both scan it, make one row. It is delivered under a lease like a run: a claim sets
+//! `state = 'sending'`, this node and a new token, and `next_try` to the end of the lease; the
+//! end of the delivery is written only under that token. A node that dies while sending leaves
+//! the event to be claimed again when the lease ends, with the same id (the receiver's
+//! idempotency key).
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+use crate::alerts::Record;
+
+/// An event to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub dedupe: String,
+    pub job: String,
+    pub kind: String,
+    pub run_id: Option<i64>,
+    /// The hook as stored (`Hook::encode`); empty when no hook is set (recorded only).
+    pub hook: String,
+    pub payload: String,
+}
+
+/// An event this node claimed for delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventClaim {
+    pub id: i64,
+    pub job: String,
+    pub kind: String,
+    pub created: i64,
+    pub hook: String,
+    pub payload: String,
+    pub tries: i64,
+    pub token: i64,
+    pub node: String,
+    /// The database clock at the claim.
+    pub now: i64,
+}
+
+/// How a delivery ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    Sent,
+    /// Failed; try again at `next_try_ms` from now.
+    Retry {
+        error: String,
+        after_ms: i64,
+    },
+    /// Failed for good (given up, or no hook can be run).
+    GaveUp {
+        error: String,
+    },
+}
+
+/// One row of `cron_events`, for `sqlcron events`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    pub job: String,
+    pub kind: String,
+    pub run_id: Option<i64>,
+    pub created: i64,
+    pub state: String,
+    pub tries: i64,
+    pub node: Option<String>,
+    pub sent: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// One row of `cron_watch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchRow {
+    pub job: String,
+    pub since: i64,
+    pub last_ok: Option<i64>,
+    pub fired_for: Option<i64>,
+}
+
+const RECORD_COLUMNS: &str = "id, job_name, slot, attempt, node, started, ended, outcome, \
+    exit_code, exit_signal, output, skipped_count, message";
+
+fn record(r: &sqlx::any::AnyRow) -> std::result::Result<Record, sqlx::Error> {
+    Ok(Record {
+        id: r.try_get("id")?,
+        job: r.try_get("job_name")?,
+        slot: r.try_get("slot")?,
+        attempt: r.try_get("attempt")?,
+        node: r.try_get("node")?,
+        started: r.try_get("started")?,
+        ended: r.try_get("ended")?,
+        outcome: r.try_get("outcome")?,
+        exit_code: r.try_get("exit_code")?,
+        signal: r.try_get("exit_signal")?,
+        output: r.try_get("output")?,
+        skipped_count: r.try_get("skipped_count")?,
+        message: r.try_get("message")?,
+    })
+}
+
+impl Store {
+    /// The scan position kept with a duty (`cron_duties.position`).
+    pub async fn duty_position(&self, name: &str) -> Result<Option<i64>> {
+        let v: Option<Option<i64>> = sqlx::query_scalar(AssertSqlSafe(
+            self.dialect
+                .render("SELECT position FROM cron_duties WHERE name = ?"),
+        ))
+        .bind(name.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read scan position"))?;
+        Ok(v.flatten())
+    }
+
+    /// Moves a held duty's scan position; `false` when the duty was lost.
+    pub async fn set_duty_position(&self, duty: &Duty, position: i64) -> Result<bool> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_duties SET position = ? WHERE name = ? AND node = ? AND token = ?",
+        )))
+        .bind(position)
+        .bind(duty.name.clone())
+        .bind(duty.node.clone())
+        .bind(duty.token)
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "move scan position"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Up to `limit` ended history records after `(ended, id)` in `(ended, id)` order, from
+    /// `ended >= from` (through the `ended` index).
+    pub async fn ended_records(
+        &self,
+        from: i64,
+        after: (i64, i64),
+        limit: i64,
+    ) -> Result<Vec<Record>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {RECORD_COLUMNS} FROM cron_runs WHERE ended >= ? AND ended >= ? \
+             AND (ended > ? OR id > ?) ORDER BY ended, id LIMIT ?"
+        ))))
+        .bind(from)
+        .bind(after.0)
+        .bind(after.0)
+        .bind(after.1)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "scan ended runs"))?;
+        rows.iter()
+            .map(record)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(sql_err!(self, "scan ended runs"))
+    }
+
+    /// Up to `limit` of `job`'s records with an id below `before`, newest first.
+    pub async fn records_before(&self, job: &str, before: i64, limit: i64) -> Result<Vec<Record>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {RECORD_COLUMNS} FROM cron_runs WHERE job_name = ? AND id < ? \
+             ORDER BY id DESC LIMIT ?"
+        ))))
+        .bind(job.to_string())
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read earlier runs"))?;
+        rows.iter()
+            .map(record)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(sql_err!(self, "read earlier runs"))
+    }
+
+    /// Records an event unless one with its dedupe key exists; true if this call made it.
+    pub async fn event_create(&self, e: &NewEvent) -> Result<bool> {
+        let (ins, conflict) = self.dialect.insert_ignore();
+        // Without a hook the event is only recorded (the dead-man's switch, for the metric and
+        // `sqlcron events`); with one it is due for delivery at once.
+        let (state, next_try) = if e.hook.is_empty() {
+            ("recorded", "NULL")
+        } else {
+            ("pending", "{now}")
+        };
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "{ins} INTO cron_events (dedupe, job_name, kind, run_id, created, hook, payload, \
+             state, next_try) VALUES (?, ?, ?, ?, {{now}}, ?, ?, '{state}', {next_try}){conflict}"
+        ))))
+        .bind(e.dedupe.clone())
+        .bind(e.job.clone())
+        .bind(e.kind.clone())
+        .bind(e.run_id)
+        .bind(e.hook.clone())
+        .bind(e.payload.clone())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "record event"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Ids of up to `limit` events whose delivery is due (pending, or sending under a lease
+    /// that ended), oldest first.
+    pub async fn events_due(&self, limit: i64) -> Result<Vec<i64>> {
+        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+            "SELECT id FROM cron_events WHERE next_try <= {now} ORDER BY next_try, id LIMIT ?",
+        )))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "find due events"))
+    }
+
+    /// Claims event `id` for `lease_ms` if its delivery is due; `None` when another node has it.
+    pub async fn event_claim(
+        &self,
+        id: i64,
+        node: &str,
+        lease_ms: i64,
+    ) -> Result<Option<EventClaim>> {
+        let took = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_events SET state = 'sending', node = ?, token = token + 1, \
+             tries = tries + 1, next_try = {now} + ? \
+             WHERE id = ? AND state IN ('pending', 'sending') AND next_try <= {now}",
+        )))
+        .bind(node.to_string())
+        .bind(lease_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "claim event"))?;
+        if took.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT id, job_name, kind, created, hook, payload, tries, token, node, \
+             {now} AS db_now FROM cron_events WHERE id = ? AND node = ? AND state = 'sending'",
+        )))
+        .bind(id)
+        .bind(node.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql_err!(self, "claim event"))?;
+        let Some(r) = row else { return Ok(None) };
+        let claim = (|| -> std::result::Result<EventClaim, sqlx::Error> {
+            Ok(EventClaim {
+                id: r.try_get("id")?,
+                job: r.try_get("job_name")?,
+                kind: r.try_get("kind")?,
+                created: r.try_get("created")?,
+                hook: r.try_get("hook")?,
+                payload: r.try_get("payload")?,
+                tries: r.try_get("tries")?,
+                token: r.try_get("token")?,
+                node: r.try_get("node")?,
+                now: r.try_get("db_now")?,
+            })
+        })()
+        .map_err(sql_err!(self, "claim event"))?;
+        Ok(Some(claim))
+    }
+
+    /// Writes how a claimed delivery ended, under the claim's token; `false` when the claim was
+    /// lost (its lease ended and another node claimed the event).
+    pub async fn event_finish(&self, claim: &EventClaim, how: &Delivered) -> Result<bool> {
+        let (state, next, sent, error) = match how {
+            Delivered::Sent => ("sent", "NULL", "{now}", None),
+            Delivered::Retry { error, .. } => ("pending", "{now} + ?", "NULL", Some(error)),
+            Delivered::GaveUp { error } => ("failed", "NULL", "NULL", Some(error)),
+        };
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "UPDATE cron_events SET state = ?, next_try = {next}, sent = {sent}, error = ? \
+             WHERE id = ? AND node = ? AND token = ? AND state = 'sending'"
+        ))))
+        .bind(state);
+        if let Delivered::Retry { after_ms, .. } = how {
+            q = q.bind(*after_ms);
+        }
+        let done = q
+            .bind(error.cloned())
+            .bind(claim.id)
+            .bind(claim.node.clone())
+            .bind(claim.token)
+            .execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "end event delivery"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The newest `limit` events, of one job or all, newest first.
+    pub async fn events(&self, job: Option<&str>, limit: i64) -> Result<Vec<EventRow>> {
+        let filter = if job.is_some() {
+            "WHERE job_name = ?"
+        } else {
+            ""
+        };
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT id, job_name, kind, run_id, created, state, tries, node, sent, error \
+             FROM cron_events {filter} ORDER BY id DESC LIMIT ?"
+        ))));
+        if let Some(j) = job {
+            q = q.bind(j.to_string());
+        }
+        let rows = q
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read events"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(EventRow {
+                    id: r.try_get("id")?,
+                    job: r.try_get("job_name")?,
+                    kind: r.try_get("kind")?,
+                    run_id: r.try_get("run_id")?,
+                    created: r.try_get("created")?,
+                    state: r.try_get("state")?,
+                    tries: r.try_get("tries")?,
+                    node: r.try_get("node")?,
+                    sent: r.try_get("sent")?,
+                    error: r.try_get("error")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read events"))
+    }
+
+    /// Whether any job row has its own alert settings.
+    pub async fn any_job_alerts(&self) -> Result<bool> {
+        let one: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM cron_table WHERE alerts IS NOT NULL LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(sql_err!(self, "look for alerts"))?;
+        Ok(one.is_some())
+    }
+
+    /// Every job's dead-man's switch state.
+    pub async fn watch_rows(&self) -> Result<Vec<WatchRow>> {
+        let rows = sqlx::query("SELECT job_name, since, last_ok, fired_for FROM cron_watch")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read watches"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(WatchRow {
+                    job: r.try_get("job_name")?,
+                    since: r.try_get("since")?,
+                    last_ok: r.try_get("last_ok")?,
+                    fired_for: r.try_get("fired_for")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read watches"))
+    }
+
+    /// Starts watching `job` now, with its newest kept success as its last one.
+    pub async fn watch_start(&self, job: &str) -> Result<()> {
+        let (ins, conflict) = self.dialect.insert_ignore();
+        sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "{ins} INTO cron_watch (job_name, since, last_ok) SELECT ?, {{now}}, \
+             (SELECT MAX(ended) FROM cron_runs WHERE job_name = ? AND outcome = 'ok'){conflict}"
+        ))))
+        .bind(job.to_string())
+        .bind(job.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "start watch"))?;
+        Ok(())
+    }
+
+    /// Notes a success of a watched job (never moves `last_ok` back).
+    pub async fn watch_ok(&self, job: &str, ended: i64) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_watch SET last_ok = ? WHERE job_name = ? AND (last_ok IS NULL OR last_ok < ?)",
+        )))
+        .bind(ended)
+        .bind(job.to_string())
+        .bind(ended)
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "note success"))?;
+        Ok(())
+    }
+
+    /// Notes that the silence since `baseline` was alerted.
+    pub async fn watch_fired(&self, job: &str, baseline: i64) -> Result<()> {
+        sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("UPDATE cron_watch SET fired_for = ? WHERE job_name = ?"),
+        ))
+        .bind(baseline)
+        .bind(job.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "note alert"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,397 @@
+//! Issue 12 (3, 4): hooks and the dead-man's switch. Three daemons share one database; a
+//! webhook receiver in the test holds the first failure event it gets without answering, and
+//! the node sending it is SIGKILLed mid-send. Every event is then delivered and acknowledged
+//! exactly once (by event id), the held one by another node; the paused job's dead-man's
+//! switch fires once; the recovery fires once; the command hook and the pings arrive.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlcron::store::{Delivered, Dialect, NewEvent, Store};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config};
+
+for_each_dialect!(
+    an_event_is_made_once_and_its_delivery_is_fenced,
+    every_event_is_delivered_once_with_a_sender_killed_mid_send
+);
+
+async fn an_event_is_made_once_and_its_delivery_is_fenced(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let event = NewEvent {
+        dedupe: "run:7:failure".into(),
+        job: "j".into(),
+        kind: "failure".into(),
+        run_id: Some(7),
+        hook: "{\"command\":\"true\"}".into(),
+        payload: "{}".into(),
+    };
+    assert!(store.event_create(&event).await.unwrap());
+    assert!(
+        !store.event_create(&event).await.unwrap(),
+        "a record read twice makes one event"
+    );
+    let ids = store.events_due(10).await.unwrap();
+    assert_eq!(ids.len(), 1);
+    let id = ids[0];
+    // a claims it; b cannot while a's lease lasts.
+    let a = store
+        .event_claim(id, "a", 0)
+        .await
+        .unwrap()
+        .expect("a claims");
+    assert_eq!(a.tries, 1);
+    // a's lease is 0 ms: it has ended, and b takes the event over with a new token.
+    let b = eventually(Duration::from_secs(5), "b claims the event", || async {
+        store.event_claim(id, "b", 60_000).await.unwrap()
+    })
+    .await;
+    assert!(b.token > a.token);
+    assert_eq!(b.tries, 2);
+    assert_eq!(
+        store.event_claim(id, "a", 60_000).await.unwrap(),
+        None,
+        "a held event is not claimed by another node"
+    );
+    assert!(store.events_due(10).await.unwrap().is_empty());
+    // a, whose claim was taken over, writes nothing; b records the delivery.
+    assert!(!store.event_finish(&a, &Delivered::Sent).await.unwrap());
+    let retry = Delivered::Retry {
+        error: "HTTP 503".into(),
+        after_ms: 60_000,
+    };
+    assert!(store.event_finish(&b, &retry).await.unwrap());
+    assert!(
+        !store.event_finish(&b, &Delivered::Sent).await.unwrap(),
+        "an ended claim writes once"
+    );
+    let rows = store.events(Some("j"), 10).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "pending");
+    assert_eq!(rows[0].error.as_deref(), Some("HTTP 503"));
+    assert!(
+        store.events_due(10).await.unwrap().is_empty(),
+        "not due before its backoff"
+    );
+    // An event without a hook is only recorded, never due.
+    let recorded = NewEvent {
+        dedupe: "overdue:1:j".into(),
+        hook: String::new(),
+        ..event
+    };
+    assert!(store.event_create(&recorded).await.unwrap());
+    assert!(store.events_due(10).await.unwrap().is_empty());
+    assert_eq!(store.events(None, 10).await.unwrap()[0].state, "recorded");
+    store.close().await;
+}
+
+/// One request the receiver read.
+#[derive(Debug, Clone)]
+struct Request {
+    path: String,
+    headers: BTreeMap<String, String>,
+    body: Value,
+    /// Whether it was answered 200 (the held one never is).
+    acked: bool,
+}
+
+#[derive(Default)]
+struct Received {
+    requests: Vec<Request>,
+    held: bool,
+}
+
+/// A minimal HTTP/1.1 receiver: answers 200 to everything but the first `failure` event, which
+/// it holds open (its sender's node is named on `held_tx`).
+async fn receiver(received: Arc<Mutex<Received>>, held_tx: mpsc::UnboundedSender<String>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let received = received.clone();
+            let held_tx = held_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                let mut lines = head.lines();
+                let path = lines
+                    .next()
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .unwrap_or("")
+                    .to_string();
+                let headers: BTreeMap<String, String> = lines
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                    .collect();
+                let len: usize = headers
+                    .get("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < head_end + len {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let body: Value =
+                    serde_json::from_slice(&buf[head_end..head_end + len]).unwrap_or(Value::Null);
+                let hold = {
+                    let mut r = received.lock().unwrap();
+                    let hold = !r.held && body["event"] == "failure";
+                    r.held |= hold;
+                    r.requests.push(Request {
+                        path,
+                        headers: headers.clone(),
+                        body,
+                        acked: !hold,
+                    });
+                    hold
+                };
+                if hold {
+                    let node = headers.get("x-sqlcron-node").cloned().unwrap_or_default();
+                    let _ = held_tx.send(node);
+                    // Never answered: the sender dies first.
+                    tokio::time::sleep(Duration::from_secs(120)).await;
+                    return;
+                }
+                let _ = sock
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+async fn count(store: &Store, sql: &str) -> i64 {
+    store.scalar_i64(sql).await.unwrap().unwrap_or(0)
+}
+
+async fn every_event_is_delivered_once_with_a_sender_killed_mid_send(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let received = Arc::new(Mutex::new(Received::default()));
+    let (held_tx, mut held_rx) = mpsc::unbounded_channel();
+    let port = receiver(received.clone(), held_tx).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = format!("{{ url = \"http://127.0.0.1:{port}/hook\" }}");
+    let counter = dir.path().join("recovers.count");
+    let hook_log = dir.path().join("hooks.log");
+    let jobs = format!(
+        "[alerts]\ntimeout = \"3s\"\n\
+         [[job]]\nname = \"fails\"\nschedule = \"*/2 * * * * *\"\ncommand = \"echo broken; exit 3\"\n\
+         on_failure = {hook}\nping_url = \"http://127.0.0.1:{port}/ping/fails\"\n\
+         [[job]]\nname = \"recovers\"\nschedule = \"*/2 * * * * *\"\n\
+         command = \"n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; [ $n -gt 2 ]\"\n\
+         on_recovery = {hook}\n\
+         [[job]]\nname = \"quiet\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\nenabled = false\n\
+         alert_after = \"3s\"\non_missed = {hook}\n\
+         [[job]]\nname = \"fine\"\nschedule = \"*/3 * * * * *\"\ncommand = \"echo all good\"\n\
+         on_success = \"echo $SQLCRON_EVENT_ID $SQLCRON_EVENT $SQLCRON_OUTCOME $(cat $SQLCRON_OUTPUT) >> {log}\"\n",
+        c = counter.display(),
+        log = hook_log.display(),
+    );
+    let mut nodes: Vec<Option<DaemonProcess>> = (0..3)
+        .map(|i| {
+            let name = format!("h{i}");
+            Some(DaemonProcess::start(
+                dir.path(),
+                &name,
+                &node_config(&db.url, &name, &jobs),
+            ))
+        })
+        .collect();
+
+    // The first failure event is held open by the receiver: its sender is killed mid-send.
+    let sender = tokio::time::timeout(Duration::from_secs(30), held_rx.recv())
+        .await
+        .expect("a failure event is sent within 30 s")
+        .expect("the receiver runs");
+    let i = nodes
+        .iter()
+        .position(|n| n.as_ref().is_some_and(|n| n.name == sender))
+        .unwrap_or_else(|| panic!("the sender \"{sender}\" is one of the nodes"));
+    let killed = nodes[i].take().unwrap();
+    killed.signal(libc::SIGKILL);
+    drop(killed);
+
+    // The other two go on; the dead-man's switch of the paused job fires, the recovering job
+    // recovers, the held event is delivered again by another node when its claim's lease ends.
+    eventually(
+        Duration::from_secs(40),
+        "the held event delivered again and a recovery",
+        || {
+            let received = received.clone();
+            async move {
+                let r = received.lock().unwrap();
+                let held_id = r.requests.iter().find(|q| !q.acked)?.body["event_id"].clone();
+                let again = r
+                    .requests
+                    .iter()
+                    .any(|q| q.acked && q.body["event_id"] == held_id);
+                let recovered = r.requests.iter().any(|q| q.body["event"] == "recovery");
+                let overdue = r.requests.iter().any(|q| q.body["outcome"] == "overdue");
+                (again && recovered && overdue).then_some(())
+            }
+        },
+    )
+    .await;
+    // Stop scheduling, then wait until every recorded event was delivered.
+    store
+        .execute_raw("UPDATE cron_table SET enabled = 0")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(40), "every event delivered", || {
+        let store = &store;
+        async move {
+            let open = count(
+                store,
+                "SELECT COUNT(*) FROM cron_events WHERE state <> 'sent'",
+            )
+            .await;
+            let running = count(
+                store,
+                "SELECT COUNT(*) FROM cron_runs WHERE outcome = 'running'",
+            )
+            .await;
+            (open == 0 && running == 0).then_some(())
+        }
+    })
+    .await;
+    // A last scan round for records ended just before the pause.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eventually(Duration::from_secs(30), "late events delivered", || {
+        let store = &store;
+        async move {
+            let open = count(
+                store,
+                "SELECT COUNT(*) FROM cron_events WHERE state <> 'sent'",
+            )
+            .await;
+            (open == 0).then_some(())
+        }
+    })
+    .await;
+    for n in nodes.iter_mut().filter_map(Option::take) {
+        n.stop();
+    }
+
+    let requests = received.lock().unwrap().requests.clone();
+    let hooks: Vec<&Request> = requests.iter().filter(|q| q.path == "/hook").collect();
+    // Every event id acknowledged exactly once; ids and keys agree.
+    let mut acked: BTreeMap<i64, usize> = BTreeMap::new();
+    for q in hooks.iter().filter(|q| q.acked) {
+        let id = q.body["event_id"].as_i64().expect("event_id");
+        assert_eq!(
+            q.headers.get("idempotency-key").map(String::as_str),
+            Some(format!("sqlcron-event-{id}").as_str())
+        );
+        *acked.entry(id).or_default() += 1;
+    }
+    let doubled: Vec<_> = acked.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "events acknowledged twice: {doubled:?}");
+    let webhook_events: BTreeSet<i64> = sql_ids(
+        &store,
+        "SELECT id FROM cron_events WHERE job_name IN ('fails', 'recovers', 'quiet')",
+    )
+    .await;
+    assert_eq!(
+        acked.keys().copied().collect::<BTreeSet<_>>(),
+        webhook_events,
+        "every webhook event delivered, none unknown"
+    );
+
+    // Each final failure of `fails` raised exactly one failure event (retries = 0).
+    let failed_runs = sql_ids(
+        &store,
+        "SELECT id FROM cron_runs WHERE job_name = 'fails' AND outcome IN ('failed', 'timeout')",
+    )
+    .await;
+    let failure_runs: BTreeSet<i64> = hooks
+        .iter()
+        .filter(|q| q.acked && q.body["event"] == "failure")
+        .map(|q| q.body["run_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(failure_runs, failed_runs);
+    assert!(failed_runs.len() >= 3, "{failed_runs:?}");
+    let kinds = |event: &str| {
+        hooks
+            .iter()
+            .filter(|q| q.acked && q.body["event"] == event)
+            .count()
+    };
+    assert_eq!(kinds("recovery"), 1, "one recovery");
+    let overdue: Vec<_> = hooks
+        .iter()
+        .filter(|q| q.acked && q.body["outcome"] == "overdue")
+        .collect();
+    assert_eq!(overdue.len(), 1, "the dead-man's switch fires once");
+    assert_eq!(overdue[0].body["job"], "quiet");
+    // The held delivery and its second delivery came from different nodes.
+    let held = hooks.iter().find(|q| !q.acked).unwrap();
+    let redelivered = hooks
+        .iter()
+        .find(|q| q.acked && q.body["event_id"] == held.body["event_id"])
+        .unwrap();
+    assert_ne!(
+        held.headers.get("x-sqlcron-node"),
+        redelivered.headers.get("x-sqlcron-node")
+    );
+
+    // The command hook: one line per success event, with the job's output.
+    let lines = std::fs::read_to_string(&hook_log).unwrap_or_default();
+    let ok_runs = sql_ids(
+        &store,
+        "SELECT id FROM cron_runs WHERE job_name = 'fine' AND outcome = 'ok'",
+    )
+    .await;
+    let line_ids: Vec<i64> = lines
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        line_ids.iter().copied().collect::<BTreeSet<_>>().len(),
+        line_ids.len(),
+        "each command hook ran once: {lines}"
+    );
+    assert_eq!(line_ids.len(), ok_runs.len(), "{lines}");
+    assert!(
+        lines.lines().all(|l| l.ends_with(" success ok all good")),
+        "{lines}"
+    );
+
+    // Pings: starts and failures of `fails`, never a success.
+    let pings: Vec<&str> = requests
+        .iter()
+        .filter(|q| q.path.starts_with("/ping/"))
+        .map(|q| q.path.as_str())
+        .collect();
+    assert!(pings.contains(&"/ping/fails/start"), "{pings:?}");
+    assert!(pings.contains(&"/ping/fails/fail"), "{pings:?}");
+    assert!(!pings.contains(&"/ping/fails"), "{pings:?}");
+    store.close().await;
+}
+
+async fn sql_ids(store: &Store, sql: &str) -> BTreeSet<i64> {
+    let ids: Vec<i64> = store.scalars_i64(sql).await.unwrap();
+    ids.into_iter().collect()
+}
