@@ -20,6 +20,20 @@ pub struct Account {
     pub shell: String,
 }
 
+impl Account {
+    /// Whether a process running as `other` already has this account's identity (user,
+    /// primary group and groups): then nothing needs switching.
+    pub fn same_identity(&self, other: &Account) -> bool {
+        let set = |a: &Account| {
+            let mut g: Vec<u32> = a.groups.iter().copied().chain([a.gid]).collect();
+            g.sort_unstable();
+            g.dedup();
+            g
+        };
+        self.uid == other.uid && self.gid == other.gid && set(self) == set(other)
+    }
+}
+
 /// Whether this process may switch to another account.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -181,6 +195,40 @@ fn group_list(user: &str, gid: u32) -> Result<Vec<u32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_identity_compares_user_and_every_group() {
+        let a = Account {
+            name: "a".into(),
+            uid: 10,
+            gid: 20,
+            groups: vec![30],
+            home: "/".into(),
+            shell: "/bin/sh".into(),
+        };
+        // The primary group counts whether or not the list repeats it.
+        let b = Account {
+            groups: vec![30, 20],
+            ..a.clone()
+        };
+        assert!(a.same_identity(&b));
+        for other in [
+            Account {
+                uid: 11,
+                ..a.clone()
+            },
+            Account {
+                gid: 21,
+                ..a.clone()
+            },
+            Account {
+                groups: vec![],
+                ..a.clone()
+            },
+        ] {
+            assert!(!a.same_identity(&other), "{other:?}");
+        }
+    }
 
     #[test]
     fn root_exists_and_unknown_users_are_named() {

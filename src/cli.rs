@@ -1,5 +1,6 @@
 //! Subcommands. Each returns an exit code or a [`Failure`] carrying its message and code.
 
+mod events;
 mod explain;
 
 use std::path::PathBuf;
@@ -73,6 +74,15 @@ enum Command {
     },
     /// Show the audit trail, newest first: operator actions and definition changes made with SQL.
     Audit {
+        /// Only this job.
+        job: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show alert events (hooks, the dead-man's switch) and their delivery, newest first.
+    Events {
         /// Only this job.
         job: Option<String>,
         #[arg(long, default_value_t = 50)]
@@ -301,6 +311,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             Command::Audit { job, limit, json } => {
                 audit(&connect(&config).await?, job.as_deref(), limit, json).await
+            }
+            Command::Events { job, limit, json } => {
+                events::run(&connect(&config).await?, job.as_deref(), limit, json).await
             }
             Command::Run { job } => {
                 let store = connect(&config).await?;

@@ -104,6 +104,8 @@ struct Health {
     last_pass: Instant,
     /// Whether that pass reached the database.
     database_ok: bool,
+    /// The last database error any loop of the node met.
+    last_db_error: Option<Instant>,
     /// Longest time between two passes of a healthy loop.
     window: Duration,
 }
@@ -135,6 +137,7 @@ impl Metrics {
             health: Mutex::new(Health {
                 last_pass: Instant::now(),
                 database_ok: false,
+                last_db_error: None,
                 window,
             }),
             registry: Registry::default(),
@@ -271,6 +274,10 @@ impl Metrics {
     }
 
     pub fn database_error(&self, kind: &str) {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_db_error = Some(Instant::now());
         self.db_errors
             .get_or_create(&KindLabel {
                 kind: kind.to_string(),
@@ -324,7 +331,15 @@ impl Metrics {
     pub fn unhealthy(&self, now: Instant) -> Option<String> {
         let h = self.health.lock().unwrap_or_else(|e| e.into_inner());
         let since = now.saturating_duration_since(h.last_pass);
-        if since > h.window {
+        // A pass waiting on a database that does not answer is late because of the database:
+        // say so when a database error was met since the last pass.
+        let db_failing = !h.database_ok || h.last_db_error.is_some_and(|t| t > h.last_pass);
+        if since > h.window && db_failing {
+            Some(format!(
+                "the database is unreachable (the poll loop has not completed a pass for {}s)",
+                since.as_secs()
+            ))
+        } else if since > h.window {
             Some(format!(
                 "the poll loop has not completed a pass for {}s",
                 since.as_secs()
@@ -451,6 +466,10 @@ mod tests {
                 .unwrap()
                 .contains("has not completed a pass for 1")
         );
+        // A late pass after a database error names the database.
+        m.database_error("unreachable");
+        let late = m.unhealthy(later).unwrap();
+        assert!(late.starts_with("the database is unreachable"), "{late}");
         m.pass(false, 0, None);
         assert!(m.unhealthy(Instant::now()).is_some());
     }

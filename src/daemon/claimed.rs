@@ -589,7 +589,10 @@ impl Shared {
                     .map_err(|e| format!("user: {e}"))?,
             ),
             None => None,
-        };
+        }
+        // A job running as the daemon's own identity (root's jobs under a root daemon) switches
+        // nothing: no `pre_exec` hook, so it is started with posix_spawn, not a fork.
+        .filter(|a| !a.same_identity(&self.host.account));
         let file_env = match &row.env_file {
             Some(path) => crate::envfile::read(std::path::Path::new(path))?,
             None => vec![],

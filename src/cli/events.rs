@@ -1,0 +1,43 @@
+//! `sqlcron events [JOB]`: alert events and how their delivery went (see `docs/alerts.md`).
+
+use sqlcron::daemon;
+use sqlcron::store::Store;
+
+use super::Failure;
+
+pub async fn run(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Result<u8, Failure> {
+    let rows = store
+        .events(job, limit.clamp(1, 100_000))
+        .await
+        .map_err(Failure::runtime)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?
+        );
+        return Ok(0);
+    }
+    println!(
+        "{:>8} {:<21} {:<24} {:<9} {:<9} {:>5} {:<16} DETAIL",
+        "ID", "CREATED", "JOB", "EVENT", "STATE", "TRIES", "NODE"
+    );
+    for r in rows {
+        let detail = match (&r.error, r.sent) {
+            (Some(e), _) => e.clone(),
+            (None, Some(t)) => format!("delivered {}", daemon::fmt_ms(t)),
+            (None, None) => String::new(),
+        };
+        println!(
+            "{:>8} {:<21} {:<24} {:<9} {:<9} {:>5} {:<16} {}",
+            r.id,
+            daemon::fmt_ms(r.created),
+            r.job,
+            r.kind,
+            r.state,
+            r.tries,
+            r.node.unwrap_or_default(),
+            detail
+        );
+    }
+    Ok(0)
+}
