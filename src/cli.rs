@@ -2,6 +2,7 @@
 
 mod events;
 mod explain;
+mod import;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -145,6 +146,9 @@ enum Command {
     /// The daemon's job reaper (started by `sqlcron daemon` outside systemd).
     #[command(name = sqlcron::reaper::SUBCOMMAND, hide = true)]
     Reaper,
+    /// Turn crontab files into [[job]] TOML on stdout (notes on stderr).
+    #[command(subcommand)]
+    Import(ImportFrom),
     /// Print the next fire times of a cron expression.
     Next {
         /// A 5-field (minute hour day-of-month month day-of-week) or 6-field (second first)
@@ -159,6 +163,23 @@ enum Command {
         /// How many fire times to print.
         #[arg(long, default_value_t = 5)]
         count: usize,
+    },
+}
+
+/// What `sqlcron import` reads.
+#[derive(Debug, Subcommand)]
+pub enum ImportFrom {
+    /// A user crontab (`crontab -l`), `/etc/crontab` or `/etc/cron.d/*` files (these two have a
+    /// user column, recognised by their path or with --system).
+    Crontab {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The account of a user crontab's jobs (`user = ...`).
+        #[arg(long)]
+        user: Option<String>,
+        /// The files have a user column before the command.
+        #[arg(long)]
+        system: bool,
     },
 }
 
@@ -213,6 +234,14 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             return Ok(0);
         }
         _ => {}
+    }
+    if let Command::Import(ImportFrom::Crontab {
+        files,
+        user,
+        system,
+    }) = &cli.command
+    {
+        return import::crontab(files, user.as_deref(), *system);
     }
     if let Command::Next {
         expr,
@@ -331,6 +360,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Resume { job } => set_enabled(&config, &job, true).await,
             Command::Check
             | Command::Next { .. }
+            | Command::Import(_)
             | Command::Completions { .. }
             | Command::Man
             | Command::Reaper => {

@@ -25,6 +25,7 @@
 //! - [`reaper`]: the helper process that ends a dead or frozen daemon's jobs.
 //! - [`alerts`]: which events a history record raises (hooks), what they say, the dead-man's
 //!   switch; pure.
+//! - [`crontab`]: crontab files as `[[job]]` TOML (`sqlcron import crontab`); pure.
 //! - [`explain`]: what happened to each slot of a job (`sqlcron explain`); pure.
 //! - [`retention`]: `[history]` limits and the pure decisions of a pruning round.
 //! - [`metrics`]: Prometheus metrics and `/healthz`, served on `[metrics] listen`.
@@ -44,6 +45,7 @@
 pub mod account;
 pub mod alerts;
 pub mod config;
+pub mod crontab;
 pub mod daemon;
 pub mod envfile;
 pub mod explain;

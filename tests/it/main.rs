@@ -11,6 +11,7 @@ macro_rules! for_each_dialect {
 
 mod alerts;
 mod behaviour;
+mod cli_import;
 mod cli_next;
 mod cluster;
 mod explain;
