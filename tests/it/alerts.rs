@@ -2,7 +2,8 @@
 //! webhook receiver in the test holds the first failure event it gets without answering, and
 //! the node sending it is SIGKILLed mid-send. Every event is then delivered and acknowledged
 //! exactly once (by event id), the held one by another node; the paused job's dead-man's
-//! switch fires once; the recovery fires once; the command hook and the pings arrive.
+//! switch fires once; skipped slots raise one missed event; the recovery fires once; the
+//! command hook and the pings arrive.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -221,6 +222,19 @@ async fn every_event_is_delivered_once_with_a_sender_killed_mid_send(dialect: Di
         })
         .collect();
 
+    // A summary of missed slots, as a node writes it under `misfire = skip`.
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, ended, outcome, skipped_count, \
+             skipped_last, message) VALUES ('quiet', {}, 0, 'h0', {now}, 'skipped', 2, {}, \
+             'misfire = skip')",
+            now - 60_000,
+            now - 30_000
+        ))
+        .await
+        .unwrap();
+
     // The first failure event is held open by the receiver: its sender is killed mid-send.
     let sender = tokio::time::timeout(Duration::from_secs(30), held_rx.recv())
         .await
@@ -250,7 +264,8 @@ async fn every_event_is_delivered_once_with_a_sender_killed_mid_send(dialect: Di
                     .any(|q| q.acked && q.body["event_id"] == held_id);
                 let recovered = r.requests.iter().any(|q| q.body["event"] == "recovery");
                 let overdue = r.requests.iter().any(|q| q.body["outcome"] == "overdue");
-                (again && recovered && overdue).then_some(())
+                let skipped = r.requests.iter().any(|q| q.body["outcome"] == "skipped");
+                (again && recovered && overdue && skipped).then_some(())
             }
         },
     )
@@ -346,6 +361,13 @@ async fn every_event_is_delivered_once_with_a_sender_killed_mid_send(dialect: Di
         .collect();
     assert_eq!(overdue.len(), 1, "the dead-man's switch fires once");
     assert_eq!(overdue[0].body["job"], "quiet");
+    let skipped: Vec<_> = hooks
+        .iter()
+        .filter(|q| q.acked && q.body["outcome"] == "skipped")
+        .collect();
+    assert_eq!(skipped.len(), 1, "the skipped slots raise one missed event");
+    assert_eq!(skipped[0].body["event"], "missed");
+    assert_eq!(skipped[0].body["skipped_count"], 2);
     // The held delivery and its second delivery came from different nodes.
     let held = hooks.iter().find(|q| !q.acked).unwrap();
     let redelivered = hooks
