@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
         env_file: next(),
         inherit_env: next(),
         limits: next(),
+        alerts: None,
         policy: Default::default(),
         source: "sql".into(),
         next_exec: None,
@@ -50,6 +51,8 @@ fuzz_target!(|data: &[u8]| {
     for col in POLICY_COLUMNS {
         row.policy.insert(col, next());
     }
+    // After the policy columns, so that the seeds written before this column keep their meaning.
+    row.alerts = next();
     let _ = sqlcron::daemon::resolve(&row, &sqlcron::job::Policy::default());
     if let Some(limits) = &row.limits
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(limits)
