@@ -1,7 +1,8 @@
 //! Issue 12 (3, 4): hooks and the dead-man's switch. Three daemons share one database; a
 //! webhook receiver in the test holds the first failure event it gets without answering, and
-//! the node sending it is SIGKILLed mid-send. Every event is then delivered and acknowledged
-//! exactly once (by event id), the held one by another node; the paused job's dead-man's
+//! the node sending it is SIGKILLed mid-send. Every event is then recorded once and acknowledged
+//! once by event id (twice only for an event the killed node had in flight: the window
+//! docs/alerts.md names), the held one by another node; the paused job's dead-man's
 //! switch fires once; skipped slots raise one missed event; the recovery fires once; the
 //! command hook and the pings arrive.
 
@@ -322,8 +323,25 @@ async fn every_event_is_delivered_once_with_a_sender_killed_mid_send(dialect: Di
         );
         *acked.entry(id).or_default() += 1;
     }
-    let doubled: Vec<_> = acked.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(doubled.is_empty(), "events acknowledged twice: {doubled:?}");
+    // An event is acknowledged twice only in the window docs/alerts.md names: the killed node
+    // had it in flight, its request arrived, and the node died before recording the answer;
+    // then another node, after the claim's lease, sends it again with the same id.
+    for (id, n) in acked.iter().filter(|(_, n)| **n > 1) {
+        let senders: Vec<&str> = hooks
+            .iter()
+            .filter(|q| q.acked && q.body["event_id"] == *id)
+            .filter_map(|q| q.headers.get("x-sqlcron-node").map(String::as_str))
+            .collect();
+        let tries = count(
+            &store,
+            &format!("SELECT tries FROM cron_events WHERE id = {id}"),
+        )
+        .await;
+        assert!(
+            *n == 2 && tries >= 2 && senders.contains(&sender.as_str()),
+            "event {id} acknowledged {n} times, {tries} claim(s), from {senders:?} (killed: {sender})"
+        );
+    }
     let webhook_events: BTreeSet<i64> = sql_ids(
         &store,
         "SELECT id FROM cron_events WHERE job_name IN ('fails', 'recovers', 'quiet')",
