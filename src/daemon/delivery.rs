@@ -147,8 +147,7 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
     }
     // The end is written under the claim; a database error is retried while the claim's lease
     // lasts (after it, another node has the event and delivers it again).
-    let lease = config.delivery.timeout + config.daemon.lease;
-    let deadline = tokio::time::Instant::now() + lease.saturating_sub(config.delivery.timeout);
+    let deadline = tokio::time::Instant::now() + config.daemon.lease;
     loop {
         match shared.store.event_finish(&claim, &how).await {
             Ok(true) => return,
@@ -267,15 +266,12 @@ async fn run_hook_command(
             } else {
                 format!("signal {}", out.signal.unwrap_or(0))
             };
-            let tail: String = out
+            let tail = out
                 .output
-                .chars()
+                .char_indices()
                 .rev()
-                .take(REPLY_BYTES)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
+                .nth(REPLY_BYTES)
+                .map_or(out.output.as_str(), |(i, _)| &out.output[i..]);
             Err(Failure {
                 error: format!("hook command: {how}: {}", tail.trim()),
                 retry: true,
@@ -370,11 +366,15 @@ impl Shared {
     /// Sends the job's `ping_url` ping in the background (Healthchecks convention: `URL/start`,
     /// `URL`, `URL/fail`), a few tries; never delays or fails the run.
     pub(super) fn ping(&self, row: &JobRow, what: Ping) {
-        let config = self.config();
+        // On every run start and end: only the ping URL is looked up, nothing is cloned
+        // unless there is one.
         let Ok(settings) = row_alerts(row) else {
             return;
         };
-        let Some(base) = settings.resolve(&config.alert_defaults).ping_url else {
+        let Some(base) = settings
+            .ping_url
+            .or_else(|| self.config().alert_defaults.ping_url.clone())
+        else {
             return;
         };
         let url = match what {

@@ -293,17 +293,23 @@ async fn every_event_is_delivered_once_with_a_sender_killed_mid_send(dialect: Di
         }
     })
     .await;
-    // A last scan round for records ended just before the pause.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The scan has read every record (its position passed the newest end), and what it
+    // recorded is delivered.
     eventually(Duration::from_secs(30), "late events delivered", || {
         let store = &store;
         async move {
+            let position = count(
+                store,
+                "SELECT position FROM cron_duties WHERE name = 'alerts'",
+            )
+            .await;
+            let newest = count(store, "SELECT MAX(ended) FROM cron_runs").await;
             let open = count(
                 store,
                 "SELECT COUNT(*) FROM cron_events WHERE state <> 'sent'",
             )
             .await;
-            (open == 0).then_some(())
+            (position >= newest && open == 0).then_some(())
         }
     })
     .await;
