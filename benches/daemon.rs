@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim idle lateness retention[-sqlite|-postgres|-mysql] burst burst-systemd rss locks
+//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness retention[-sqlite|-postgres|-mysql] burst burst-systemd rss locks http-burst
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -108,24 +108,39 @@ async fn fill(
     step: i64,
     command: &str,
 ) {
+    fill_target(store, dialect, prefix, n, base, step, "command", command).await
+}
+
+/// The same with the target in `column` (`command`, or `http` with a JSON request).
+#[allow(clippy::too_many_arguments)]
+async fn fill_target(
+    store: &Store,
+    dialect: Dialect,
+    prefix: &str,
+    n: i64,
+    base: i64,
+    step: i64,
+    column: &str,
+    command: &str,
+) {
     let chunk = 100_000;
     let mut start = 1;
     while start <= n {
         let end = (start + chunk - 1).min(n);
         let sql = match dialect {
             Dialect::Postgres => format!(
-                "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+                "INSERT INTO cron_table (name, schedule, {column}, slot, next_exec) \
                  SELECT '{prefix}' || g, '0 0 1 1 *', '{command}', {base} + g * {step}, {base} + g * {step} \
                  FROM generate_series({start}, {end}) g"
             ),
             Dialect::Mysql => format!(
-                "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+                "INSERT INTO cron_table (name, schedule, {column}, slot, next_exec) \
                  SELECT CONCAT('{prefix}', seq), '0 0 1 1 *', '{command}', {base} + seq * {step}, {base} + seq * {step} \
                  FROM seq_{start}_to_{end}"
             ),
             Dialect::Sqlite => format!(
                 "WITH RECURSIVE g(x) AS (SELECT {start} UNION ALL SELECT x + 1 FROM g WHERE x < {end}) \
-                 INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+                 INSERT INTO cron_table (name, schedule, {column}, slot, next_exec) \
                  SELECT '{prefix}' || x, '0 0 1 1 *', '{command}', {base} + x * {step}, {base} + x * {step} FROM g"
             ),
         };
@@ -142,16 +157,48 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-/// Claim cost with 1,000 and 1,000,000 rows: median time of claiming 10 due rows.
-async fn claim_cost(dialect: Dialect) {
+/// Placement values the claim benchmark's node matches (`placed`): the hot rows' value and one
+/// of the fillers'.
+const PLACED_MATCHING: [&str; 2] = [r#"{"tags":["eu"]}"#, r#"{"nodes":["web-*"]}"#];
+
+/// Claim cost with 1,000 and 1,000,000 rows: median time of claiming 10 due rows. With
+/// `placed`, placement is in use: half the fillers are for a tag this node lacks, half for its
+/// name, the hot rows for its tag, and 100 rows for a tag no node has are due all along, in
+/// front of the claim's index scan.
+async fn claim_cost(dialect: Dialect, placed: bool) {
+    let matching: Vec<String> = PLACED_MATCHING.iter().map(|s| s.to_string()).collect();
+    let filter = placed.then_some(matching.as_slice());
     for total in [1_000i64, 1_000_000] {
         let db = Db::new(dialect).await;
         let store = db.store().await;
         let t = Instant::now();
         fill(&store, dialect, "filler", total, FAR, 1_000, "true").await;
         fill(&store, dialect, "hot", 10, FAR, 1, "true").await;
+        if placed {
+            let now = store.now().await.unwrap();
+            fill(&store, dialect, "cold", 100, now - 100_000, 1, "true").await;
+            for (sql, what) in [
+                (r#"'{"tags":["gpu"]}'"#, "filler% AND id % 2 = 0"),
+                (r#"'{"nodes":["web-*"]}'"#, "filler% AND id % 2 = 1"),
+                (r#"'{"tags":["eu"]}'"#, "hot%"),
+                (r#"'{"tags":["tpu"]}'"#, "cold%"),
+            ] {
+                let (pattern, extra) = what.split_once(' ').unwrap_or((what, ""));
+                store
+                    .execute_raw(&format!(
+                        "UPDATE cron_table SET placement = {sql} WHERE name LIKE '{pattern}' {extra}"
+                    ))
+                    .await
+                    .unwrap();
+            }
+        }
         if dialect == Dialect::Postgres {
-            store.execute_raw("ANALYZE cron_table").await.unwrap();
+            // VACUUM too: setting the placements rewrote every row, and the dead versions
+            // would be measured instead of the claim.
+            store
+                .execute_raw("VACUUM ANALYZE cron_table")
+                .await
+                .unwrap();
         } else if dialect == Dialect::Mysql {
             store.execute_raw("ANALYZE TABLE cron_table").await.unwrap();
         } else {
@@ -170,11 +217,11 @@ async fn claim_cost(dialect: Dialect) {
                 .await
                 .unwrap();
             let t = Instant::now();
-            store.peek().await.unwrap();
+            store.peek("bench", filter).await.unwrap();
             peek_ms.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
             let (_, rows) = store
-                .claim("bench", 10, Duration::from_secs(10))
+                .claim_excluding("bench", 10, Duration::from_secs(10), &[], filter)
                 .await
                 .unwrap();
             claim_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -196,7 +243,8 @@ async fn claim_cost(dialect: Dialect) {
         claim_ms.sort_by(f64::total_cmp);
         peek_ms.sort_by(f64::total_cmp);
         println!(
-            "claim-cost {:<8} rows={:<8} claim(10) median {:.3} ms p90 {:.3} ms | peek median {:.3} ms (filled in {:.1?})",
+            "claim-cost{} {:<8} rows={:<8} claim(10) median {:.3} ms p90 {:.3} ms | peek median {:.3} ms (filled in {:.1?})",
+            if placed { "-placed" } else { "" },
             dialect.name(),
             total,
             percentile(&claim_ms, 0.5),
@@ -278,13 +326,21 @@ async fn wait_ready(d: &Daemon) {
     }
 }
 
-/// Statements per second an idle node sends (counted from sqlx's statement log).
-async fn idle_cost(dialect: Dialect) {
+/// Statements per second an idle node sends (counted from sqlx's statement log), with 1,000
+/// jobs not due, with wake-ups on or off (`daemon` is the `[daemon]` table's keys).
+async fn idle_cost(dialect: Dialect, daemon: &str) {
     let db = Db::new(dialect).await;
     let store = db.store().await;
-    fill(&store, dialect, "idle", 100, FAR, 1_000, "true").await;
+    fill(&store, dialect, "idle", 1_000, FAR, 1_000, "true").await;
     let dir = tempfile::tempdir().unwrap();
-    let mut d = start_daemon(dir.path(), "idle", &db.url, "", "info,sqlx::query=trace");
+    let extra = format!("[daemon]\n{daemon}");
+    let mut d = start_daemon(
+        dir.path(),
+        "idle",
+        &db.url,
+        &extra,
+        "info,sqlx::query=trace",
+    );
     wait_ready(&d).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let count = |d: &Daemon| {
@@ -295,17 +351,115 @@ async fn idle_cost(dialect: Dialect) {
             .count()
     };
     let before = count(&d);
-    let window = Duration::from_secs(20);
+    let window = Duration::from_secs(60);
     tokio::time::sleep(window).await;
     let after = count(&d);
     stop(&mut d);
     println!(
-        "idle-cost  {:<8} {:.2} statements/s per node (poll_interval 1s, 100 jobs not due, {} in {:?})",
+        "idle-cost  {:<8} {:.2} statements/s per node ({}, 1000 jobs not due, {} in {:?})",
         dialect.name(),
         (after - before) as f64 / window.as_secs_f64(),
+        daemon.replace('\n', ", "),
         after - before,
         window
     );
+    store.close().await;
+    db.drop_db().await;
+}
+
+/// Time from a change to the job's start, p50 / p99 over `SQLCRON_BENCH_TRIES` (200) tries
+/// each: `sqlcron run JOB` (from just before the command line starts) and an SQL `INSERT` of a
+/// job due at once. One node, 1,000 other jobs not due; `daemon` is the `[daemon]` table's keys.
+async fn wake_latency(dialect: Dialect, daemon: &str) {
+    let tries: usize = std::env::var("SQLCRON_BENCH_TRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    fill(&store, dialect, "idle", 1_000, FAR, 1_000, "true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[daemon]\n{daemon}\n[[job]]\nname = \"manual\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n"
+    );
+    let mut d = start_daemon(dir.path(), "wake", &db.url, &extra, "info");
+    wait_ready(&d).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cfg = dir.path().join("wake.toml");
+    let started = |job: String, from: i64| {
+        let store = &store;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let h = store.history(Some(&job), 400).await.unwrap();
+                if let Some(s) = h
+                    .iter()
+                    .filter_map(|r| r.started)
+                    .filter(|s| *s >= from)
+                    .max()
+                {
+                    return (s - from) as f64;
+                }
+                assert!(Instant::now() < deadline, "{job} did not start");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    let mut by_run = Vec::new();
+    let mut by_commit = Vec::new();
+    for _ in 0..tries {
+        let from = store.now().await.unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+            .args(["--config", cfg.to_str().unwrap(), "run", "manual"])
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let took = started("manual".into(), from).await;
+        by_run.push(took);
+        // The same from the request's commit (its audit record, database clock): without
+        // the command line's own start (connecting, checking the schema).
+        let asked = store
+            .scalar_i64("SELECT MAX(at) FROM cron_audit WHERE action = 'run'")
+            .await
+            .unwrap()
+            .unwrap_or(from);
+        by_commit.push(took - (asked - from) as f64);
+        // The run ends before the next try (a run requested while one runs waits for it).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut by_insert = Vec::new();
+    for i in 0..tries {
+        let from = store.now().await.unwrap();
+        let job = format!("ins{i}");
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command) VALUES ('{job}', '@at {}', 'true')",
+                chrono::DateTime::from_timestamp_millis(from)
+                    .unwrap()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            ))
+            .await
+            .unwrap();
+        by_insert.push(started(job, from).await);
+    }
+    stop(&mut d);
+    for (what, v) in [
+        ("sqlcron run", &mut by_run),
+        ("  its commit", &mut by_commit),
+        ("SQL INSERT", &mut by_insert),
+    ] {
+        v.sort_by(f64::total_cmp);
+        println!(
+            "wake       {:<8} {:<12} p50 {:>6.0} ms  p99 {:>6.0} ms  ({}, {} tries)",
+            dialect.name(),
+            what,
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            daemon.replace('\n', ", "),
+            v.len()
+        );
+    }
     store.close().await;
     db.drop_db().await;
 }
@@ -569,6 +723,110 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     db.drop_db().await;
 }
 
+/// Serves `200 ok` to every request on 127.0.0.1 and counts them: the HTTP burst's target.
+async fn ok_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(AtomicU64::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let c = c.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_req| {
+                    c.fetch_add(1, Ordering::Relaxed);
+                    async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(hyper::body::Bytes::from("ok")),
+                        ))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (port, count)
+}
+
+/// 1,000 jobs due at once on 3 nodes (PostgreSQL, max_parallel 16, as under systemd): HTTP
+/// jobs against a local server, then the same burst of `true` commands.
+async fn http_burst() {
+    let (port, served) = ok_server().await;
+    for http in [true, false] {
+        let dialect = Dialect::Postgres;
+        let db = Db::new(dialect).await;
+        let store = db.store().await;
+        let dir = tempfile::tempdir().unwrap();
+        let me = sqlcron::account::current().expect("the bench user's account");
+        let extra = format!(
+            "[daemon]\nmax_parallel = 16\ndefault_user = \"{}\"\n",
+            me.name
+        );
+        let mut nodes: Vec<Daemon> = (0..3)
+            .map(|n| {
+                start_daemon_env(
+                    dir.path(),
+                    &format!("h{n}"),
+                    &db.url,
+                    &extra,
+                    "warn,sqlcron::cli=info",
+                    &[("INVOCATION_ID", "bench")],
+                )
+            })
+            .collect();
+        for n in &nodes {
+            wait_ready(n).await;
+        }
+        let now = store.now().await.unwrap();
+        let slot = now - now.rem_euclid(1000) + 3_000;
+        let before = served.load(std::sync::atomic::Ordering::Relaxed);
+        if http {
+            let target = format!(r#"{{"url": "http://127.0.0.1:{port}/run"}}"#);
+            fill_target(&store, dialect, "h", 1_000, slot, 0, "http", &target).await;
+        } else {
+            fill(&store, dialect, "h", 1_000, slot, 0, "true").await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut done = 0;
+        while Instant::now() < deadline {
+            done = store
+                .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE outcome = 'ok'")
+                .await
+                .unwrap()
+                .unwrap_or(0);
+            if done >= 1_000 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let last_end = store
+            .scalar_i64("SELECT MAX(ended) FROM cron_runs")
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        let mut daemons_cpu = 0.0;
+        for n in &mut nodes {
+            daemons_cpu += cpu_seconds(n.child.id()).0;
+            stop(n);
+        }
+        println!(
+            "http-burst {:<8} 1,000 {} jobs due at once, 3 nodes, max_parallel 16: all ended {:.2} s after the slot; {done} ok; requests served {}; daemons' CPU {daemons_cpu:.1} s",
+            dialect.name(),
+            if http { "HTTP" } else { "`true`" },
+            (last_end - slot) as f64 / 1000.0,
+            served.load(std::sync::atomic::Ordering::Relaxed) - before,
+        );
+        store.close().await;
+        db.drop_db().await;
+    }
+}
+
 /// CPU seconds of a process: (its own, its reaped children's), from `/proc/<pid>/stat`.
 fn cpu_seconds(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -702,14 +960,19 @@ async fn lock_throughput(dialect: Dialect) {
                 n
             }));
         }
-        let mut total = 0;
+        let mut per_client = Vec::new();
         for h in handles {
-            total += h.await.unwrap();
+            per_client.push(h.await.unwrap());
         }
+        let total: u64 = per_client.iter().sum();
+        // First come, first served: with the queue's order every client gets about the same
+        // share.
         println!(
-            "lock       {:<8} {clients} client(s): {:.0} acquire+release/s",
+            "lock       {:<8} {clients} client(s): {:.0} acquire+release/s; per client min {} max {}",
             dialect.name(),
-            total as f64 / window.as_secs_f64()
+            total as f64 / window.as_secs_f64(),
+            per_client.iter().min().unwrap_or(&0),
+            per_client.iter().max().unwrap_or(&0),
         );
     }
     store.close().await;
@@ -783,12 +1046,35 @@ async fn main() {
     let all = [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql];
     if on("claim") {
         for d in all {
-            claim_cost(d).await;
+            claim_cost(d, false).await;
+        }
+    }
+    if on("claim-placed") {
+        for d in all {
+            claim_cost(d, true).await;
         }
     }
     if on("idle") {
         for d in all {
-            idle_cost(d).await;
+            idle_cost(d, "wakeups = false").await;
+            if d != Dialect::Mysql {
+                idle_cost(d, "wakeups = true").await;
+                idle_cost(
+                    d,
+                    "wakeups = true\npoll_interval = \"30s\"\nlease = \"40s\"",
+                )
+                .await;
+            }
+        }
+    }
+    if on("wake") || on("wake-on") {
+        for d in all {
+            if on("wake") {
+                wake_latency(d, "wakeups = false").await;
+            }
+            if d != Dialect::Mysql {
+                wake_latency(d, "wakeups = true").await;
+            }
         }
     }
     if on("lateness") {
@@ -811,6 +1097,9 @@ async fn main() {
     if on("locks") {
         lock_throughput(Dialect::Postgres).await;
         lock_takeover(Dialect::Postgres).await;
+    }
+    if on("http-burst") {
+        http_burst().await;
     }
     if on("rss") {
         rss(Dialect::Sqlite).await;

@@ -1,22 +1,25 @@
 //! Subcommands. Each returns an exit code or a [`Failure`] carrying its message and code.
 
+mod at;
+mod backfill;
+mod drain;
 mod events;
 mod explain;
 mod import;
+mod status;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Parser, Subcommand};
-use serde::Serialize;
 use tokio::sync::mpsc;
 
 use sqlcron::config::{self, Config, Environment};
 use sqlcron::daemon::{self, Control, Daemon};
 use sqlcron::job::Outcome;
 use sqlcron::schedule::Schedule;
-use sqlcron::store::{Actor, JobRow, PARKED, Store};
+use sqlcron::store::{Actor, PARKED, Store};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -91,8 +94,49 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Create a one-off job: run CMD once at TIME (`now`, `+10m`, RFC 3339, or a local
+    /// `2026-12-24T18:00` in the default zone), with the usual claim, lease, retries and history.
+    At {
+        time: String,
+        /// The job's name (default: `at-<time>-<random>`).
+        #[arg(long)]
+        name: Option<String>,
+        /// The account it runs as (a root daemon needs one, as for any job).
+        #[arg(long)]
+        user: Option<String>,
+        /// One argument: a shell command line; several: a program and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run every slot of a job in a range that has no successful run yet, oldest first, each
+    /// once (as one-off rows JOB#backfill-SLOT, one at a time unless the job has a pool).
+    Backfill {
+        job: String,
+        /// Start of the range: RFC 3339, or a date or date and time in the job's zone.
+        #[arg(long)]
+        from: String,
+        /// End of the range (at most now).
+        #[arg(long)]
+        to: String,
+        /// Queue at most this many slots (the oldest).
+        #[arg(long)]
+        max: Option<usize>,
+        /// Only list the slots that would run.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Run a job once more as soon as possible; its schedule is unchanged.
     Run { job: String },
+    /// Stop a node claiming (default: this configuration's node); its runs finish. For rolling
+    /// upgrades. Lasts until `undrain`, across restarts. SIGUSR2 to the daemon does the same.
+    Drain {
+        node: Option<String>,
+        /// Wait until the node holds no run any more.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Let a drained node claim again. SIGUSR1 to the daemon does the same.
+    Undrain { node: Option<String> },
     /// Stop scheduling a job until `resume`.
     Pause { job: String },
     /// Schedule a paused job again (missed slots follow its misfire policy).
@@ -163,6 +207,9 @@ enum Command {
         /// How many fire times to print.
         #[arg(long, default_value_t = 5)]
         count: usize,
+        /// The job whose name `H` fields hash (required when the expression uses `H`).
+        #[arg(long)]
+        job: Option<String>,
     },
 }
 
@@ -248,9 +295,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         tz,
         after,
         count,
+        job,
     } = &cli.command
     {
-        return next(expr, tz, after.as_deref(), *count).map(|()| 0);
+        return next(expr, tz, after.as_deref(), *count, job.as_deref()).map(|()| 0);
     }
     let explicit = cli.config.is_some() || std::env::var_os("SQLCRON_CONFIG").is_some();
     let path = config::config_path(cli.config.as_deref());
@@ -310,7 +358,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 }
                 Ok(0)
             }
-            Command::Status { json } => status(&connect(&config).await?, &config, json).await,
+            Command::Status { json } => status::run(&connect(&config).await?, &config, json).await,
             Command::Lock {
                 name,
                 lease,
@@ -344,8 +392,58 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Events { job, limit, json } => {
                 events::run(&connect(&config).await?, job.as_deref(), limit, json).await
             }
+            Command::At {
+                time,
+                name,
+                user,
+                command,
+            } => {
+                let store = connect(&config).await?;
+                at::run(
+                    &store,
+                    at::Request {
+                        time: &time,
+                        name: name.as_deref(),
+                        user: user.as_deref(),
+                        command: &command,
+                        zone: &config.defaults.timezone,
+                    },
+                )
+                .await
+            }
+            Command::Backfill {
+                job,
+                from,
+                to,
+                max,
+                dry_run,
+            } => {
+                let store = connect(&config).await?;
+                backfill::run(
+                    &store,
+                    &config,
+                    backfill::Request {
+                        job: &job,
+                        from: &from,
+                        to: &to,
+                        max,
+                        dry_run,
+                    },
+                )
+                .await
+            }
             Command::Run { job } => {
                 let store = connect(&config).await?;
+                if store
+                    .job(&job)
+                    .await
+                    .map_err(Failure::runtime)?
+                    .is_some_and(|r| r.run_on.as_deref() == Some("every_node"))
+                {
+                    return Err(Failure::usage(format!(
+                        "{job} runs on every node: run one node's copy, sqlcron run {job}@NODE"
+                    )));
+                }
                 found(
                     &job,
                     store
@@ -355,6 +453,16 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 )?;
                 println!("{job}: will run as soon as a node is free");
                 Ok(0)
+            }
+            Command::Drain { node, wait } => {
+                let store = connect(&config).await?;
+                let node = node.unwrap_or_else(|| config.node_name.clone());
+                drain::drain(&store, &node, wait).await
+            }
+            Command::Undrain { node } => {
+                let store = connect(&config).await?;
+                let node = node.unwrap_or_else(|| config.node_name.clone());
+                drain::undrain(&store, &node).await
             }
             Command::Pause { job } => set_enabled(&config, &job, false).await,
             Command::Resume { job } => set_enabled(&config, &job, true).await,
@@ -620,6 +728,10 @@ async fn run_daemon(
                     tracing::warn!("reload ignored: the database is not ready yet");
                     continue;
                 }
+                Some(Control::Drain(_)) => {
+                    tracing::warn!("drain signal ignored: the database is not ready yet; use sqlcron drain");
+                    continue;
+                }
             },
         };
         match outcome {
@@ -656,8 +768,9 @@ fn spawn_signal_thread(
     explicit: bool,
     env: Environment,
 ) -> std::io::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -673,6 +786,11 @@ fn spawn_signal_thread(
                             tracing::error!("SIGHUP: configuration not reloaded, keeping the running one: {e}");
                         }
                     },
+                    SIGUSR2 | SIGUSR1 => {
+                        if tx.send(Control::Drain(signal == SIGUSR2)).is_err() {
+                            break;
+                        }
+                    }
                     _ => {
                         stops += 1;
                         sqlcron::systemd::stopping();
@@ -693,206 +811,6 @@ fn fmt_ms(ms: Option<i64>) -> String {
         Some(PARKED) => "never".into(),
         Some(ms) => daemon::fmt_ms(ms),
     }
-}
-
-#[derive(Serialize)]
-struct JobStatus {
-    name: String,
-    schedule: String,
-    timezone: String,
-    enabled: bool,
-    source: String,
-    next_run: Option<String>,
-    running_on: Option<String>,
-    running_since: Option<String>,
-    lease_until: Option<String>,
-    attempt: i64,
-    last_status: Option<String>,
-    last_exit: Option<i64>,
-    last_end: Option<String>,
-    error: Option<String>,
-}
-
-#[derive(Serialize)]
-struct NodeStatus {
-    name: String,
-    host: Option<String>,
-    pid: Option<i64>,
-    version: Option<String>,
-    alive: bool,
-    last_seen: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Drift {
-    job: String,
-    /// Node name → the job's fingerprint there ("absent" when the node's file lacks it).
-    nodes: std::collections::BTreeMap<String, String>,
-}
-
-#[derive(Serialize)]
-struct Status {
-    now: String,
-    jobs: Vec<JobStatus>,
-    nodes: Vec<NodeStatus>,
-    drift: Vec<Drift>,
-}
-
-fn job_status(row: &JobRow, config: &Config, now: i64) -> JobStatus {
-    let running = row.exec_by.is_some() && row.lease_until.is_some_and(|l| l > now);
-    JobStatus {
-        name: row.name.clone(),
-        schedule: row.schedule.clone(),
-        timezone: row
-            .timezone
-            .clone()
-            .unwrap_or_else(|| config.defaults.timezone.clone()),
-        enabled: row.enabled,
-        source: row.source.clone(),
-        next_run: if running || row.error.is_some() {
-            row.slot.filter(|_| running).map(daemon::fmt_ms)
-        } else {
-            row.next_exec.map(|n| fmt_ms(Some(n)))
-        },
-        running_on: running.then(|| row.exec_by.clone()).flatten(),
-        running_since: running
-            .then(|| row.last_start.map(daemon::fmt_ms))
-            .flatten(),
-        lease_until: running
-            .then(|| row.lease_until.map(daemon::fmt_ms))
-            .flatten(),
-        attempt: row.attempt,
-        last_status: row
-            .last_status
-            .clone()
-            .filter(|s| Outcome::parse(s) != Ok(Outcome::Running) || running),
-        last_exit: row.last_exit,
-        last_end: row.last_end.map(daemon::fmt_ms),
-        error: row.error.clone(),
-    }
-}
-
-async fn status(store: &Store, config: &Config, json: bool) -> Result<u8, Failure> {
-    let now = store.now().await.map_err(Failure::runtime)?;
-    let rows = store.jobs().await.map_err(Failure::runtime)?;
-    let nodes = store.nodes().await.map_err(Failure::runtime)?;
-    let jobs: Vec<JobStatus> = rows.iter().map(|r| job_status(r, config, now)).collect();
-    let alive = |n: &sqlcron::store::NodeRow| n.alive(now);
-    // Drift: alive nodes whose TOML jobs differ.
-    let mut per_node = std::collections::BTreeMap::new();
-    for n in nodes.iter().filter(|n| alive(n)) {
-        let map: std::collections::BTreeMap<String, String> = n
-            .toml_jobs
-            .as_deref()
-            .and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or_default();
-        per_node.insert(n.name.clone(), map);
-    }
-    let mut all_jobs = std::collections::BTreeSet::new();
-    for m in per_node.values() {
-        all_jobs.extend(m.keys().cloned());
-    }
-    let mut drift = vec![];
-    for job in all_jobs {
-        let versions: std::collections::BTreeMap<String, String> = per_node
-            .iter()
-            .map(|(node, m)| {
-                (
-                    node.clone(),
-                    m.get(&job).cloned().unwrap_or_else(|| "absent".into()),
-                )
-            })
-            .collect();
-        let distinct: std::collections::BTreeSet<_> = versions.values().collect();
-        if distinct.len() > 1 {
-            drift.push(Drift {
-                job,
-                nodes: versions,
-            });
-        }
-    }
-    let status = Status {
-        now: daemon::fmt_ms(now),
-        nodes: nodes
-            .iter()
-            .map(|n| NodeStatus {
-                name: n.name.clone(),
-                host: n.host.clone(),
-                pid: n.pid,
-                version: n.version.clone(),
-                alive: alive(n),
-                last_seen: n.last_seen.map(daemon::fmt_ms),
-            })
-            .collect(),
-        jobs,
-        drift,
-    };
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&status).map_err(Failure::runtime)?
-        );
-        return Ok(0);
-    }
-    let mut out = String::new();
-    out.push_str(&format!(
-        "{:<24} {:<16} {:<16} {:<21} {:<28} {}\n",
-        "JOB", "SCHEDULE", "ZONE", "NEXT", "STATE", "LAST"
-    ));
-    for j in &status.jobs {
-        let state = if let Some(e) = &j.error {
-            format!("error: {e}")
-        } else if let Some(node) = &j.running_on {
-            format!(
-                "running on {node} since {}",
-                j.running_since.clone().unwrap_or_default()
-            )
-        } else if !j.enabled {
-            "paused".into()
-        } else {
-            "idle".into()
-        };
-        let last = match (&j.last_status, j.last_exit) {
-            (Some(s), Some(code)) => format!(
-                "{s} (exit {code}) {}",
-                j.last_end.clone().unwrap_or_default()
-            ),
-            (Some(s), None) => format!("{s} {}", j.last_end.clone().unwrap_or_default()),
-            _ => "-".into(),
-        };
-        out.push_str(&format!(
-            "{:<24} {:<16} {:<16} {:<21} {:<28} {}\n",
-            j.name,
-            j.schedule,
-            j.timezone,
-            j.next_run.clone().unwrap_or_else(|| "-".into()),
-            state,
-            last
-        ));
-    }
-    out.push_str(&format!(
-        "\n{:<24} {:<24} {:<8} {:<6} {}\n",
-        "NODE", "HOST", "PID", "ALIVE", "LAST SEEN"
-    ));
-    for n in &status.nodes {
-        out.push_str(&format!(
-            "{:<24} {:<24} {:<8} {:<6} {}\n",
-            n.name,
-            n.host.clone().unwrap_or_default(),
-            n.pid.map(|p| p.to_string()).unwrap_or_default(),
-            if n.alive { "yes" } else { "no" },
-            n.last_seen.clone().unwrap_or_default()
-        ));
-    }
-    if !status.drift.is_empty() {
-        out.push_str("\nCONFIGURATION DRIFT (alive nodes whose TOML files disagree)\n");
-        for d in &status.drift {
-            let parts: Vec<String> = d.nodes.iter().map(|(n, h)| format!("{n}={h}")).collect();
-            out.push_str(&format!("{:<24} {}\n", d.job, parts.join(" ")));
-        }
-    }
-    print!("{out}");
-    Ok(0)
 }
 
 async fn history(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Result<u8, Failure> {
@@ -975,8 +893,17 @@ async fn audit(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Resu
     Ok(0)
 }
 
-fn next(expr: &str, tz: &str, after: Option<&str>, count: usize) -> Result<(), Failure> {
-    let schedule = Schedule::parse(expr, tz).map_err(|e| Failure::usage(e.to_string()))?;
+fn next(
+    expr: &str,
+    tz: &str,
+    after: Option<&str>,
+    count: usize,
+    job: Option<&str>,
+) -> Result<(), Failure> {
+    let schedule = Schedule::parse_for(expr, tz, job).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Some(resolved) = schedule.expr().and_then(|e| e.resolved()) {
+        eprintln!("{expr} is {resolved} for {}", job.unwrap_or_default());
+    }
     let after = match after {
         Some(text) => DateTime::parse_from_rfc3339(text)
             .map_err(|e| {

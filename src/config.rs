@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::alerts::AlertSettings;
-use crate::job::{JobSpec, Misfire, OnLeaseLost, Policy, PolicyOverrides};
-use crate::schedule::{CronExpr, parse_zone};
+use crate::job::{JobSpec, Misfire, OnLeaseLost, Overlap, Policy, PolicyOverrides};
+use crate::schedule::{Schedule, parse_zone};
 
 /// Where the configuration is read from when neither `--config` nor `$SQLCRON_CONFIG` is given.
 pub const CONFIG_PATH_DEFAULT: &str = "/etc/sqlcron/sqlcron.toml";
@@ -72,6 +72,9 @@ pub struct RawDatabase {
 #[serde(deny_unknown_fields)]
 pub struct RawNode {
     pub name: Option<String>,
+    /// What this node offers, for jobs' `on = { tags = [...] }`.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -86,6 +89,7 @@ pub struct RawDaemon {
     pub output_log_bytes: Option<i64>,
     pub default_user: Option<String>,
     pub inherit_env: Option<Vec<String>>,
+    pub wakeups: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -126,6 +130,7 @@ pub struct RawPolicy {
     pub jitter: Option<String>,
     pub on_lease_lost: Option<String>,
     pub rerun_lost: Option<bool>,
+    pub overlap: Option<String>,
     /// Alert keys (see `alerts.rs`): a hook is a command, a table with `command` or `url`, or
     /// `false`.
     pub on_failure: Option<serde_json::Value>,
@@ -182,6 +187,8 @@ pub struct RawJob {
     pub schedule: Option<String>,
     pub command: Option<String>,
     pub argv: Option<Vec<String>>,
+    /// An HTTP request instead of a process: `http = { url = "...", ... }`.
+    pub http: Option<serde_json::Value>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
@@ -193,6 +200,10 @@ pub struct RawJob {
     #[serde(default)]
     pub inherit_env: Vec<String>,
     pub limits: Option<serde_json::Value>,
+    /// Which nodes may run it: `on = { tags = [...], nodes = [...] }`.
+    pub on: Option<crate::placement::Placement>,
+    /// `any` (one node per slot, the default) or `every_node` (each matching node, each slot).
+    pub run_on: Option<String>,
     #[serde(flatten)]
     pub policy: RawPolicy,
 }
@@ -209,6 +220,8 @@ pub struct Config {
     pub database_secrets: crate::secrets::DatabaseSecrets,
     /// This daemon's name in `exec_by`, history and `cron_nodes`.
     pub node_name: String,
+    /// `[node] tags`: what jobs' placement (`on = { tags = [...] }`) matches.
+    pub node_tags: Vec<String>,
     pub daemon: DaemonConfig,
     /// Policy for every job unless a job (or its row) says otherwise.
     pub defaults: Policy,
@@ -247,6 +260,9 @@ pub struct DaemonConfig {
     pub default_user: Option<String>,
     /// Variables of the daemon's environment every job also gets.
     pub inherit_env: Vec<String>,
+    /// Listen for changes (PostgreSQL LISTEN/NOTIFY, inotify on SQLite) instead of relying on
+    /// polling alone (see `store/wake.rs`).
+    pub wakeups: bool,
 }
 
 impl Default for DaemonConfig {
@@ -261,6 +277,7 @@ impl Default for DaemonConfig {
             output_log_bytes: OUTPUT_LOG_BYTES_DEFAULT,
             default_user: None,
             inherit_env: Vec::new(),
+            wakeups: true,
         }
     }
 }
@@ -478,6 +495,16 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         );
     }
 
+    let mut node_tags = raw.node.tags.clone();
+    node_tags.sort();
+    node_tags.dedup();
+    if let Some(t) = node_tags
+        .iter()
+        .find(|t| t.trim().is_empty() || t.contains(char::is_whitespace))
+    {
+        c.push("[node] tags", format!("\"{t}\" must be a non-empty word"));
+    }
+
     let d = &raw.daemon;
     let daemon = DaemonConfig {
         poll_interval: c.duration(
@@ -534,6 +561,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         },
         default_user: d.default_user.clone(),
         inherit_env: d.inherit_env.clone().unwrap_or_default(),
+        wakeups: d.wakeups.unwrap_or(true),
     };
     for name in &daemon.inherit_env {
         if let Err(m) = check_inherit_name(name) {
@@ -667,6 +695,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         database_url,
         database_secrets,
         node_name,
+        node_tags,
         daemon,
         defaults,
         pools,
@@ -749,7 +778,8 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
     };
     let schedule = match &job.schedule {
         Some(s) => {
-            if let Err(e) = CronExpr::parse(s) {
+            // The zone does not change whether a schedule parses; it is checked on its own.
+            if let Err(e) = Schedule::parse_for(s, "UTC", Some(&name)) {
                 problems.push(("schedule".into(), e.to_string()));
             }
             s.clone()
@@ -759,8 +789,24 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
             String::new()
         }
     };
+    let http = match &job.http {
+        None => None,
+        Some(v) => match crate::http_target::HttpTarget::from_json(v) {
+            Ok(t) => Some(t),
+            Err(m) => {
+                problems.push(("http".into(), m));
+                None
+            }
+        },
+    };
     match (&job.command, &job.argv) {
-        (None, None) => problems.push(("command".into(), "is missing (or give argv)".into())),
+        (None, None) if job.http.is_some() => {}
+        _ if job.http.is_some() => {
+            problems.push(("http".into(), "give one of command, argv or http".into()))
+        }
+        (None, None) => {
+            problems.push(("command".into(), "is missing (or give argv or http)".into()))
+        }
         (Some(_), Some(_)) => problems.push((
             "command".into(),
             "give either command or argv, not both".into(),
@@ -823,6 +869,27 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
             format!("\"{f}\" must be an absolute path"),
         ));
     }
+    if let Some(Err(m)) = job.on.as_ref().map(crate::placement::Placement::validate) {
+        problems.push(("on".into(), m));
+    }
+    let every_node = match job.run_on.as_deref() {
+        None | Some("any") => false,
+        Some("every_node") => true,
+        Some(other) => {
+            problems.push((
+                "run_on".into(),
+                format!("\"{other}\" must be any or every_node"),
+            ));
+            false
+        }
+    };
+    if every_node && name.contains('@') {
+        problems.push((
+            "name".into(),
+            "a job with run_on = \"every_node\" may not contain @ (its copies are named job@node)"
+                .into(),
+        ));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -832,6 +899,7 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
         timezone: job.policy.timezone.clone(),
         command: job.command.clone(),
         argv: job.argv.clone(),
+        http,
         env: job.env.clone(),
         workdir: job.workdir.clone(),
         enabled: job.enabled.unwrap_or(true),
@@ -843,6 +911,8 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
         inherit_env: job.inherit_env.clone(),
         limits,
         alerts,
+        placement: job.on.clone(),
+        every_node,
     })
 }
 
@@ -921,6 +991,11 @@ impl PolicyOverrides {
                 .map(|m| OnLeaseLost::parse(m).map_err(|e| ("on_lease_lost".to_string(), e)))
                 .transpose()?,
             rerun_lost: raw.rerun_lost,
+            overlap: raw
+                .overlap
+                .as_deref()
+                .map(|m| Overlap::parse(m).map_err(|e| ("overlap".to_string(), e)))
+                .transpose()?,
         })
     }
 }
@@ -990,6 +1065,29 @@ mod tests {
         let backup = c.jobs.iter().find(|j| j.name == "nightly-backup").unwrap();
         assert_eq!(backup.timezone.as_deref(), Some("Asia/Tokyo"));
         assert_eq!(backup.overrides.retries, Some(3));
+    }
+
+    #[test]
+    fn an_http_job_has_a_request_and_no_command() {
+        let c = parse_ok(
+            r#"
+[[job]]
+name = "hook"
+schedule = "@hourly"
+http = { url = "https://svc.test/run", method = "get", headers = { Authorization = "Bearer t" } }
+"#,
+        );
+        let http = c.jobs[0].http.as_ref().unwrap();
+        assert_eq!(http.method, "GET");
+        assert_eq!(http.headers["Authorization"], "Bearer t");
+        let msg = parse_err(
+            "[[job]]\nname = \"x\"\nschedule = \"@hourly\"\ncommand = \"true\"\n\
+             http = { url = \"http://h/x\" }\n",
+        );
+        assert!(msg.contains("give one of command, argv or http"), "{msg}");
+        let msg =
+            parse_err("[[job]]\nname = \"x\"\nschedule = \"@hourly\"\nhttp = { url = \"h/x\" }\n");
+        assert!(msg.contains("http: url:"), "{msg}");
     }
 
     #[test]

@@ -300,7 +300,7 @@ pub fn dst_note(schedule: &Schedule, ms: i64) -> Option<String> {
     let tz = schedule.tz();
     let t = DateTime::from_timestamp_millis(ms)?;
     let local = t.with_timezone(&tz).naive_local();
-    let expr = schedule.expr();
+    let expr = schedule.expr()?;
     if !expr.matches(local) {
         let before = (t - chrono::Duration::seconds(1))
             .with_timezone(&tz)

@@ -5,7 +5,9 @@
 //! while the command runs, fenced by the request id (exported as `SQLCRON_FENCING_TOKEN`), and
 //! freed by expiry if this process dies. Waiters are served first come, first served; they poll
 //! with a growing interval (never faster than every 50 ms, never slower than a third of the lease)
-//! and a waiter that dies stops extending its place and drops out of the queue.
+//! and a waiter that dies stops extending its place and drops out of the queue. On PostgreSQL a
+//! request leaving the queue names the first one still waiting in `NOTIFY sqlcron_lock`, and
+//! exactly that waiter looks at once (see `store/wake.rs`); the polls stay the safety net.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -87,6 +89,7 @@ pub async fn acquire(
 ) -> Result<Acquired, GuardError> {
     let started = Instant::now();
     store.lock_reap(&p.name).await?;
+    interrupts.listen(store).await;
     let mut id = store
         .lock_enqueue(&p.name, p.size, &p.owner, &p.host, p.pid, p.lease)
         .await?;
@@ -129,12 +132,17 @@ pub async fn acquire(
         if let Some(w) = p.wait {
             sleep = sleep.min(w.saturating_sub(waited));
         }
-        tokio::select! {
-            _ = tokio::time::sleep(sleep) => {}
-            _ = interrupts.recv() => {
+        match interrupts.wait(sleep, id).await {
+            Woke::Signal => {
                 let _ = store.lock_release(id).await;
                 return Ok(Acquired::Interrupted);
             }
+            Woke::NextInLine => {
+                // Handed over: look now; the next wait starts short again.
+                delay = POLL_NEXT_MIN;
+                continue;
+            }
+            Woke::Timer => {}
         }
         delay = (delay.mul_f32(1.5)).min(max_delay);
     }
@@ -151,10 +159,21 @@ const POLL_MAX: Duration = Duration::from_secs(1);
 const POLL_NEXT_MIN: Duration = Duration::from_millis(10);
 const POLL_NEXT_MAX: Duration = Duration::from_millis(250);
 
-/// SIGINT and SIGTERM to this process, registered once so none is missed between waits.
+/// Why a wait ended.
+enum Woke {
+    Timer,
+    Signal,
+    NextInLine,
+}
+
+/// What a waiting request reacts to besides its polls: SIGINT and SIGTERM to this process
+/// (registered once so none is missed between waits) and, on PostgreSQL, the notification that
+/// it is next in line (its LISTEN connection opened at the first wait and kept for the next).
 pub struct Interrupts {
     int: Option<tokio::signal::unix::Signal>,
     term: Option<tokio::signal::unix::Signal>,
+    /// `None`: not tried yet; `Some(None)`: none (another database, or it failed).
+    hand_over: Option<Option<crate::store::wake::LockWakeups>>,
 }
 
 impl Default for Interrupts {
@@ -169,6 +188,56 @@ impl Interrupts {
         Interrupts {
             int: signal(SignalKind::interrupt()).ok(),
             term: signal(SignalKind::terminate()).ok(),
+            hand_over: None,
+        }
+    }
+
+    /// Opens the hand-over listener once (PostgreSQL); a failure means polling only.
+    async fn listen(&mut self, store: &Store) {
+        if self.hand_over.is_none() {
+            self.hand_over = Some(store.lock_wakeups().await.unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "no lock hand-over notifications; polling");
+                None
+            }));
+        }
+    }
+
+    /// Sleeps for `sleep`, or less: until a signal, or until request `id` is named next in
+    /// line. A listener that fails is dropped (polling goes on).
+    async fn wait(&mut self, sleep: Duration, id: i64) -> Woke {
+        let Interrupts {
+            int,
+            term,
+            hand_over,
+        } = self;
+        let signal = async {
+            match (int, term) {
+                (Some(int), Some(term)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        let named = async {
+            match hand_over {
+                Some(Some(l)) => l.wait_for(id).await.is_ok(),
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => Woke::Timer,
+            _ = signal => Woke::Signal,
+            ok = named => {
+                if ok {
+                    Woke::NextInLine
+                } else {
+                    self.hand_over = Some(None);
+                    Woke::Timer
+                }
+            }
         }
     }
 

@@ -50,6 +50,8 @@ pub enum Outcome {
     Skipped,
     /// Retries given up because the next regular slot came.
     Abandoned,
+    /// Stopped because its next slot came (`overlap = "replace"`).
+    Replaced,
 }
 
 impl Outcome {
@@ -62,6 +64,7 @@ impl Outcome {
             "lost" => Outcome::Lost,
             "skipped" => Outcome::Skipped,
             "abandoned" => Outcome::Abandoned,
+            "replaced" => Outcome::Replaced,
             other => return Err(format!("\"{other}\" is not a run outcome")),
         })
     }
@@ -75,12 +78,16 @@ impl Outcome {
             Outcome::Lost => "lost",
             Outcome::Skipped => "skipped",
             Outcome::Abandoned => "abandoned",
+            Outcome::Replaced => "replaced",
         }
     }
 
     /// The run ended on its node and its end was recorded (whatever the exit).
     pub fn is_finished(self) -> bool {
-        matches!(self, Outcome::Ok | Outcome::Failed | Outcome::Timeout)
+        matches!(
+            self,
+            Outcome::Ok | Outcome::Failed | Outcome::Timeout | Outcome::Replaced
+        )
     }
 }
 
@@ -122,6 +129,37 @@ impl OnLeaseLost {
     }
 }
 
+/// What the next slot does when it comes while the previous run still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// The next slot waits for the run, then follows `misfire` (the default).
+    Forbid,
+    /// The next slot stops the run (SIGTERM, `kill_grace`, SIGKILL), records it `replaced`
+    /// and starts.
+    Replace,
+}
+
+impl Overlap {
+    pub fn parse(s: &str) -> Result<Overlap, String> {
+        match s {
+            "forbid" => Ok(Overlap::Forbid),
+            "replace" => Ok(Overlap::Replace),
+            "allow" => Err(
+                "\"allow\" is not offered: one job runs once at a time (see docs/daemon.md); use forbid or replace"
+                    .into(),
+            ),
+            other => Err(format!("\"{other}\" must be forbid or replace")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overlap::Forbid => "forbid",
+            Overlap::Replace => "replace",
+        }
+    }
+}
+
 /// The complete policy of one job, after defaults and overrides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -148,6 +186,7 @@ pub struct Policy {
     /// After a node died mid-run: run the slot again (at-least-once) or record it lost and move on
     /// (at-most-once).
     pub rerun_lost: bool,
+    pub overlap: Overlap,
 }
 
 impl Default for Policy {
@@ -165,6 +204,7 @@ impl Default for Policy {
             jitter: Duration::ZERO,
             on_lease_lost: OnLeaseLost::Kill,
             rerun_lost: true,
+            overlap: Overlap::Forbid,
         }
     }
 }
@@ -184,6 +224,7 @@ pub struct PolicyOverrides {
     pub jitter: Option<Duration>,
     pub on_lease_lost: Option<OnLeaseLost>,
     pub rerun_lost: Option<bool>,
+    pub overlap: Option<Overlap>,
 }
 
 impl PolicyOverrides {
@@ -202,6 +243,7 @@ impl PolicyOverrides {
             jitter: self.jitter.unwrap_or(base.jitter),
             on_lease_lost: self.on_lease_lost.unwrap_or(base.on_lease_lost),
             rerun_lost: self.rerun_lost.unwrap_or(base.rerun_lost),
+            overlap: self.overlap.unwrap_or(base.overlap),
         }
     }
 }
@@ -217,6 +259,8 @@ pub struct JobSpec {
     pub command: Option<String>,
     /// Run without a shell; exclusive with `command`.
     pub argv: Option<Vec<String>>,
+    /// Send an HTTP request instead of running a process; exclusive with both.
+    pub http: Option<crate::http_target::HttpTarget>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub enabled: bool,
@@ -234,6 +278,10 @@ pub struct JobSpec {
     pub limits: Limits,
     /// Hooks, the dead-man's switch and pings (`None`s inherit `[defaults]`).
     pub alerts: crate::alerts::AlertSettings,
+    /// Which nodes may run it (`None`: any).
+    pub placement: Option<crate::placement::Placement>,
+    /// `run_on = "every_node"`: every matching node runs each slot (its own copy `job@node`).
+    pub every_node: bool,
 }
 
 /// Which account a job runs as: `(user, group)` to switch to, or `None` to run as the daemon.
@@ -423,6 +471,20 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlap_is_forbid_or_replace_and_allow_is_explained() {
+        assert_eq!(Overlap::parse("replace"), Ok(Overlap::Replace));
+        assert_eq!(Policy::default().overlap, Overlap::Forbid);
+        assert!(Overlap::parse("allow").unwrap_err().contains("not offered"));
+        assert!(
+            Overlap::parse("often")
+                .unwrap_err()
+                .contains("forbid or replace")
+        );
+        assert!(Outcome::Replaced.is_finished());
+        assert_eq!(Outcome::parse("replaced"), Ok(Outcome::Replaced));
+    }
 
     fn account(name: &str, uid: u32) -> crate::account::Account {
         crate::account::Account {

@@ -17,7 +17,8 @@
 //!   switch), `migrate`, and
 //!   `dialect` (every difference between the three databases).
 //! - [`runner`]: running one command (process group, output tail and bounded log, timeout); no
-//!   database.
+//!   database. [`http_target`]: an HTTP job's request (idempotency key, fencing token header,
+//!   status range, TLS roots), run through the same entry point.
 //! - [`account`]: Unix accounts jobs run as (user, group, supplementary groups, home, shell).
 //! - [`envfile`]: `KEY=VALUE` files a job's secrets live in.
 //! - [`limits`]: a run's resource limits (`setrlimit`, and a control group where delegated).
@@ -50,9 +51,11 @@ pub mod daemon;
 pub mod envfile;
 pub mod explain;
 pub mod guard;
+pub mod http_target;
 pub mod job;
 pub mod limits;
 pub mod metrics;
+pub mod placement;
 pub mod policy;
 pub mod reaper;
 pub mod retention;

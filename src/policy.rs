@@ -22,7 +22,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::job::{Misfire, Outcome, Policy, PreviousRun};
-use crate::schedule::Schedule;
+use crate::schedule::{Kind, Schedule};
 
 /// Lateness after which a slot counts as missed when the job sets no `starting_deadline`.
 pub const MISFIRE_THRESHOLD_DEFAULT: Duration = Duration::from_secs(60);
@@ -101,6 +101,17 @@ pub fn next_slot(schedule: &Schedule, slot: i64) -> i64 {
         .unwrap_or(i64::MAX)
 }
 
+/// The first slot of a row just created or changed, in ms: the next regular slot after `now`,
+/// except for a one-off (`@at`), whose only slot is its instant even when that has passed (the
+/// misfire policy then decides whether it runs late). A one-off that already ran is not
+/// prepared again: its row keeps its slot (see `docs/schedule.md`, "One-off jobs").
+pub fn first_slot(schedule: &Schedule, now: i64) -> i64 {
+    match schedule.kind() {
+        Kind::At(at) => at.saturating_mul(1000),
+        _ => next_slot(schedule, now),
+    }
+}
+
 /// A delay in `[0, jitter)` fixed for one (job, slot): spreads jobs due at the same second, and
 /// every node computes the same value.
 pub fn jitter_ms(job: &str, slot: i64, jitter: Duration) -> i64 {
@@ -134,9 +145,9 @@ pub fn plan_claim(
         action: ClaimAction::Wait { slot: now },
     };
     let Some(slot) = state.slot else {
-        // Never computed (a fresh SQL row claimed by a race with preparation): the next slot.
+        // Never computed (a fresh SQL row claimed by a race with preparation): the first slot.
         plan.action = ClaimAction::Wait {
-            slot: next_slot(schedule, now),
+            slot: first_slot(schedule, now),
         };
         return plan;
     };

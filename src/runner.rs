@@ -33,6 +33,8 @@ pub enum Program {
     Shell(String),
     /// A program and its arguments, without a shell.
     Argv(Vec<String>),
+    /// An HTTP request instead of a process (`http_target.rs`).
+    Http(Box<crate::http_target::HttpCall>),
 }
 
 #[derive(Debug, Clone)]
@@ -90,11 +92,18 @@ pub struct RunOutcome {
     /// For the run's history: a limit that ended the run, a limit not applied, or how much
     /// output was left out of the log.
     pub note: Option<String>,
+    /// An HTTP job's answer: whether its status is one of the job's `success` statuses
+    /// (`exit_code` holds the status). `None` for a process.
+    pub http_ok: Option<bool>,
 }
 
 impl RunOutcome {
     pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out && !self.stopped
+        let answered = match self.http_ok {
+            Some(ok) => ok,
+            None => self.exit_code == Some(0),
+        };
+        answered && !self.timed_out && !self.stopped
     }
 }
 
@@ -176,6 +185,10 @@ pub async fn run(
     mut stop: watch::Receiver<StopRequest>,
 ) -> Result<RunOutcome, SpawnError> {
     let (mut cmd, what) = match &spec.program {
+        Program::Http(call) => {
+            let stop = stop.clone();
+            return Ok(crate::http_target::call(call, spec.timeout, spec.output_tail, stop).await);
+        }
         Program::Shell(text) => {
             let mut c = Command::new("/bin/sh");
             c.arg("-c").arg(text);
@@ -339,6 +352,7 @@ pub async fn run(
         stopped,
         output,
         note: (!notes.is_empty()).then(|| notes.join("; ")),
+        http_ok: None,
     })
 }
 

@@ -31,8 +31,14 @@ pub fn status(line: &str) {
 
 /// Whether systemd expects watchdog pings from this process.
 pub fn watchdog_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| sd_notify::watchdog_enabled().is_some())
+    watchdog_interval().is_some()
+}
+
+/// How often the poll loop passes at least when systemd expects watchdog pings: a third of the
+/// watchdog timeout (`WatchdogSec=`), so a healthy idle loop never misses one.
+pub fn watchdog_interval() -> Option<std::time::Duration> {
+    static INTERVAL: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *INTERVAL.get_or_init(|| sd_notify::watchdog_enabled().map(|t| t / 3))
 }
 
 /// A watchdog ping. Sent by the poll loop after every pass, never by a timer of its own, so

@@ -27,6 +27,10 @@ fuzz_target!(|data: &[u8]| {
         inherit_env: next(),
         limits: next(),
         alerts: None,
+        placement: None,
+        run_on: None,
+        template: None,
+        http: next(),
         policy: Default::default(),
         source: "sql".into(),
         next_exec: None,
@@ -53,6 +57,8 @@ fuzz_target!(|data: &[u8]| {
     }
     // After the policy columns, so that the seeds written before this column keep their meaning.
     row.alerts = next();
+    row.placement = next();
+    row.run_on = next();
     let _ = sqlcron::daemon::resolve(&row, &sqlcron::job::Policy::default());
     if let Some(limits) = &row.limits
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(limits)

@@ -6,6 +6,7 @@ use serde::Serialize;
 use sqlcron::config::Config;
 use sqlcron::daemon;
 use sqlcron::explain::{Range, RowState, SlotExplained, explain};
+use sqlcron::placement::{NodeOffer, unplaceable};
 use sqlcron::schedule::Schedule;
 use sqlcron::store::Store;
 
@@ -27,6 +28,8 @@ struct Explanation<'a> {
     now: i64,
     slots: Vec<SlotExplained>,
     left_out: usize,
+    /// "no live node matches (...)" when no live, undrained node may run the job.
+    placement: Option<String>,
 }
 
 pub async fn run(
@@ -72,6 +75,12 @@ pub async fn run(
         limit: LIMIT,
     };
     let (slots, left_out) = explain(&schedule, &state, &runs, now, range);
+    let nodes = store.nodes().await.map_err(Failure::runtime)?;
+    let offers: Vec<NodeOffer> = nodes
+        .iter()
+        .map(|n| NodeOffer::new(&n.name, n.tags.as_deref(), n.alive(now) && !n.drain))
+        .collect();
+    let placement = unplaceable(row.placement.as_deref(), &offers);
     if json {
         let out = Explanation {
             job,
@@ -82,6 +91,7 @@ pub async fn run(
             now,
             slots,
             left_out,
+            placement,
         };
         println!(
             "{}",
@@ -96,6 +106,9 @@ pub async fn run(
         sqlcron::explain::local(&schedule, from),
         sqlcron::explain::local(&schedule, to)
     );
+    if let Some(why) = &placement {
+        println!("{job}: will not run until a node matches: {why}");
+    }
     if left_out > 0 {
         println!("... {left_out} earlier slots left out (narrow the range with --from and --to)");
     }
@@ -110,7 +123,7 @@ pub async fn run(
 
 /// RFC 3339 (`2026-11-22T02:00:00Z`), or a local date or date and time in the job's zone
 /// (`2026-11-22`, `2026-11-22T02:00`, `2026-11-22 02:00:00`).
-fn parse_time(text: &str, schedule: &Schedule) -> Result<i64, Failure> {
+pub(super) fn parse_time(text: &str, schedule: &Schedule) -> Result<i64, Failure> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.timestamp_millis());
     }

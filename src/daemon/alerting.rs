@@ -28,6 +28,11 @@ const SCAN_BATCH: i64 = 500;
 const RECOVERY_LOOKBACK: i64 = 20;
 /// How often the dead-man's switches are checked, and whether anything is configured.
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+/// While no job has alerts: how often a node looks whether one has now, and how often the duty
+/// holder moves the scan's position up to the clock (so that hooks set later do not fire for
+/// runs that ended long before: at most this plus the scan's overlap window before).
+const IDLE_CHECK: Duration = Duration::from_secs(5);
+const IDLE_ADVANCE: Duration = Duration::from_secs(30);
 
 /// The scan's memory between rounds on this node.
 #[derive(Default)]
@@ -36,8 +41,11 @@ struct Scan {
     seen: HashMap<i64, i64>,
     /// When the dead-man's switches were last checked.
     last_watch: Option<Instant>,
-    /// Whether any job has alerts (checked every [`WATCH_INTERVAL`]).
+    /// Whether any job has alerts (checked every [`WATCH_INTERVAL`], or [`IDLE_CHECK`] while
+    /// none has).
     configured: bool,
+    /// When the position was last moved up while nothing is configured.
+    last_advance: Option<Instant>,
 }
 
 pub(super) async fn alerting_loop(shared: Arc<Shared>) {
@@ -64,14 +72,26 @@ struct JobAlerts {
 async fn round(shared: &Shared, scan: &mut Scan) -> Result<(), StoreError> {
     let config = shared.config();
     let store = &shared.store;
-    let check_watch = scan
-        .last_watch
-        .is_none_or(|t| t.elapsed() >= WATCH_INTERVAL);
+    let every = if scan.configured {
+        WATCH_INTERVAL
+    } else {
+        IDLE_CHECK
+    };
+    let check_watch = scan.last_watch.is_none_or(|t| t.elapsed() >= every);
     if check_watch {
         scan.configured = !config.alert_defaults.is_empty() || store.any_job_alerts().await?;
     }
-    if !scan.configured && !check_watch {
-        return Ok(());
+    if !scan.configured {
+        if check_watch {
+            scan.last_watch = Some(Instant::now());
+        }
+        if scan
+            .last_advance
+            .is_some_and(|t| t.elapsed() < IDLE_ADVANCE)
+        {
+            return Ok(());
+        }
+        scan.last_advance = Some(Instant::now());
     }
     let lease_ms = config.daemon.lease.as_millis() as i64;
     let Some(duty) = store.duty_take(ALERTS_DUTY, &shared.node, lease_ms).await? else {

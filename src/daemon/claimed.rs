@@ -22,7 +22,7 @@ use super::delivery::Ping;
 use super::lease::{Interrupt, SupervisionGuard, reaper_deadline};
 use super::{Shared, fmt_ms};
 use crate::config::Config;
-use crate::job::{OnLeaseLost, Outcome, Policy};
+use crate::job::{OnLeaseLost, Outcome, Overlap, Policy};
 use crate::policy::{
     ClaimAction, ClaimedState, Finished, Previous, account_previous, after_run, jitter_ms,
     plan_claim,
@@ -424,10 +424,14 @@ impl Shared {
         let row = &claim.row;
         let sup_key = (row.id, row.token);
         let (slot, attempt) = (key.slot, key.attempt);
-        let mut spec = match self
-            .resolve_process(row, config)
-            .and_then(|resolved| run_spec(row, slot, attempt, &self.node, policy, config, resolved))
-        {
+        let key_attempt = self.key_attempt(row, slot, attempt).await;
+        let mut spec = match self.resolve_process(row, config).and_then(|resolved| {
+            let resolved = Resolved {
+                key_attempt,
+                ..resolved
+            };
+            run_spec(row, slot, attempt, &self.node, policy, config, resolved)
+        }) {
             Ok(s) => s,
             Err(message) => {
                 let result = RunResult {
@@ -459,14 +463,33 @@ impl Shared {
         let started = db_time(claim);
         self.metrics.run_started(started - slot);
         self.ping(row, Ping::Start);
-        let result = runner::run(&spec, claim.stop.clone()).await;
+        let replace_in = replace_delay(policy, schedule, &row.name, slot, manual, db_time(claim));
+        let run = runner::run(&spec, claim.stop.clone());
+        tokio::pin!(run);
+        let mut replaced = false;
+        let result = match replace_in {
+            None => run.await,
+            Some(after) => tokio::select! {
+                r = &mut run => r,
+                _ = tokio::time::sleep(after) => {
+                    replaced = true;
+                    tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, "the next slot came while this run runs (overlap = replace): stopping it");
+                    if let Some(r) = self.supervision().get(&sup_key) {
+                        let _ = r.stop.send(StopRequest::Kill);
+                    }
+                    run.await
+                }
+            },
+        };
         let interrupted = self.supervision().get_mut(&sup_key).and_then(|r| {
             r.running = false;
             r.interrupted
         });
         let result = match result {
             Ok(out) => {
-                let outcome = if out.timed_out {
+                let outcome = if replaced && out.stopped {
+                    Outcome::Replaced
+                } else if out.timed_out {
                     Outcome::Timeout
                 } else if out.success() {
                     Outcome::Ok
@@ -530,7 +553,8 @@ impl Shared {
         result: RunResult,
     ) {
         let row = &claim.row;
-        let failed = result.outcome != Outcome::Ok;
+        // A replaced run is not retried: the slot that replaced it runs now.
+        let failed = !matches!(result.outcome, Outcome::Ok | Outcome::Replaced);
         let waiting = row.slot.unwrap_or(key.slot);
         let next = after_run(
             &row.name,
@@ -547,7 +571,14 @@ impl Shared {
         );
         self.metrics
             .run_ended(&row.name, result.outcome.as_str(), db_time(claim));
-        self.ping(row, if failed { Ping::Failure } else { Ping::Success });
+        self.ping(
+            row,
+            if result.outcome == Outcome::Ok {
+                Ping::Success
+            } else {
+                Ping::Failure
+            },
+        );
         if failed && next.slot == key.slot {
             self.metrics.retry(&row.name);
             tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
@@ -572,17 +603,60 @@ impl Shared {
             outcome: Some(result),
         };
         self.release_with_retry(claim, &release, Some(key)).await;
+        if let Some(pool) = &row.pool {
+            self.pool_place_freed(pool).await;
+        }
+    }
+
+    /// A run of `pool` ended: jobs waiting for a place may start now rather than at the end of
+    /// their wait. Best effort: should it fail, they start when their wait ends.
+    async fn pool_place_freed(&self, pool: &str) {
+        match self.store.pool_place_freed(pool).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::debug!(pool, waiting = n, "pool place freed; waiting jobs due now");
+                self.wake.notify_one();
+            }
+            Err(e) => {
+                tracing::debug!(pool, error = %e, "waiting jobs not brought forward; they start when their wait ends")
+            }
+        }
     }
 
     /// Releases a claimed row that cannot run and parks it with the reason in `error`, in one
     /// fenced write. A change to the row's definition or policy columns un-parks it.
     /// The account a run switches to and its `env_file`, looked up now (users and files change
     /// between runs).
+    /// An HTTP job's `Idempotency-Key` attempt (see `Store::key_attempt`). The history is read
+    /// only for a later attempt; should the read fail, the attempt itself is used (a new key:
+    /// the receiver may then see a lost delivery twice, never miss one).
+    async fn key_attempt(&self, row: &JobRow, slot: i64, attempt: u32) -> u32 {
+        if row.http.is_none() || attempt <= 1 {
+            return attempt;
+        }
+        match self.store.key_attempt(&row.name, slot, attempt).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(job = %row.name, error = %e, "earlier attempts not counted; the request gets a key of its own");
+                attempt
+            }
+        }
+    }
+
     pub(super) fn resolve_process<'a>(
         &'a self,
         row: &JobRow,
         config: &Config,
     ) -> Result<Resolved<'a>, String> {
+        if row.http.is_some() {
+            // No process: no account to switch to, no environment.
+            return Ok(Resolved {
+                host: &self.host,
+                account: None,
+                file_env: vec![],
+                key_attempt: 1,
+            });
+        }
         let account = match super::decode::run_as(row, config, &self.host.account)? {
             Some((user, group)) => Some(
                 crate::account::lookup(&user, group.as_deref())
@@ -601,6 +675,7 @@ impl Shared {
             host: &self.host,
             account,
             file_env,
+            key_attempt: 1,
         })
     }
 
@@ -731,6 +806,28 @@ impl Shared {
 
 /// The database clock now, as known from the claim: its `now` plus the monotonic time since.
 /// No record carries the node's wall clock.
+/// With `overlap = "replace"`, how long a run may go on: until its next regular slot is due
+/// (database clock, `now`). `None` for other policies, manual runs and a schedule with no next
+/// slot.
+fn replace_delay(
+    policy: &Policy,
+    schedule: &Schedule,
+    job: &str,
+    slot: i64,
+    manual: bool,
+    now: i64,
+) -> Option<Duration> {
+    if policy.overlap != Overlap::Replace || manual {
+        return None;
+    }
+    let next = crate::policy::next_slot(schedule, slot);
+    if next == i64::MAX {
+        return None;
+    }
+    let due = next.saturating_add(crate::policy::jitter_ms(job, next, policy.jitter));
+    Some(Duration::from_millis(due.saturating_sub(now).max(0) as u64))
+}
+
 fn db_time(claim: &Claim) -> i64 {
     claim
         .now

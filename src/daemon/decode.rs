@@ -18,10 +18,16 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
     }
     let overrides = row_overrides(row)?;
     let policy = overrides.apply_to(defaults);
-    let tz = parse_zone(&policy.timezone).map_err(|e| format!("timezone: {e}"))?;
-    let expr =
-        crate::schedule::CronExpr::parse(&row.schedule).map_err(|e| format!("schedule: {e}"))?;
+    parse_zone(&policy.timezone).map_err(|e| format!("timezone: {e}"))?;
+    let schedule = Schedule::parse_for(&row.schedule, &policy.timezone, Some(&row.name))
+        .map_err(|e| format!("schedule: {e}"))?;
     match (&row.command, &row.argv) {
+        _ if row.http.is_some() => {
+            if row.command.is_some() || row.argv.is_some() {
+                return Err("http: give one of command, argv or http".into());
+            }
+            row_http(row)?;
+        }
         (_, Some(argv)) => {
             let v: Vec<String> = serde_json::from_str(argv)
                 .map_err(|e| format!("argv: not a JSON array of strings ({e})"))?;
@@ -36,10 +42,32 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
         serde_json::from_str::<HashMap<String, String>>(env)
             .map_err(|e| format!("env: not a JSON object of strings ({e})"))?;
     }
+    if let Some(p) = &row.placement {
+        crate::placement::Placement::from_json(p)?;
+    }
+    if let Some(r) = row
+        .run_on
+        .as_deref()
+        .filter(|r| *r != "any" && *r != "every_node")
+    {
+        return Err(format!("run_on: \"{r}\" must be any or every_node"));
+    }
     inherit_list(row)?;
     row_limits(row)?;
     row_alerts(row)?;
-    Ok((Schedule::new(expr, tz), policy))
+    Ok((schedule, policy))
+}
+
+/// The `http` column: an HTTP job's request, or `None` for a process.
+fn row_http(row: &JobRow) -> Result<Option<crate::http_target::HttpTarget>, String> {
+    row.http
+        .as_deref()
+        .map(|t| {
+            let v: serde_json::Value =
+                serde_json::from_str(t).map_err(|e| format!("http: not a JSON object ({e})"))?;
+            crate::http_target::HttpTarget::from_json(&v).map_err(|m| format!("http: {m}"))
+        })
+        .transpose()
 }
 
 /// The `inherit_env` column: a JSON array of variable names.
@@ -145,6 +173,7 @@ fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
         jitter: get("jitter"),
         on_lease_lost: get("on_lease_lost"),
         rerun_lost: int("rerun_lost")?.map(|n| n != 0),
+        overlap: get("overlap"),
         ..Default::default()
     };
     PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))
@@ -156,6 +185,8 @@ pub struct Resolved<'a> {
     pub host: &'a Host,
     pub account: Option<Account>,
     pub file_env: Vec<(String, String)>,
+    /// An HTTP job's `Idempotency-Key` attempt (see `http_target::RunIdentity`).
+    pub key_attempt: u32,
 }
 
 /// The process of one run. Its environment is built like cron's: `PATH`, `HOME`, `SHELL`,
@@ -172,6 +203,36 @@ pub(super) fn run_spec(
     config: &Config,
     resolved: Resolved<'_>,
 ) -> Result<RunSpec, String> {
+    if let Some(target) = row_http(row)? {
+        let call = crate::http_target::HttpCall {
+            target,
+            id: crate::http_target::RunIdentity {
+                job: row.name.clone(),
+                slot: crate::http_target::slot_text(slot),
+                attempt,
+                key_attempt: resolved.key_attempt,
+                node: node.to_string(),
+                token: row.token,
+            },
+        };
+        return Ok(RunSpec {
+            job: row.name.clone(),
+            program: Program::Http(Box::new(call)),
+            env: Vec::new(),
+            workdir: None,
+            timeout: policy.timeout,
+            kill_grace: policy.kill_grace,
+            output_tail: config.daemon.output_tail,
+            log_lines: config.daemon.output_log_lines,
+            log_bytes: config.daemon.output_log_bytes,
+            reaper_deadline: None,
+            pgid: Default::default(),
+            inherit_io: false,
+            clear_env: true,
+            account: None,
+            limits: Limits::default(),
+        });
+    }
     let program = match (&row.argv, &row.command) {
         (Some(argv), _) => {
             Program::Argv(serde_json::from_str(argv).map_err(|e| format!("argv: {e}"))?)

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use super::Shared;
 use super::decode::{resolve, row_alerts, run_spec};
 use crate::alerts::{self, Hook};
+use crate::http_target::error_chain;
 use crate::runner::{self, StopRequest};
 use crate::store::{Delivered, EventClaim, JobRow};
 
@@ -28,19 +29,22 @@ const PING_TRIES: u32 = 3;
 /// The HTTP client of webhooks and pings: rustls with the system's roots, redirects not
 /// followed (a hook's URL is where the event goes, nowhere else).
 pub(super) fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("sqlcron/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(10))
+    crate::http_target::client_builder(0)
         .build()
         .unwrap_or_default()
 }
 
+/// The longest pause between two looks for events while none come (the look after finding
+/// some is one poll interval away; each empty look doubles the pause up to this).
+const IDLE_LOOK_MAX: Duration = Duration::from_secs(4);
+
 pub(super) async fn delivery_loop(shared: Arc<Shared>) {
     let mut in_flight = JoinSet::new();
+    let mut wait = shared.config().daemon.poll_interval;
     loop {
-        let wait = shared.config().daemon.poll_interval;
         tokio::time::sleep(wait).await;
+        let poll = shared.config().daemon.poll_interval;
+        wait = (wait * 2).min(IDLE_LOOK_MAX.max(poll));
         while in_flight.try_join_next().is_some() {}
         if shared.stopping.load(Ordering::SeqCst) {
             // Deliveries under way end within their timeout; none is started any more.
@@ -59,6 +63,9 @@ pub(super) async fn delivery_loop(shared: Arc<Shared>) {
                 continue;
             }
         };
+        if !due.is_empty() {
+            wait = poll;
+        }
         let config = shared.config();
         // The claim outlives the delivery's own limit by a lease: a node that dies or stalls
         // while sending leaves the event to another node after that.
@@ -209,6 +216,7 @@ async fn run_hook_command(
     let mut hook_row = row.clone();
     hook_row.command = Some(command.to_string());
     hook_row.argv = None;
+    hook_row.http = None;
     let payload: Value = serde_json::from_str(&claim.payload).unwrap_or(Value::Null);
     let mut spec = shared
         .resolve_process(&hook_row, &config)
@@ -341,17 +349,6 @@ async fn post(
     let text = resp.text().await.unwrap_or_default();
     let text: String = text.chars().take(REPLY_BYTES).collect();
     Err(failure(format!("webhook: HTTP {status}: {}", text.trim())))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
 }
 
 /// What a ping reports.

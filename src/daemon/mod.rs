@@ -13,9 +13,12 @@ mod alerting;
 mod claimed;
 pub mod decode;
 mod delivery;
+mod every_node;
 mod housekeeping;
 pub mod lease;
+mod placing;
 mod tick;
+mod wakeups;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -46,6 +49,8 @@ pub enum Control {
     StopNow,
     /// A new, already validated configuration (SIGHUP).
     Reload(Box<Config>),
+    /// Drain (SIGUSR2) or undrain (SIGUSR1) this node, as `sqlcron drain` / `undrain` do.
+    Drain(bool),
 }
 
 /// What one tick did, for logs and tests.
@@ -61,6 +66,8 @@ pub struct TickReport {
     pub claimed: usize,
     /// Capacity was full when the tick ended (more may be due).
     pub saturated: bool,
+    /// The node is drained: it claimed nothing.
+    pub drained: bool,
 }
 
 /// State shared by the poll loop, the lease loop and the run tasks.
@@ -72,8 +79,13 @@ struct Shared {
     supervision: Supervision,
     /// Bounds local concurrent runs (`max_parallel`).
     permits: Arc<Semaphore>,
-    /// Woken when a run ends (capacity freed) or on a control message.
+    /// Woken when a run ends (capacity freed), on a control message or a wake-up.
     wake: Notify,
+    /// Woken by a wake-up (the table changed; see `wakeups.rs`). Kept apart from `wake`: a
+    /// node with no free place skips the look (a run ending wakes it through `wake`).
+    changed: Notify,
+    /// A wake-up source is listening (see `wakeups.rs`): the idle loop may sleep longer.
+    wakeups_live: std::sync::atomic::AtomicBool,
     /// Set once the shutdown has begun: stops claiming.
     stopping: std::sync::atomic::AtomicBool,
     /// The daemon's own account and environment, read at start: what a job's process is built
@@ -83,6 +95,14 @@ struct Shared {
     metrics: Arc<crate::metrics::Metrics>,
     /// The HTTP client of webhooks and pings.
     http: reqwest::Client,
+    /// The placement values this node matches (see `placing.rs`).
+    placement: Mutex<placing::PlacementView>,
+    /// The node is drained (`cron_nodes.drain`, seen at each peek).
+    drained: std::sync::atomic::AtomicBool,
+    /// Host-local templates in the table (seen at each peek), and whether the last sync found
+    /// any template or copy (true at start): a node syncs its copies only while either is so.
+    templates: std::sync::atomic::AtomicI64,
+    copies_seen: std::sync::atomic::AtomicBool,
 }
 
 pub struct Daemon {
@@ -104,10 +124,16 @@ impl Daemon {
                 supervision: Mutex::new(HashMap::new()),
                 permits,
                 wake: Notify::new(),
+                changed: Notify::new(),
+                wakeups_live: false.into(),
                 stopping: false.into(),
                 host: decode::Host::from_process(),
                 metrics,
                 http: delivery::http_client(),
+                placement: Mutex::new(placing::PlacementView::default()),
+                drained: false.into(),
+                templates: 0.into(),
+                copies_seen: true.into(),
             }),
         }
     }
@@ -154,9 +180,15 @@ impl Daemon {
                 &host,
                 std::process::id(),
                 &serde_json::to_string(&fingerprint).unwrap_or_default(),
+                &config.node_tags,
             )
             .await;
         drop(fingerprint);
+        if registered.is_ok()
+            && let Err(e) = self.shared.sync_copies(&config).await
+        {
+            tracing::warn!(error = %e, "host-local jobs not synced");
+        }
         drop(config);
         // Parsing and applying a large TOML leaves freed heap behind; give it back to the system
         // so a long-running node's footprint reflects what it really holds.
@@ -165,6 +197,23 @@ impl Daemon {
             libc::malloc_trim(0);
         }
         registered
+    }
+
+    /// Writes this node's drain flag (a signal asked for it); the next peek acts on it.
+    async fn set_drain(&self, drain: bool) {
+        let actor = Actor::this_process(Some(&format!("daemon {}", self.shared.node)));
+        let what = if drain { "drain" } else { "undrain" };
+        match self
+            .shared
+            .store
+            .set_drain(&self.shared.node, drain, &actor)
+            .await
+        {
+            Ok(_) => tracing::info!("signal: {what} recorded"),
+            Err(e) => {
+                tracing::error!(error = %e, "signal: {what} not recorded; try `sqlcron {what}`")
+            }
+        }
     }
 
     /// Runs until stopped through `control`. Returns after every run was finished or stopped
@@ -177,10 +226,17 @@ impl Daemon {
         let alerting = tokio::spawn(alerting::alerting_loop(self.shared.clone()));
         let delivery = tokio::spawn(delivery::delivery_loop(self.shared.clone()));
         let metrics_server = self.serve_metrics().await;
+        let wakeups = tokio::spawn(wakeups::wake_loop(self.shared.clone()));
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
-        let mut last_heartbeat = Instant::now();
         let mut stop_now = false;
+        // A pass looks at the table when woken (a run ended, a wake-up, a control message) or
+        // when its sleep ran out; the heartbeat keeps its own cadence whatever the sleep.
+        let mut woken = true;
+        let mut next_tick = Instant::now();
+        let mut next_beat = Instant::now() + HEARTBEAT_INTERVAL;
+        let mut beats = 0u64;
+        let mut db_now = 0i64;
         loop {
             while let Some(done) = tasks.try_join_next() {
                 if let Err(e) = done {
@@ -188,26 +244,48 @@ impl Daemon {
                 }
             }
             let config = self.config();
-            let poll = config.daemon.poll_interval;
+            if errors == 0 && Instant::now() >= next_beat {
+                next_beat = Instant::now() + HEARTBEAT_INTERVAL;
+                self.heartbeat(&config, beats, db_now).await;
+                beats += 1;
+            }
+            // No heartbeat while the database is unreachable: the sleep is the error backoff.
+            let wake_at = |next_tick: Instant, errors: u32| {
+                if errors == 0 {
+                    next_tick.min(next_beat)
+                } else {
+                    next_tick
+                }
+            };
+            if !woken && Instant::now() < next_tick {
+                if self
+                    .sleep(
+                        wake_at(next_tick, errors),
+                        &mut control,
+                        &mut woken,
+                        &mut stop_now,
+                    )
+                    .await
+                {
+                    break;
+                }
+                continue;
+            }
+            let poll = idle_poll(
+                config.daemon.poll_interval,
+                self.shared
+                    .wakeups_live
+                    .load(std::sync::atomic::Ordering::SeqCst),
+            );
             let sleep_for = match self.tick(&mut tasks).await {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {
                         tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
                     }
                     errors = 0;
+                    db_now = report.now;
                     if report.claimed > 0 || report.prepared > 0 || report.invalid > 0 {
                         tracing::debug!(?report, "tick");
-                    }
-                    if last_heartbeat.elapsed() >= HEARTBEAT_INTERVAL {
-                        last_heartbeat = Instant::now();
-                        if let Err(e) = self.shared.store.node_seen(&self.shared.node).await {
-                            tracing::warn!(error = %e, "node heartbeat failed");
-                            self.shared.metrics.database_error(e.kind());
-                        }
-                        if let Ok(nodes) = self.shared.store.nodes().await {
-                            let alive = nodes.iter().filter(|n| n.alive(report.now)).count();
-                            self.shared.metrics.nodes_alive(alive);
-                        }
                     }
                     let running = self.running_count();
                     let offset = report.now - chrono::Utc::now().timestamp_millis();
@@ -245,23 +323,31 @@ impl Daemon {
                     let backoff = Duration::from_millis(200)
                         .saturating_mul(1 << errors.min(8))
                         .min(ERROR_BACKOFF_MAX);
-                    backoff.max(poll.min(ERROR_BACKOFF_MAX))
+                    backoff.max(config.daemon.poll_interval.min(ERROR_BACKOFF_MAX))
                 }
             };
+            // Under a systemd watchdog the loop looks at the table at least every third of its
+            // timeout: the ping below follows a pass that reached the database, so a wedged
+            // loop or a database that stopped answering lets systemd restart the daemon.
+            let sleep_for =
+                crate::systemd::watchdog_interval().map_or(sleep_for, |w| sleep_for.min(w));
+            next_tick = Instant::now() + sleep_for;
+            woken = false;
             // The loop completed a pass: tell the watchdog (never from a timer of its own).
             crate::systemd::watchdog();
-            tokio::select! {
-                _ = tokio::time::sleep(sleep_for) => {}
-                _ = self.shared.wake.notified() => {}
-                msg = control.recv() => match msg {
-                    Some(Control::Reload(config)) => {
-                        self.reload(*config).await;
-                    }
-                    Some(Control::Stop) | None => break,
-                    Some(Control::StopNow) => { stop_now = true; break; }
-                },
+            if self
+                .sleep(
+                    wake_at(next_tick, errors),
+                    &mut control,
+                    &mut woken,
+                    &mut stop_now,
+                )
+                .await
+            {
+                break;
             }
         }
+        wakeups.abort();
         housekeeping.abort();
         alerting.abort();
         self.shutdown(tasks, control, stop_now).await;
@@ -276,6 +362,56 @@ impl Daemon {
         trust_watch.abort();
         if let Some(server) = metrics_server {
             server.abort();
+        }
+    }
+
+    /// Sleeps until `until`, a wake-up or a control message. Returns whether to stop.
+    async fn sleep(
+        &self,
+        until: Instant,
+        control: &mut mpsc::UnboundedReceiver<Control>,
+        woken: &mut bool,
+        stop_now: &mut bool,
+    ) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = self.shared.wake.notified() => *woken = true,
+            // A change matters only to a node that could claim: one at capacity is woken by
+            // the end of a run, and finds the change then.
+            _ = self.shared.changed.notified() => {
+                *woken = self.shared.permits.available_permits() > 0;
+            }
+            msg = control.recv() => {
+                *woken = true;
+                match msg {
+                    Some(Control::Reload(config)) => self.reload(*config).await,
+                    Some(Control::Drain(drain)) => self.set_drain(drain).await,
+                    Some(Control::Stop) | None => return true,
+                    Some(Control::StopNow) => {
+                        *stop_now = true;
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// The node's heartbeat: `cron_nodes.last_seen`, its host-local copies, and every sixth
+    /// time the count of live nodes for `/metrics`.
+    async fn heartbeat(&self, config: &Config, beats: u64, db_now: i64) {
+        if let Err(e) = self.shared.store.node_seen(&self.shared.node).await {
+            tracing::warn!(error = %e, "node heartbeat failed");
+            self.shared.metrics.database_error(e.kind());
+        }
+        if let Err(e) = self.shared.sync_copies(config).await {
+            tracing::warn!(error = %e, "host-local jobs not synced");
+        }
+        if beats.is_multiple_of(6)
+            && let Ok(nodes) = self.shared.store.nodes().await
+        {
+            let alive = nodes.iter().filter(|n| n.alive(db_now)).count();
+            self.shared.metrics.nodes_alive(alive);
         }
     }
 
@@ -419,6 +555,17 @@ pub fn status_line(running: usize, report: &TickReport) -> String {
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).
+/// The longest idle sleep between looks at the table: `poll_interval`, or while wake-ups are
+/// live at least the heartbeat interval (a change wakes the node anyway; the look is the safety
+/// net for a lost wake-up and for leases that end without a write).
+fn idle_poll(poll_interval: Duration, wakeups_live: bool) -> Duration {
+    if wakeups_live {
+        poll_interval.max(HEARTBEAT_INTERVAL)
+    } else {
+        poll_interval
+    }
+}
+
 pub fn fmt_ms(ms: i64) -> String {
     DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))

@@ -67,7 +67,7 @@ impl Daemon {
     pub async fn tick(&self, tasks: &mut JoinSet<()>) -> Result<TickReport, StoreError> {
         let shared = &self.shared;
         let config = self.config();
-        let peek = shared.store.peek().await?;
+        let (peek, placement) = shared.peek_placed(&config).await?;
         let mut report = TickReport {
             now: peek.now,
             next_due: peek.next_due,
@@ -84,6 +84,10 @@ impl Daemon {
             }
         }
         if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(report);
+        }
+        if peek.drain {
+            report.drained = true;
             return Ok(report);
         }
         let free = shared.permits.available_permits();
@@ -107,7 +111,13 @@ impl Daemon {
         let claim_started = Instant::now();
         let (now, rows) = shared
             .store
-            .claim_excluding(&shared.node, free, config.daemon.lease, &supervised)
+            .claim_excluding(
+                &shared.node,
+                free,
+                config.daemon.lease,
+                &supervised,
+                placement.matching(),
+            )
             .await?;
         shared.metrics.claim_took(claim_started.elapsed());
         report.claimed = rows.len();
@@ -234,8 +244,13 @@ impl Shared {
         for row in rows {
             match resolve(&row, &config.defaults) {
                 Ok((schedule, policy)) => {
-                    let slot = policy::next_slot(&schedule, now);
-                    let next_exec = slot.saturating_add(jitter_ms(&row.name, slot, policy.jitter));
+                    let slot = policy::first_slot(&schedule, now);
+                    // A host-local job's template is never due: its copies run (every_node.rs).
+                    let next_exec = if row.run_on.as_deref() == Some("every_node") {
+                        i64::MAX
+                    } else {
+                        slot.saturating_add(jitter_ms(&row.name, slot, policy.jitter))
+                    };
                     if self.store.set_prepared(row.id, slot, next_exec).await? {
                         ok += 1;
                         tracing::info!(job = %row.name, next = %fmt_ms(slot), "job scheduled");

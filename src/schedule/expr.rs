@@ -77,6 +77,9 @@ pub enum ScheduleError {
         "\"{expr}\" never fires: no calendar date matches its day-of-month, month and day-of-week fields"
     )]
     NeverFires { expr: String },
+    /// An `@every`, `@at` or `H` form that is malformed: what is wrong, and the schedule.
+    #[error("{message} in \"{expr}\"")]
+    Form { message: String, expr: String },
     #[error(
         "unknown time zone \"{name}\" (expected an IANA name such as \"Europe/Berlin\" or \"UTC\")"
     )]
@@ -90,6 +93,8 @@ pub enum ScheduleError {
 pub struct CronExpr {
     /// The expression as written, for messages and for `Display`.
     source: String,
+    /// With `H` fields: the expression they resolved to for this job.
+    resolved: Option<String>,
     seconds: u64,
     minutes: u64,
     hours: u64,
@@ -120,6 +125,28 @@ enum DaySpecial {
 }
 
 impl CronExpr {
+    /// Parses the expression of the job `job`: [`CronExpr::parse`], after replacing `H` fields
+    /// by the job's own values (see `schedule/hashed.rs`). The expression keeps its written
+    /// form as its source.
+    ///
+    /// # Errors
+    /// As [`CronExpr::parse`]; `H` when no job name is given.
+    pub fn parse_for(expr: &str, job: Option<&str>) -> Result<CronExpr, ScheduleError> {
+        if expr.trim_start().starts_with('@') || !super::hashed::uses_hash(expr) {
+            return CronExpr::parse(expr);
+        }
+        let Some(job) = job else {
+            return Err(ScheduleError::Form {
+                message: "H picks a value from the job's name: give the job's name (sqlcron next --job NAME)".into(),
+                expr: expr.trim().to_string(),
+            });
+        };
+        let expanded = super::hashed::expand(expr, job)?;
+        let mut cron = CronExpr::parse(&expanded)?;
+        cron.resolved = Some(std::mem::replace(&mut cron.source, expr.trim().to_string()));
+        Ok(cron)
+    }
+
     /// Parses a 5- or 6-field expression or a macro such as `@daily`.
     ///
     /// # Errors
@@ -136,7 +163,7 @@ impl CronExpr {
                 reason: if name.eq_ignore_ascii_case("reboot") {
                     "@reboot is not supported: a cluster has no single boot to run it at"
                 } else {
-                    "unknown macro; use @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly"
+                    "unknown macro; use @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, @every DURATION or @at TIME"
                 },
             })?
         } else {
@@ -202,6 +229,7 @@ impl CronExpr {
         let starts_with_star = |s: &str| s.starts_with('*');
         let cron = CronExpr {
             source: trimmed.to_string(),
+            resolved: None,
             seconds,
             minutes,
             hours,
@@ -228,6 +256,11 @@ impl CronExpr {
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The plain expression its `H` fields resolved to, if it has any.
+    pub fn resolved(&self) -> Option<&str> {
+        self.resolved.as_deref()
     }
 
     /// True when the second (if written), minute or hour field starts with `*`. Such schedules

@@ -20,11 +20,15 @@
 //! six hours, which holds for the whole tz database.
 
 mod expr;
+mod hashed;
+mod once;
 
 use chrono::{DateTime, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
 pub use expr::{CronExpr, Field, ScheduleError, days_in_month};
+pub use hashed::name_hash;
+pub use once::Every;
 
 /// How far apart offset probes are when looking for a DST transition (seconds).
 const PROBE_STEP: i64 = 6 * 3600;
@@ -32,11 +36,22 @@ const PROBE_STEP: i64 = 6 * 3600;
 /// largest is 24 h plus a few minutes (local mean time changes of 1844 and 1867).
 const MAX_OFFSET_SPREAD: i64 = 26 * 3600;
 
-/// A cron expression bound to a time zone: everything needed to compute fire times.
+/// A schedule bound to a time zone: everything needed to compute fire times. Three kinds: a
+/// cron expression (fields read in the zone), an interval (`@every`, anchored, DST-free) and a
+/// one-off instant (`@at`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
-    expr: CronExpr,
+    kind: Kind,
     tz: Tz,
+}
+
+/// What a schedule is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Cron(CronExpr),
+    Every(Every),
+    /// One instant (Unix seconds): `@at`.
+    At(i64),
 }
 
 /// Parses an IANA time-zone name.
@@ -52,36 +67,77 @@ pub fn parse_zone(name: &str) -> Result<Tz, ScheduleError> {
 }
 
 impl Schedule {
-    /// Binds a parsed expression to a zone.
+    /// Binds a parsed cron expression to a zone.
     pub fn new(expr: CronExpr, tz: Tz) -> Schedule {
-        Schedule { expr, tz }
+        Schedule {
+            kind: Kind::Cron(expr),
+            tz,
+        }
     }
 
-    /// Parses an expression and a zone name.
+    /// Parses a schedule that does not use the `H` field, and a zone name.
     ///
     /// # Errors
-    /// The first problem found, expression first.
-    pub fn parse(expr: &str, zone: &str) -> Result<Schedule, ScheduleError> {
-        Ok(Schedule::new(CronExpr::parse(expr)?, parse_zone(zone)?))
+    /// The first problem found, schedule first.
+    pub fn parse(text: &str, zone: &str) -> Result<Schedule, ScheduleError> {
+        Schedule::parse_for(text, zone, None)
     }
 
-    pub fn expr(&self) -> &CronExpr {
-        &self.expr
+    /// Parses the schedule of the job named `job` (which `H` fields hash), and a zone name:
+    /// a cron expression or macro, `@every DURATION [anchor INSTANT]` or `@at INSTANT`.
+    ///
+    /// # Errors
+    /// The first problem found, schedule first; `H` without a job name.
+    pub fn parse_for(text: &str, zone: &str, job: Option<&str>) -> Result<Schedule, ScheduleError> {
+        let tz = parse_zone(zone)?;
+        let kind = if let Some(rest) = macro_argument(text, "@every") {
+            Kind::Every(Every::parse(rest, text)?)
+        } else if let Some(rest) = macro_argument(text, "@at") {
+            Kind::At(once::parse_at(rest, text, tz)?)
+        } else {
+            Kind::Cron(CronExpr::parse_for(text, job)?)
+        };
+        Ok(Schedule { kind, tz })
+    }
+
+    pub fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The cron expression, for cron schedules.
+    pub fn expr(&self) -> Option<&CronExpr> {
+        match &self.kind {
+            Kind::Cron(e) => Some(e),
+            _ => None,
+        }
     }
 
     pub fn tz(&self) -> Tz {
         self.tz
     }
 
-    /// The first fire instant strictly after `after`, or `None` if there is none before year
-    /// 262143 (chrono's limit). Sub-second parts of `after` are ignored except that the result is
-    /// always strictly later.
+    /// True for `@at`: the schedule has one slot, which runs even when it is already past when
+    /// the job is created (its misfire policy decides, as for any late slot).
+    pub fn is_one_off(&self) -> bool {
+        matches!(self.kind, Kind::At(_))
+    }
+
+    /// The first fire instant strictly after `after`, or `None` if there is none (a one-off
+    /// instant already passed; chrono's limit, year 262143). Sub-second parts of `after` are
+    /// ignored except that the result is always strictly later.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let secs = after.timestamp();
-        let next = if self.expr.is_wildcard() {
-            self.next_wildcard(secs + 1)?
-        } else {
-            self.next_fixed(secs)?
+        let next = match &self.kind {
+            Kind::Cron(expr) => {
+                let cron = Cron { expr, tz: self.tz };
+                if expr.is_wildcard() {
+                    cron.next_wildcard(secs + 1)?
+                } else {
+                    cron.next_fixed(secs)?
+                }
+            }
+            Kind::Every(every) => every.next_after(secs)?,
+            Kind::At(at) => Some(*at).filter(|at| *at > secs)?,
         };
         DateTime::from_timestamp(next, 0)
     }
@@ -95,12 +151,35 @@ impl Schedule {
             next
         })
     }
+}
 
+/// `text` without its macro name, when it starts with `name` and a space (or is only `name`).
+fn macro_argument<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let t = text.trim();
+    let head = t.get(..name.len())?;
+    if !head.eq_ignore_ascii_case(name) {
+        return None;
+    }
+    let rest = &t[name.len()..];
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
+}
+
+/// The cron search: an expression and the zone its fields are read in.
+struct Cron<'a> {
+    expr: &'a CronExpr,
+    tz: Tz,
+}
+
+/// Local-time arithmetic in one zone.
+#[derive(Clone, Copy)]
+pub(crate) struct Zone(pub(crate) Tz);
+
+impl Zone {
     /// Offset from UTC (seconds) in force at a Unix instant.
     fn offset_at(&self, secs: i64) -> Option<i64> {
         let utc = DateTime::from_timestamp(secs, 0)?.naive_utc();
         Some(i64::from(
-            self.tz
+            self.0
                 .offset_from_utc_datetime(&utc)
                 .fix()
                 .local_minus_utc(),
@@ -111,25 +190,11 @@ impl Schedule {
         Some(DateTime::from_timestamp(secs + self.offset_at(secs)?, 0)?.naive_utc())
     }
 
-    /// Fixed schedules: the first matching local time whose firing instant is after `after`.
-    fn next_fixed(&self, after: i64) -> Option<i64> {
-        // Every local time up to and including local(after) fires at or before `after`.
-        let mut from = self.local_at(after)? + chrono::Duration::seconds(1);
-        loop {
-            let local = self.expr.next_local(from)?;
-            let fire = self.firing_instant(local)?;
-            if fire > after {
-                return Some(fire);
-            }
-            from = local + chrono::Duration::seconds(1);
-        }
-    }
-
     /// Where a fixed schedule's local time fires: itself, its earlier instant if ambiguous, or
     /// the end of the gap if it does not exist.
-    fn firing_instant(&self, local: NaiveDateTime) -> Option<i64> {
+    pub(crate) fn firing_instant(&self, local: NaiveDateTime) -> Option<i64> {
         use chrono::LocalResult;
-        match self.tz.from_local_datetime(&local) {
+        match self.0.from_local_datetime(&local) {
             LocalResult::Single(t) => Some(t.timestamp()),
             LocalResult::Ambiguous(a, b) => Some(a.timestamp().min(b.timestamp())),
             LocalResult::None => self.gap_end(local),
@@ -152,11 +217,31 @@ impl Schedule {
         }
         Some(hi)
     }
+}
+
+impl Cron<'_> {
+    fn zone(&self) -> Zone {
+        Zone(self.tz)
+    }
+
+    /// Fixed schedules: the first matching local time whose firing instant is after `after`.
+    fn next_fixed(&self, after: i64) -> Option<i64> {
+        // Every local time up to and including local(after) fires at or before `after`.
+        let mut from = self.zone().local_at(after)? + chrono::Duration::seconds(1);
+        loop {
+            let local = self.expr.next_local(from)?;
+            let fire = self.zone().firing_instant(local)?;
+            if fire > after {
+                return Some(fire);
+            }
+            from = local + chrono::Duration::seconds(1);
+        }
+    }
 
     /// Wildcard schedules: the first instant at or after `from` whose local time matches.
     fn next_wildcard(&self, mut from: i64) -> Option<i64> {
         loop {
-            let offset = self.offset_at(from)?;
+            let offset = self.zone().offset_at(from)?;
             let local_from = DateTime::from_timestamp(from + offset, 0)?.naive_utc();
             let local = self.expr.next_local(local_from)?;
             let candidate = local.and_utc().timestamp() - offset;
@@ -184,16 +269,16 @@ impl Schedule {
     /// The first instant in `(from, to]` whose offset differs from the offset at `from`.
     /// `Some(None)` when there is none; `None` only when out of chrono's range.
     fn first_transition(&self, from: i64, to: i64) -> Option<Option<i64>> {
-        let base = self.offset_at(from)?;
+        let base = self.zone().offset_at(from)?;
         let mut lo = from;
         while lo < to {
             let probe = (lo + PROBE_STEP).min(to);
-            if self.offset_at(probe)? != base {
+            if self.zone().offset_at(probe)? != base {
                 // Bisect in (lo, probe]: offset(lo) == base != offset(probe).
                 let mut hi = probe;
                 while hi - lo > 1 {
                     let mid = lo + (hi - lo) / 2;
-                    if self.offset_at(mid)? == base {
+                    if self.zone().offset_at(mid)? == base {
                         lo = mid;
                     } else {
                         hi = mid;
@@ -209,3 +294,6 @@ impl Schedule {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_forms;

@@ -13,6 +13,7 @@ impl Store {
         host: &str,
         pid: u32,
         toml_jobs: &str,
+        tags: &[String],
     ) -> Result<()> {
         sqlx::query(AssertSqlSafe(self.sql.node_upsert.clone()))
             .bind(name.to_string())
@@ -20,6 +21,7 @@ impl Store {
             .bind(i64::from(pid))
             .bind(env!("CARGO_PKG_VERSION").to_string())
             .bind(toml_jobs.to_string())
+            .bind(serde_json::to_string(tags).unwrap_or_default())
             .execute(&self.pool)
             .await
             .map_err(sql_err!(self, "register node"))?;
@@ -49,7 +51,8 @@ impl Store {
 
     pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
         let rows = sqlx::query(
-            "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs FROM cron_nodes ORDER BY name",
+            "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs, tags, drain \
+             FROM cron_nodes ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await
@@ -65,6 +68,8 @@ impl Store {
                     last_seen: r.try_get("last_seen")?,
                     stopped: r.try_get("stopped")?,
                     toml_jobs: r.try_get("toml_jobs")?,
+                    tags: r.try_get("tags")?,
+                    drain: r.try_get::<i64, _>("drain")? != 0,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
@@ -144,7 +149,7 @@ impl Store {
     /// `pause` / `resume`, recorded in the audit trail in the same transaction. False if there
     /// is no such job.
     pub async fn set_enabled(&self, name: &str, enabled: bool, actor: &Actor) -> Result<bool> {
-        let mut tx = self.pool.begin().await.map_err(sql_err!(self, "begin"))?;
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let done = sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
@@ -164,10 +169,56 @@ impl Store {
         Ok(true)
     }
 
+    /// `drain` / `undrain` a node: it claims nothing new while drained. Audited (the node's
+    /// name in the `job` column). False if no node of that name ever registered.
+    pub async fn set_drain(&self, node: &str, drain: bool, actor: &Actor) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let done = sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("UPDATE cron_nodes SET drain = ? WHERE name = ?"),
+        ))
+        .bind(i64::from(drain))
+        .bind(node.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "set drain"))?;
+        // MySQL counts only changed rows: an unchanged flag still needs the node to exist.
+        let exists = done.rows_affected() == 1
+            || sqlx::query_scalar::<_, i64>(AssertSqlSafe(
+                self.dialect
+                    .render("SELECT COUNT(*) FROM cron_nodes WHERE name = ?"),
+            ))
+            .bind(node.to_string())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(sql_err!(self, "find node"))?
+                > 0;
+        if !exists {
+            return Ok(false);
+        }
+        let action = if drain { "drain" } else { "undrain" };
+        self.audit_in(&mut *tx, actor, action, node, None).await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+
+    /// Runs a node holds now: rows it claimed whose lease has not ended.
+    pub async fn running_on(&self, node: &str) -> Result<i64> {
+        let n: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+                "SELECT COUNT(*) FROM cron_table WHERE exec_by = ? AND lease_until > {now}",
+            )))
+            .bind(node.to_string())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql_err!(self, "count running"))?;
+        Ok(n.unwrap_or(0))
+    }
+
     /// `run JOB`: one extra run as soon as possible, recorded in the audit trail. An idle row
     /// becomes due now; a running one runs again right after it is released.
     pub async fn request_run(&self, name: &str, actor: &Actor) -> Result<bool> {
-        let mut tx = self.pool.begin().await.map_err(sql_err!(self, "begin"))?;
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET run_now = 1, \
              next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \

@@ -36,8 +36,7 @@ impl Store {
         }
         let mut report = ApplyReport::default();
         let mut tx = self
-            .pool
-            .begin()
+            .begin_write()
             .await
             .map_err(sql_err!(self, "begin apply"))?;
         for job in jobs {
@@ -147,11 +146,12 @@ impl Store {
 }
 
 /// Columns a TOML apply writes (after `name`).
-const JOB_VALUE_COLUMNS: [&str; 26] = [
+pub(super) const JOB_VALUE_COLUMNS: [&str; 30] = [
     "schedule",
     "timezone",
     "command",
     "argv",
+    "http",
     "env",
     "workdir",
     "enabled",
@@ -167,12 +167,15 @@ const JOB_VALUE_COLUMNS: [&str; 26] = [
     "jitter",
     "on_lease_lost",
     "rerun_lost",
+    "overlap",
     "run_user",
     "run_group",
     "env_file",
     "inherit_env",
     "limits",
     "alerts",
+    "placement",
+    "run_on",
     "error",
 ];
 
@@ -204,6 +207,11 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
                 .as_ref()
                 .map(|a| serde_json::to_string(a).unwrap_or_default()),
         ),
+        Value::Text(
+            job.http
+                .as_ref()
+                .map(crate::http_target::HttpTarget::to_json),
+        ),
         Value::Text(env),
         Value::Text(job.workdir.clone()),
         Value::Int(Some(i64::from(job.enabled))),
@@ -219,6 +227,7 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
         Value::Text(o.jitter.map(fd)),
         Value::Text(o.on_lease_lost.map(|l| l.as_str().to_string())),
         Value::Int(o.rerun_lost.map(i64::from)),
+        Value::Text(o.overlap.map(|m| m.as_str().to_string())),
         Value::Text(job.user.clone()),
         Value::Text(job.group.clone()),
         Value::Text(job.env_file.clone()),
@@ -231,6 +240,12 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
                 .then(|| serde_json::to_string(&job.limits).unwrap_or_default()),
         ),
         Value::Text(job.alerts.to_json()),
+        Value::Text(
+            job.placement
+                .as_ref()
+                .map(crate::placement::Placement::to_json),
+        ),
+        Value::Text(job.every_node.then(|| "every_node".to_string())),
         Value::Text(None),
     ]
 }

@@ -9,10 +9,23 @@ use sqlx::{AssertSqlSafe, Row};
 use super::*;
 
 impl Store {
-    /// One cheap, index-backed look: the clock, the earliest due time and whether rows wait for
-    /// preparation. This is the only statement an idle node sends per poll.
-    pub async fn peek(&self) -> Result<Peek> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.peek.clone()))
+    /// One cheap, index-backed look: the clock, the earliest due time among the rows `node` may
+    /// run (`placements`: the placement values it matches, `None` when none are in use), whether
+    /// rows wait for preparation, how many placement values exist and whether the node is
+    /// drained. This is the only statement an idle node sends per poll.
+    pub async fn peek(&self, node: &str, placements: Option<&[String]>) -> Result<Peek> {
+        let text = match placements {
+            None => self.sql.peek.clone(),
+            Some(p) => peek_sql(self.dialect, Some(p.len())),
+        };
+        let mut q = sqlx::query(AssertSqlSafe(text));
+        for _ in 0..2 {
+            for p in placements.unwrap_or_default() {
+                q = q.bind(p.clone());
+            }
+        }
+        let row = q
+            .bind(node.to_string())
             .fetch_one(&self.pool)
             .await
             .map_err(sql_err!(self, "peek"))?;
@@ -24,7 +37,21 @@ impl Store {
                 .map_err(sql_err!(self, "peek"))?
                 != 0,
             next_name: row.try_get("next_name").map_err(sql_err!(self, "peek"))?,
+            placements: row.try_get("placements").map_err(sql_err!(self, "peek"))?,
+            templates: row.try_get("templates").map_err(sql_err!(self, "peek"))?,
+            drain: row
+                .try_get::<Option<i64>, _>("drain")
+                .map_err(sql_err!(self, "peek"))?
+                .is_some_and(|d| d != 0),
         })
+    }
+
+    /// Every placement value in use (`cron_placements`).
+    pub async fn placement_values(&self) -> Result<Vec<String>> {
+        sqlx::query_scalar("SELECT placement FROM cron_placements ORDER BY placement")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read placements"))
     }
 
     /// Rows without a `next_exec` (new or changed with SQL), oldest first.
@@ -86,7 +113,7 @@ impl Store {
         limit: usize,
         lease: Duration,
     ) -> Result<(Option<i64>, Vec<JobRow>)> {
-        self.claim_excluding(node, limit, lease, &[]).await
+        self.claim_excluding(node, limit, lease, &[], None).await
     }
 
     /// [`Store::claim`], leaving out the rows in `supervised`: a node never claims a row whose
@@ -98,13 +125,19 @@ impl Store {
         limit: usize,
         lease: Duration,
         supervised: &[i64],
+        placements: Option<&[String]>,
     ) -> Result<(Option<i64>, Vec<JobRow>)> {
         let lease_ms = lease.as_millis() as i64;
-        let text = if supervised.is_empty() {
+        let text = if supervised.is_empty() && placements.is_none() {
             self.sql.claim.clone()
         } else {
-            claim_sql(self.dialect, supervised.len())
+            claim_sql(
+                self.dialect,
+                supervised.len(),
+                placements.map(<[String]>::len),
+            )
         };
+        let placements = placements.unwrap_or_default();
         let rows = if self.dialect.has_returning() {
             let mut q = sqlx::query(AssertSqlSafe(text))
                 .bind(node.to_string())
@@ -112,6 +145,9 @@ impl Store {
                 .bind(lease_ms);
             for id in supervised {
                 q = q.bind(*id);
+            }
+            for p in placements {
+                q = q.bind(p.clone());
             }
             q.bind(limit as i64)
                 .fetch_all(&self.pool)
@@ -126,6 +162,9 @@ impl Store {
                 .bind(claim_id.clone());
             for id in supervised {
                 q = q.bind(*id);
+            }
+            for p in placements {
+                q = q.bind(p.clone());
             }
             let marked = q
                 .bind(limit as i64)
@@ -432,6 +471,26 @@ impl Store {
             .await
             .map_err(sql_err!(self, "release"))?;
         Ok(Fenced::from_rows(updated.rows_affected()))
+    }
+
+    /// The attempt an HTTP job's `Idempotency-Key` names for attempt `attempt` of `slot`: one
+    /// more than the earlier attempts that ended (every outcome but `lost`). A rerun of a run
+    /// lost with its node thus repeats the lost run's key: the receiver may have seen it.
+    pub async fn key_attempt(&self, job: &str, slot: i64, attempt: u32) -> Result<u32> {
+        if attempt <= 1 {
+            return Ok(attempt);
+        }
+        let ended: i64 = sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+            "SELECT COUNT(*) FROM cron_runs \
+             WHERE job_name = ? AND slot = ? AND attempt < ? AND outcome <> 'lost'",
+        )))
+        .bind(job.to_string())
+        .bind(slot)
+        .bind(i64::from(attempt))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(sql_err!(self, "count earlier attempts"))?;
+        Ok(u32::try_from(ended).unwrap_or(0) + 1)
     }
 
     /// Marks a run as lost in the history (a node died or lost its lease while it ran).

@@ -191,15 +191,49 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
     timeout, kill_grace, jitter, on_lease_lost, rerun_lost, source, next_exec, slot, attempt, \
     exec_by, prev_exec_by, lease_until, token, run_now, dirty, last_status, last_exit, last_start, \
     last_end, last_node, error, claimed_at, pool_wait, run_user, run_group, env_file, inherit_env, \
-    limits, alerts";
+    limits, alerts, placement, overlap, run_on, template, http";
+
+/// The placement condition of the claim and the peek: rows any node may run, or whose placement
+/// value is one of `n` the node matches (`None`: no placement is in use, no condition).
+fn placement_filter(placements: Option<usize>) -> String {
+    match placements {
+        None => String::new(),
+        Some(0) => " AND placement IS NULL".into(),
+        Some(n) => format!(
+            " AND (placement IS NULL OR placement IN ({}))",
+            vec!["?"; n].join(", ")
+        ),
+    }
+}
+
+/// The peek: the clock, the earliest `next_exec` among the rows this node may run, whether rows
+/// wait for preparation, how many placement values and host-local templates exist and whether
+/// this node is drained. One
+/// statement, index-backed. Placeholders: the placement values twice (when `placements` is
+/// `Some(n > 0)`), then the node's name.
+pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
+    let filter = placement_filter(placements);
+    dialect.render(&format!(
+        "SELECT {{now}} AS db_now, \
+         (SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
+          ORDER BY next_exec LIMIT 1) AS next_due, \
+         CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE next_exec IS NULL) THEN 1 ELSE 0 END AS pending, \
+         (SELECT name FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
+          ORDER BY next_exec LIMIT 1) AS next_name, \
+         (SELECT COUNT(*) FROM cron_placements) AS placements, \
+         (SELECT COUNT(*) FROM cron_table WHERE run_on = 'every_node') AS templates, \
+         (SELECT MAX(drain) FROM cron_nodes WHERE name = ?) AS drain"
+    ))
+}
 
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
 /// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
-/// rows the node still supervises, which it must not claim again.
-pub fn claim_sql(dialect: Dialect, excluded: usize) -> String {
+/// rows the node still supervises, which it must not claim again; then the placement values the
+/// node matches (see [`placement_filter`]).
+pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
-    let due = if excluded == 0 {
+    let mut due = if excluded == 0 {
         "enabled = 1 AND next_exec <= {now}".to_string()
     } else {
         format!(
@@ -207,6 +241,7 @@ pub fn claim_sql(dialect: Dialect, excluded: usize) -> String {
             vec!["?"; excluded].join(", ")
         )
     };
+    due.push_str(&placement_filter(placements));
     let template = match dialect {
         // Writes are serialised by SQLite itself: a plain UPDATE ... RETURNING.
         Dialect::Sqlite => format!(

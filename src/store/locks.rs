@@ -218,7 +218,7 @@ impl Store {
         token: Option<i64>,
         actor: &super::Actor,
     ) -> Result<Vec<LockRow>> {
-        let mut tx = self.pool().begin().await.map_err(err!(self, "begin"))?;
+        let mut tx = self.begin_write().await.map_err(err!(self, "begin"))?;
         let select = "SELECT id, name, owner, host, pid, acquired_at, lease_until \
                       FROM cron_lock_waiters \
                       WHERE name = ? AND state = 'holding' AND lease_until > {now} ORDER BY id";
@@ -447,6 +447,22 @@ impl Store {
     /// Releases a claimed row whose pool is full: it waits `delay` and keeps its slot; the wait
     /// does not count against the slot's misfire threshold. `lost` carries a run the claim took
     /// over (slot, attempt), so the rerun it is owed survives the wait.
+    /// A run of `pool` ended: the rows waiting for one of its places become due now instead of
+    /// at the end of their wait (on PostgreSQL the change also wakes every node). Touches only
+    /// unclaimed waiting rows, and only moves their `next_exec` earlier. Returns how many.
+    pub async fn pool_place_freed(&self, pool: &str) -> Result<u64> {
+        let done = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "UPDATE cron_table SET next_exec = {now} \
+             WHERE pool = ? AND pool_wait <> 0 AND exec_by IS NULL AND enabled = 1 \
+             AND next_exec > {now}",
+        )))
+        .bind(pool.to_string())
+        .execute(self.pool())
+        .await
+        .map_err(err!(self, "free pool place"))?;
+        Ok(done.rows_affected())
+    }
+
     pub async fn defer_for_pool(
         &self,
         id: i64,

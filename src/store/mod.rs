@@ -21,7 +21,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Executor, Row};
 
 pub use dialect::Dialect;
-use dialect::{JOB_COLUMNS, claim_sql};
+use dialect::{JOB_COLUMNS, claim_sql, peek_sql};
 pub use rows::*;
 
 /// `next_exec` of a row that cannot run until it is fixed (9999-12-31T23:59:59Z): it stays out
@@ -169,8 +169,8 @@ const FINISH_RUN: &str = "UPDATE cron_runs SET ended = {now}, outcome = ?, exit_
 fn statements(d: Dialect) -> Statements {
     let (ins, conflict) = d.insert_ignore();
     let node_upsert = format!(
-        "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, stopped, toml_jobs) \
-         VALUES (?, ?, ?, ?, {{now}}, {{now}}, NULL, ?){}",
+        "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, stopped, toml_jobs, \
+         tags) VALUES (?, ?, ?, ?, {{now}}, {{now}}, NULL, ?, ?){}",
         d.on_conflict_update(
             "name",
             &[
@@ -180,23 +180,17 @@ fn statements(d: Dialect) -> Statements {
                 "started",
                 "last_seen",
                 "stopped",
-                "toml_jobs"
+                "toml_jobs",
+                "tags"
             ]
         )
     );
     Statements {
-        claim: claim_sql(d, 0),
+        claim: claim_sql(d, 0, None),
         claim_read: d.render(&format!(
             "SELECT {JOB_COLUMNS}, {{now}} AS db_now FROM cron_table WHERE claim_id = ?"
         )),
-        peek: d.render(
-            "SELECT {now} AS db_now, \
-             (SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL \
-              ORDER BY next_exec LIMIT 1) AS next_due, \
-             CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE next_exec IS NULL) THEN 1 ELSE 0 END AS pending, \
-             (SELECT name FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL \
-              ORDER BY next_exec LIMIT 1) AS next_name",
-        ),
+        peek: peek_sql(d, None),
         to_prepare: d.render(&format!(
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE next_exec IS NULL ORDER BY id LIMIT ?"
         )),
@@ -219,9 +213,8 @@ fn statements(d: Dialect) -> Statements {
              SELECT name, ?, ?, ?, token, {now}, 'running' FROM cron_table \
              WHERE id = ? AND exec_by = ? AND token = ?",
         ),
-        run_token: d.render(
-            "SELECT token FROM cron_runs WHERE job_name = ? AND slot = ? AND attempt = ?",
-        ),
+        run_token: d
+            .render("SELECT token FROM cron_runs WHERE job_name = ? AND slot = ? AND attempt = ?"),
         previous_run: d.render(
             "SELECT slot, attempt, outcome, token FROM cron_runs \
              WHERE job_name = ? AND token < ? ORDER BY token DESC, id DESC LIMIT 1",
@@ -245,8 +238,10 @@ fn statements(d: Dialect) -> Statements {
              VALUES (?, ?, ?, ?, {{now}}, {{now}}, ?, ?, ?, ?){conflict}"
         )),
         node_upsert: d.render(&node_upsert),
-        node_seen: d.render("UPDATE cron_nodes SET last_seen = {now}, stopped = NULL WHERE name = ?"),
-        node_stopped: d.render("UPDATE cron_nodes SET last_seen = {now}, stopped = {now} WHERE name = ?"),
+        node_seen: d
+            .render("UPDATE cron_nodes SET last_seen = {now}, stopped = NULL WHERE name = ?"),
+        node_stopped: d
+            .render("UPDATE cron_nodes SET last_seen = {now}, stopped = {now} WHERE name = ?"),
         shutdown_release: d.render(
             "UPDATE cron_table SET next_exec = {now}, lease_until = {now} \
              WHERE id = ? AND exec_by = ? AND token = ?",
@@ -267,11 +262,15 @@ macro_rules! sql_err {
 mod admin;
 pub mod apply;
 mod audit;
+pub mod backfill;
 mod claim;
 mod events;
+pub mod every_node;
 pub mod locks;
 mod migrate;
+pub mod one_off;
 mod retention;
+pub mod wake;
 
 pub use apply::job_hash;
 pub use audit::{Actor, AuditRow};
@@ -365,6 +364,19 @@ impl Store {
 
     fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// Begins a transaction that will write. On SQLite it takes the write lock at once
+    /// (`BEGIN IMMEDIATE`): a deferred transaction that reads and then writes cannot wait for
+    /// another writer (its snapshot is stale, so SQLite answers "database is locked" at once,
+    /// whatever `busy_timeout` says), while an immediate one waits up to `busy_timeout`.
+    async fn begin_write(
+        &self,
+    ) -> std::result::Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.dialect {
+            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            _ => self.pool.begin().await,
+        }
     }
 
     pub async fn close(&self) {

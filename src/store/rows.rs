@@ -34,6 +34,14 @@ pub struct JobRow {
     pub limits: Option<String>,
     /// JSON object of hooks, `alert_after` and `ping_url` (see `alerts.rs`).
     pub alerts: Option<String>,
+    /// JSON object `{"tags": [...], "nodes": [...]}` (see `placement.rs`); `None`: any node.
+    pub placement: Option<String>,
+    /// `every_node` for a host-local job's template (never claimed itself).
+    pub run_on: Option<String>,
+    /// On a node's copy of a host-local job: the template's name.
+    pub template: Option<String>,
+    /// JSON object: an HTTP job's request (see `http_target.rs`), instead of a command.
+    pub http: Option<String>,
     /// Policy columns as stored (NULL: the TOML default).
     pub policy: BTreeMap<&'static str, Option<String>>,
     pub source: String,
@@ -63,7 +71,7 @@ pub struct JobRow {
 }
 
 /// Policy columns of `cron_table`, in the order the TOML keys are documented.
-pub const POLICY_COLUMNS: [&str; 11] = [
+pub const POLICY_COLUMNS: [&str; 12] = [
     "misfire",
     "starting_deadline",
     "max_catch_up",
@@ -75,6 +83,7 @@ pub const POLICY_COLUMNS: [&str; 11] = [
     "jitter",
     "on_lease_lost",
     "rerun_lost",
+    "overlap",
 ];
 
 /// Why a row waits for its pool, as stored in `cron_table.pool_wait` (0, 1, 2).
@@ -222,6 +231,10 @@ impl JobRow {
             inherit_env: r.text("inherit_env"),
             limits: r.text("limits"),
             alerts: r.text("alerts"),
+            placement: r.text("placement"),
+            run_on: r.text("run_on"),
+            template: r.text("template"),
+            http: r.text("http"),
             policy,
             source: r.text("source").unwrap_or_default(),
             next_exec: r.int("next_exec"),
@@ -258,6 +271,13 @@ pub struct Peek {
     pub pending_prepare: bool,
     /// The name of the row with the earliest `next_exec` (for the status line).
     pub next_name: Option<String>,
+    /// How many placement values exist (`cron_placements`): when it changes, the node reads
+    /// them again to learn which it matches.
+    pub placements: i64,
+    /// This node is drained.
+    pub drain: bool,
+    /// How many host-local job templates (`run_on = 'every_node'`) exist.
+    pub templates: i64,
 }
 
 /// The result of a write fenced by a claim.
@@ -344,6 +364,10 @@ pub struct NodeRow {
     pub last_seen: Option<i64>,
     pub stopped: Option<i64>,
     pub toml_jobs: Option<String>,
+    /// JSON array of the node's `[node] tags`.
+    pub tags: Option<String>,
+    /// Drained with `sqlcron drain` (or SIGUSR2): claims nothing new.
+    pub drain: bool,
 }
 
 /// A node counts as alive while its heartbeat (every 5 s) is younger than this.

@@ -15,6 +15,7 @@ for_each_dialect!(
     dead_waiter_does_not_block_the_queue,
     pool_of_two_across_three_nodes,
     broken_lock_stops_its_holder_before_the_next_one_runs,
+    a_freed_pool_place_starts_the_waiting_job_at_once,
 );
 
 fn config_file(dir: &Path, url: &str, name: &str) -> String {
@@ -303,6 +304,59 @@ async fn dead_waiter_does_not_block_the_queue(dialect: Dialect) {
         released.elapsed() < Duration::from_millis(2_000 + 1_000),
         "{:?}",
         released.elapsed()
+    );
+}
+
+/// With a 30 s poll interval a job waiting for a pool place would wait 30 s; the end of the
+/// pool's run makes it due at once.
+async fn a_freed_pool_place_starts_the_waiting_job_at_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = "[pools]\none = 1\n\
+        [[job]]\nname = \"first\"\nschedule = \"0 0 1 1 *\"\npool = \"one\"\ncommand = \"sleep 1\"\n\
+        [[job]]\nname = \"second\"\nschedule = \"0 0 1 1 *\"\npool = \"one\"\ncommand = \"true\"\n";
+    let config = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"n\"\n[daemon]\n{}\n\
+         poll_interval = \"30s\"\nlease = \"40s\"\n{jobs}",
+        db.url,
+        crate::util::default_user()
+    );
+    let _n = DaemonProcess::start(dir.path(), "n", &config);
+    eventually(Duration::from_secs(20), "jobs scheduled", || async {
+        let jobs = store.jobs().await.unwrap();
+        (jobs.len() == 2 && jobs.iter().all(|j| j.next_exec.is_some())).then_some(())
+    })
+    .await;
+    // `first` is due a little before `second`, so that `second` finds the pool full.
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {0}, next_exec = CASE WHEN name = 'first' THEN {0} ELSE {1} END",
+            now - 1000,
+            now - 500
+        ))
+        .await
+        .unwrap();
+    let runs = eventually(Duration::from_secs(20), "both runs", || async {
+        let h = store.history(None, 10).await.unwrap();
+        let ended = |job: &str| {
+            h.iter()
+                .find(|r| r.job == job && r.outcome == "ok")
+                .map(|r| (r.started.unwrap_or(0), r.ended.unwrap_or(0)))
+        };
+        ended("first").zip(ended("second"))
+    })
+    .await;
+    let ((_, first_end), (second_start, _)) = runs;
+    assert!(
+        second_start >= first_end,
+        "never two runs of pool one at once: {runs:?}"
+    );
+    assert!(
+        second_start - first_end < 3000,
+        "the waiting job started {} ms after the place was freed (its wait was 30 s)",
+        second_start - first_end
     );
 }
 

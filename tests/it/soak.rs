@@ -164,19 +164,26 @@ fn write_job_script(dir: &Path) -> PathBuf {
 fn node_config(url: &str, name: &str, script: &Path) -> String {
     let run_as = crate::util::default_user();
     let mut text = format!(
-        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\n{run_as}\npoll_interval = \"500ms\"\n\
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\ntags = [\"soak\"]\n[daemon]\n{run_as}\npoll_interval = \"500ms\"\n\
          lease = \"{LEASE_SECS}s\"\nshutdown_grace = \"10s\"\n[defaults]\nkill_grace = \"1s\"\n"
     );
-    for job in SHORT {
+    // Placement on most jobs (matched by every node), so the filtered claim and peek are what
+    // the faults hit; one job has none.
+    for (i, job) in SHORT.iter().enumerate() {
+        let on = match i % 3 {
+            0 => "on = { nodes = [\"*\"] }\n",
+            1 => "on = { tags = [\"soak\"] }\n",
+            _ => "",
+        };
         text.push_str(&format!(
             "[[job]]\nname = \"{job}\"\nschedule = \"*/2 * * * * *\"\nrerun_lost = false\n\
-             command = \"sh {} 0\"\n",
+             {on}command = \"sh {} 0\"\n",
             script.display()
         ));
     }
     text.push_str(&format!(
         "[[job]]\nname = \"{LONG}\"\nschedule = \"*/10 * * * * *\"\nretries = 2\n\
-         command = \"sh {} 4\"\n",
+         on = {{ tags = [\"soak\"] }}\ncommand = \"sh {} 4\"\n",
         script.display()
     ));
     text

@@ -102,7 +102,7 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     insert(&store, "hello", "* * * * *", "echo hi").await;
-    let peek = store.peek().await.unwrap();
+    let peek = store.peek("a", None).await.unwrap();
     assert!(peek.pending_prepare);
     assert_eq!(peek.next_due, None);
     let rows = store.rows_to_prepare(10).await.unwrap();
@@ -116,7 +116,7 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     );
     // A second node racing to prepare the same row does nothing.
     assert!(!store.set_prepared(rows[0].id, 1, 1).await.unwrap());
-    let peek = store.peek().await.unwrap();
+    let peek = store.peek("a", None).await.unwrap();
     assert!(!peek.pending_prepare);
     assert_eq!(peek.next_due, Some(first_slot));
     // Not due yet: nothing to claim.
@@ -386,7 +386,7 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
         .await
         .unwrap();
     assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, None);
-    assert!(store.peek().await.unwrap().pending_prepare);
+    assert!(store.peek("a", None).await.unwrap().pending_prepare);
     // An invalid row is parked with its error, and a fix clears it.
     store.set_invalid(row.id, "schedule: bad").await.unwrap();
     let parked = store.job("s").await.unwrap().unwrap();
@@ -661,13 +661,13 @@ async fn claim_leaves_out_rows_the_node_supervises(dialect: Dialect) {
     make_due(&store, "y").await;
     let x = store.job("x").await.unwrap().unwrap();
     let (_, rows) = store
-        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id])
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id], None)
         .await
         .unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["y"]);
     let (_, rows) = store
-        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id, rows[0].id])
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id, rows[0].id], None)
         .await
         .unwrap();
     assert!(rows.is_empty());

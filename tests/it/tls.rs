@@ -12,7 +12,7 @@ use crate::outage::ThrowawayPostgres;
 
 /// A CA and a server certificate for `localhost` only (no IP address), and a second CA that
 /// signed nothing, written to `dir`: ca.pem, other-ca.pem, server.crt, server.key.
-fn make_certs(dir: &Path) {
+pub fn make_certs(dir: &Path) {
     let openssl = |args: &[&str]| {
         let out = Command::new("openssl")
             .args(args)

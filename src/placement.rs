@@ -1,0 +1,245 @@
+//! Placement: which nodes may run a job. Pure: no database, no clock.
+//!
+//! A job's `on = { tags = [...], nodes = [...] }` is stored in `cron_table.placement` as a JSON
+//! object (`NULL`: any node). A node matches when it carries **every** listed tag and its name
+//! matches **any** listed glob (`*` any run of characters, `?` one character); a list left out
+//! does not restrict. The database filters: each node works out which of the placement values in
+//! use (`cron_placements`) it matches and claims with `placement IS NULL OR placement IN (...)`.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a job may run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// Tags a node must all carry (`[node] tags`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Globs of node names, any of which may match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+}
+
+/// The longest placement value accepted (the MySQL key of `cron_placements`).
+pub const PLACEMENT_MAX: usize = 700;
+
+impl Placement {
+    /// Checks a placement written in the TOML: tags and globs non-empty, at least one list.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tags.is_empty() && self.nodes.is_empty() {
+            return Err("on: give tags, nodes or both (leave `on` out to run anywhere)".into());
+        }
+        if let Some(t) = self
+            .tags
+            .iter()
+            .find(|t| t.trim().is_empty() || t.contains(char::is_whitespace))
+        {
+            return Err(format!("on.tags: \"{t}\" must be a non-empty word"));
+        }
+        if self.nodes.iter().any(|n| n.trim().is_empty()) {
+            return Err("on.nodes: a name pattern is empty".into());
+        }
+        let json = self.to_json();
+        if json.len() > PLACEMENT_MAX {
+            return Err(format!("on: at most {PLACEMENT_MAX} characters as JSON"));
+        }
+        Ok(())
+    }
+
+    /// The stored form: JSON with sorted, unique tags and globs, so that equal placements
+    /// written in any order share one value.
+    pub fn to_json(&self) -> String {
+        let tags: BTreeSet<&String> = self.tags.iter().collect();
+        let nodes: BTreeSet<&String> = self.nodes.iter().collect();
+        let canonical = Placement {
+            tags: tags.into_iter().cloned().collect(),
+            nodes: nodes.into_iter().cloned().collect(),
+        };
+        serde_json::to_string(&canonical).unwrap_or_default()
+    }
+
+    /// Parses the `placement` column.
+    pub fn from_json(text: &str) -> Result<Placement, String> {
+        let p: Placement = serde_json::from_str(text).map_err(|e| {
+            format!("placement: not a JSON object {{\"tags\": [...], \"nodes\": [...]}} ({e})")
+        })?;
+        p.validate().map_err(|e| format!("placement: {e}"))?;
+        Ok(p)
+    }
+
+    /// Whether a node of this name and these tags may run the job.
+    pub fn matches(&self, node: &str, tags: &[String]) -> bool {
+        self.tags.iter().all(|t| tags.contains(t))
+            && (self.nodes.is_empty() || self.nodes.iter().any(|g| glob_match(g, node)))
+    }
+
+    /// How `status` and `explain` write it.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![];
+        if !self.tags.is_empty() {
+            parts.push(format!("tags {}", self.tags.join("+")));
+        }
+        if !self.nodes.is_empty() {
+            parts.push(format!("nodes {}", self.nodes.join("|")));
+        }
+        parts.join(", ")
+    }
+}
+
+/// A node as placement sees it: its name, tags, and whether it can take work now (alive and
+/// not drained).
+#[derive(Debug, Clone)]
+pub struct NodeOffer {
+    pub name: String,
+    pub tags: Vec<String>,
+    pub available: bool,
+}
+
+impl NodeOffer {
+    /// From the registry's columns (`cron_nodes.tags` is a JSON array).
+    pub fn new(name: &str, tags_json: Option<&str>, available: bool) -> NodeOffer {
+        NodeOffer {
+            name: name.to_string(),
+            tags: tags_json
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_default(),
+            available,
+        }
+    }
+}
+
+/// Why a job with this `placement` column cannot run now, if it cannot: no available node
+/// matches it. `None` when some node can (or the job may run anywhere and some node is
+/// available; with no node available at all, nothing is said: that is an outage, not placement).
+pub fn unplaceable(placement: Option<&str>, nodes: &[NodeOffer]) -> Option<String> {
+    let p = Placement::from_json(placement?).ok()?;
+    let fits = nodes
+        .iter()
+        .any(|n| n.available && p.matches(&n.name, &n.tags));
+    (!fits).then(|| format!("no live node matches ({})", p.describe()))
+}
+
+/// The stored placement values a node matches. A value that does not parse is matched by every
+/// node, so that one of them claims the row and parks it with the error (it would otherwise wait
+/// unseen forever).
+pub fn matching_values<'a>(
+    values: impl IntoIterator<Item = &'a str>,
+    node: &str,
+    tags: &[String],
+) -> Vec<String> {
+    values
+        .into_iter()
+        .filter(|v| Placement::from_json(v).map_or(true, |p| p.matches(node, tags)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Shell-style glob: `*` matches any run of characters (also none), `?` exactly one.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni) = (0, 0);
+    // Where the last `*` was, and the name position it currently stands for.
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            // Let the star take one more character and retry.
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(t: &[&str]) -> Vec<String> {
+        t.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn globs() {
+        for (p, n, want) in [
+            ("web-*", "web-1", true),
+            ("web-*", "web-", true),
+            ("web-*", "db-1", false),
+            ("*", "anything", true),
+            ("w?b-*2", "web-12", true),
+            ("w?b-*2", "web-13", false),
+            ("*-eu-*", "web-eu-3", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXbYbZ", false),
+        ] {
+            assert_eq!(glob_match(p, n), want, "{p} vs {n}");
+        }
+    }
+
+    #[test]
+    fn every_tag_and_any_glob() {
+        let p = Placement {
+            tags: tags(&["gpu", "eu"]),
+            nodes: tags(&["web-*", "batch-?"]),
+        };
+        assert!(p.matches("web-1", &tags(&["eu", "gpu", "ssd"])));
+        assert!(p.matches("batch-7", &tags(&["gpu", "eu"])));
+        assert!(!p.matches("web-1", &tags(&["gpu"])), "every tag is needed");
+        assert!(
+            !p.matches("db-1", &tags(&["gpu", "eu"])),
+            "the name must match"
+        );
+        let only_tags = Placement {
+            tags: tags(&["gpu"]),
+            nodes: vec![],
+        };
+        assert!(only_tags.matches("anything", &tags(&["gpu"])));
+    }
+
+    #[test]
+    fn stored_form_is_canonical_and_checked() {
+        let a = Placement {
+            tags: tags(&["gpu", "eu", "gpu"]),
+            nodes: vec![],
+        };
+        let b = Placement {
+            tags: tags(&["eu", "gpu"]),
+            nodes: vec![],
+        };
+        assert_eq!(a.to_json(), b.to_json());
+        assert_eq!(a.to_json(), r#"{"tags":["eu","gpu"]}"#);
+        assert_eq!(Placement::from_json(&a.to_json()).unwrap(), b);
+        assert!(
+            Placement::from_json("{}")
+                .unwrap_err()
+                .contains("give tags")
+        );
+        assert!(
+            Placement::from_json("gpu")
+                .unwrap_err()
+                .contains("not a JSON object")
+        );
+        assert!(
+            Placement::from_json(r#"{"tag":["x"]}"#).is_err(),
+            "unknown keys are refused"
+        );
+        // A broken value is matched by every node, so that one of them parks the row.
+        let values = [r#"{"tags":["gpu"]}"#, r#"{"nodes":["web-*"]}"#, "garbage"];
+        assert_eq!(
+            matching_values(values, "web-2", &tags(&["eu"])),
+            [r#"{"nodes":["web-*"]}"#, "garbage"]
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! `sqlcron backfill`: one-off rows that run past slots of a job. Each is named
+//! `JOB#backfill-<slot>` with schedule `@at <slot>`, so the history's uniqueness on (job, slot,
+//! attempt) makes every backfilled slot run once, however often the backfill is asked for.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+/// The columns a backfill row copies from its job (its schedule, misfire and deadline are its
+/// own: `@at` the slot, `run_once`, none; its pool is the job's or a pool of one).
+const COPIED: [&str; 21] = [
+    "timezone",
+    "command",
+    "argv",
+    "http",
+    "env",
+    "workdir",
+    "retries",
+    "retry_backoff",
+    "retry_backoff_max",
+    "timeout",
+    "kill_grace",
+    "on_lease_lost",
+    "rerun_lost",
+    "run_user",
+    "run_group",
+    "env_file",
+    "inherit_env",
+    "limits",
+    "alerts",
+    "placement",
+    "overlap",
+];
+
+/// The name of the backfill row of `job`'s `slot` (ms).
+pub fn backfill_name(job: &str, slot: i64) -> String {
+    format!("{job}#backfill-{slot}")
+}
+
+/// `text` as a LIKE pattern matching itself (escape character `!`).
+fn like_literal(text: &str) -> String {
+    text.replace('!', "!!")
+        .replace('%', "!%")
+        .replace('_', "!_")
+}
+
+impl Store {
+    /// Slots of `job` in `[from, to]` that ran successfully, as the job or as a backfill row.
+    pub async fn successful_slots(
+        &self,
+        job: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<std::collections::BTreeSet<i64>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT slot FROM cron_runs WHERE outcome = 'ok' AND slot >= ? AND slot <= ? \
+             AND (job_name = ? OR job_name LIKE ? ESCAPE '!')",
+        )))
+        .bind(from)
+        .bind(to)
+        .bind(job.to_string())
+        .bind(format!("{}#backfill-%", like_literal(job)))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql_err!(self, "read successful slots"))?;
+        rows.iter()
+            .map(|r| r.try_get::<i64, _>("slot"))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(sql_err!(self, "read successful slots"))
+    }
+
+    /// Creates the backfill row of `job`'s `slot`, copying the job's definition; `pool` is the
+    /// job's pool, or a pool of one (`backfill:JOB`, created here) so that the backfill runs
+    /// one slot at a time. False when that row exists already (queued or done).
+    pub async fn add_backfill(
+        &self,
+        job: &str,
+        slot: i64,
+        schedule: &str,
+        pool: Option<&str>,
+        actor: &Actor,
+    ) -> Result<bool> {
+        let pool = match pool {
+            Some(p) => p.to_string(),
+            None => {
+                let own = format!("backfill:{job}");
+                let (ins, conflict) = self.dialect.insert_ignore();
+                sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+                    "{ins} INTO cron_pools (name, size) VALUES (?, 1){conflict}"
+                ))))
+                .bind(own.clone())
+                .execute(&self.pool)
+                .await
+                .map_err(sql_err!(self, "create backfill pool"))?;
+                own
+            }
+        };
+        let name = backfill_name(job, slot);
+        let cols = COPIED.join(", ");
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "INSERT INTO cron_table (name, schedule, misfire, pool, source, changed_by, {cols}) \
+             SELECT ?, ?, 'run_once', ?, 'cli', ?, {cols} FROM cron_table WHERE name = ?"
+        ))))
+        .bind(name.clone())
+        .bind(schedule.to_string())
+        .bind(pool)
+        .bind(actor.marker())
+        .bind(job.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "add backfill row"));
+        let done = match done {
+            Ok(d) => d,
+            Err(e) if e.is_unique_violation() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        self.audit_in(
+            &mut *tx,
+            actor,
+            "backfill",
+            &name,
+            Some(schedule.to_string()),
+        )
+        .await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_patterns() {
+        assert_eq!(backfill_name("etl", 1_000), "etl#backfill-1000");
+        assert_eq!(like_literal("a_b%c!d"), "a!_b!%c!!d");
+    }
+}

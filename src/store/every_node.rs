@@ -1,0 +1,136 @@
+//! Host-local jobs (`run_on = "every_node"`): the job's row is a template that no node claims;
+//! each matching node keeps its own copy, named `job@node`, pinned to itself by its placement,
+//! with its own slots, lease and history. Copies are written here; which ones a node needs is
+//! decided by the daemon (`daemon/every_node.rs`).
+
+use sqlx::AssertSqlSafe;
+
+use super::claim::decode_rows;
+
+use super::*;
+
+/// The definition columns a copy takes from its template: what the TOML writes, but for where
+/// the job runs (a copy is pinned to its node) and the parked reason.
+fn definition() -> impl Iterator<Item = &'static str> {
+    super::apply::JOB_VALUE_COLUMNS
+        .into_iter()
+        .filter(|c| !matches!(*c, "placement" | "run_on" | "error"))
+}
+
+/// Marks a copy being removed (the audit trigger then records no `sql_delete`).
+const REMOVING: &str = "removing (every_node copy)";
+
+impl Store {
+    /// Templates (`run_on = 'every_node'`) and copies (`template` set), by name.
+    pub async fn every_node_rows(&self) -> Result<(Vec<JobRow>, Vec<JobRow>)> {
+        let mut read = vec![];
+        // Two statements, each on its own index (an OR of the two would scan the table).
+        for condition in ["run_on = 'every_node'", "template IS NOT NULL"] {
+            let rows = sqlx::query(AssertSqlSafe(format!(
+                "SELECT {JOB_COLUMNS} FROM cron_table WHERE {condition} ORDER BY name"
+            )))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql_err!(self, "read every_node jobs"))?;
+            read.push(decode_rows(&rows));
+        }
+        let copies = read.pop().unwrap_or_default();
+        let templates = read.pop().unwrap_or_default();
+        Ok((templates, copies))
+    }
+
+    /// Creates `copy`, a copy of `template` pinned by `placement`. False when it exists.
+    pub async fn create_copy(
+        &self,
+        template: &str,
+        copy: &str,
+        placement: &str,
+        actor: &Actor,
+    ) -> Result<bool> {
+        let cols = definition().collect::<Vec<_>>().join(", ");
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "INSERT INTO cron_table (name, template, source, placement, changed_by, {cols}) \
+             SELECT ?, name, 'copy', ?, ?, {cols} FROM cron_table \
+             WHERE name = ? AND run_on = 'every_node'"
+        ))))
+        .bind(copy.to_string())
+        .bind(placement.to_string())
+        .bind(actor.marker())
+        .bind(template.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(sql_err!(self, "create every_node copy"));
+        match done {
+            Ok(d) => Ok(d.rows_affected() == 1),
+            Err(e) if e.is_unique_violation() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives `copy` its template's current definition (a changed schedule or command then
+    /// re-prepares it, as any change does).
+    pub async fn update_copy(&self, template: &str, copy: &str, actor: &Actor) -> Result<()> {
+        let text = match self.dialect {
+            Dialect::Mysql => {
+                let sets: Vec<String> = definition().map(|c| format!("c.{c} = t.{c}")).collect();
+                format!(
+                    "UPDATE cron_table c JOIN cron_table t ON t.name = ? \
+                     SET {}, c.changed_by = ? WHERE c.name = ? AND c.template = t.name",
+                    sets.join(", ")
+                )
+            }
+            _ => {
+                let sets: Vec<String> = definition().map(|c| format!("{c} = t.{c}")).collect();
+                format!(
+                    "UPDATE cron_table SET {}, changed_by = ? FROM cron_table t \
+                     WHERE t.name = ? AND cron_table.name = ? AND cron_table.template = t.name",
+                    sets.join(", ")
+                )
+            }
+        };
+        let q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
+        let q = match self.dialect {
+            Dialect::Mysql => q
+                .bind(template.to_string())
+                .bind(actor.marker())
+                .bind(copy.to_string()),
+            _ => q
+                .bind(actor.marker())
+                .bind(template.to_string())
+                .bind(copy.to_string()),
+        };
+        q.execute(&self.pool)
+            .await
+            .map_err(sql_err!(self, "update every_node copy"))?;
+        Ok(())
+    }
+
+    /// Removes a copy that no run holds now (a held one is removed at a later sync). True when
+    /// it was removed.
+    pub async fn remove_copy(&self, copy: &str) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let marked = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_table SET changed_by = ? \
+             WHERE name = ? AND template IS NOT NULL AND exec_by IS NULL",
+        )))
+        .bind(REMOVING)
+        .bind(copy.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "mark every_node copy"))?;
+        if marked.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("DELETE FROM cron_table WHERE name = ? AND changed_by = ?"),
+        ))
+        .bind(copy.to_string())
+        .bind(REMOVING)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "remove every_node copy"))?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+}

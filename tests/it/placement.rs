@@ -1,0 +1,349 @@
+//! Placement (`[node] tags`, a job's `on`) and drain, with real daemons.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use sqlcron::store::Dialect;
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
+
+for_each_dialect!(
+    only_matching_nodes_run_a_placed_job,
+    a_drained_node_finishes_its_run_and_claims_nothing_more,
+    every_node_job_runs_each_slot_once_on_each_node,
+);
+
+fn node_with_tags(url: &str, name: &str, tags: &str, jobs: &str) -> String {
+    node_config(url, name, &format!("{jobs}\n")).replacen(
+        &format!("name = \"{name}\"\n"),
+        &format!("name = \"{name}\"\ntags = [{tags}]\n"),
+        1,
+    )
+}
+
+/// `sqlcron status` output, through a configuration of its own.
+fn status(dir: &std::path::Path, url: &str) -> String {
+    let cli = dir.join("cli.toml");
+    std::fs::write(&cli, node_config(url, "cli", "")).unwrap();
+    let out = sqlcron(&["--config", cli.to_str().unwrap(), "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+fn cli(dir: &std::path::Path, url: &str, args: &[&str]) -> std::process::Output {
+    let cli = dir.join("cli.toml");
+    std::fs::write(&cli, node_config(url, "cli", "")).unwrap();
+    let mut all = vec!["--config", cli.to_str().unwrap()];
+    all.extend_from_slice(args);
+    sqlcron(&all)
+}
+
+async fn only_matching_nodes_run_a_placed_job(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
+    let job = |name: &str, on: &str| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ncommand = \"{line}\"\n{on}\n"
+        )
+    };
+    let jobs = [
+        job("gpu", "on = { tags = [\"gpu\"] }"),
+        job("eu", "on = { tags = [\"eu\"] }"),
+        job(
+            "gpu-eu-web",
+            "on = { tags = [\"eu\", \"gpu\"], nodes = [\"web-*\"] }",
+        ),
+        job("named", "on = { nodes = [\"batch-?\"] }"),
+        job("nowhere", "on = { tags = [\"tpu\"] }"),
+        job("any", ""),
+    ]
+    .concat();
+    let nodes = [
+        ("web-1", "\"gpu\", \"eu\""),
+        ("web-2", "\"eu\""),
+        ("batch-1", ""),
+    ];
+    let daemons: Vec<DaemonProcess> = nodes
+        .iter()
+        .map(|(n, tags)| {
+            DaemonProcess::start(dir.path(), n, &node_with_tags(&db.url, n, tags, &jobs))
+        })
+        .collect();
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let runs = |text: &str| {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for l in text.lines() {
+            let (j, n) = l.split_once(' ').unwrap();
+            m.entry(j.to_string()).or_default().push(n.to_string());
+        }
+        m
+    };
+    eventually(
+        Duration::from_secs(40),
+        "runs of every placeable job",
+        || async {
+            let m = runs(&read());
+            ["gpu", "eu", "gpu-eu-web", "named", "any"]
+                .iter()
+                .all(|j| m.get(*j).is_some_and(|v| v.len() >= 5))
+                .then_some(())
+        },
+    )
+    .await;
+    let text = status(dir.path(), &db.url);
+    let nowhere = text
+        .lines()
+        .find(|l| l.starts_with("nowhere "))
+        .unwrap_or_default();
+    assert!(
+        nowhere.contains("no live node matches (tags tpu)"),
+        "{text}"
+    );
+    let gpu = text
+        .lines()
+        .find(|l| l.starts_with("gpu "))
+        .unwrap_or_default();
+    assert!(!gpu.contains("no live node"), "{text}");
+    let web1 = text
+        .lines()
+        .find(|l| l.starts_with("web-1 "))
+        .unwrap_or_default();
+    assert!(web1.contains("eu,gpu"), "node tags shown: {text}");
+    let explain = cli(dir.path(), &db.url, &["explain", "nowhere"]);
+    assert!(
+        stdout(&explain)
+            .contains("will not run until a node matches: no live node matches (tags tpu)"),
+        "{}",
+        stdout(&explain)
+    );
+    // Moved with SQL to a placement nobody used before: the nodes learn the new value.
+    let store = db.store().await;
+    store
+        .execute_raw(
+            r#"UPDATE cron_table SET placement = '{"nodes":["web-2"]}' WHERE name = 'nowhere'"#,
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the moved job's runs", || async {
+        runs(&read())
+            .get("nowhere")
+            .is_some_and(|v| v.len() >= 3)
+            .then_some(())
+    })
+    .await;
+    for d in daemons {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = [
+        ("gpu", BTreeSet::from(["web-1"])),
+        ("eu", BTreeSet::from(["web-1", "web-2"])),
+        ("gpu-eu-web", BTreeSet::from(["web-1"])),
+        ("named", BTreeSet::from(["batch-1"])),
+        ("nowhere", BTreeSet::from(["web-2"])),
+        ("any", BTreeSet::from(["web-1", "web-2", "batch-1"])),
+    ]
+    .into();
+    for (job, ran_on) in runs(&read()) {
+        for n in &ran_on {
+            assert!(
+                allowed[job.as_str()].contains(n.as_str()),
+                "{job} ran on {n}"
+            );
+        }
+    }
+}
+
+async fn a_drained_node_finishes_its_run_and_claims_nothing_more(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let jobs = format!(
+        "[[job]]\nname = \"long\"\nschedule = \"@every 2s\"\ncommand = \"echo start $SQLCRON_NODE >> {0}; sleep 3; echo end $SQLCRON_NODE >> {0}\"\n",
+        out.display()
+    );
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &jobs));
+    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", &jobs));
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let first = eventually(Duration::from_secs(20), "a first start", || async {
+        read()
+            .lines()
+            .find(|l| l.starts_with("start "))
+            .map(|l| l[6..].to_string())
+    })
+    .await;
+    let (x, y) = if first == "a" { (&a, &b) } else { (&b, &a) };
+    let drained = cli(dir.path(), &db.url, &["drain", &x.name]);
+    assert!(drained.status.success(), "{}", stderr(&drained));
+    assert!(
+        stdout(&drained).contains("1 run(s) still going"),
+        "{}",
+        stdout(&drained)
+    );
+    let text = status(dir.path(), &db.url);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{} ", x.name)))
+        .unwrap_or_default();
+    assert!(row.contains("draining (1 running)"), "{text}");
+    // The run in progress ends normally on the drained node.
+    let starts_at_drain = read()
+        .lines()
+        .filter(|l| *l == format!("start {}", x.name))
+        .count();
+    eventually(
+        Duration::from_secs(10),
+        "the drained node's run to end",
+        || async {
+            read()
+                .lines()
+                .any(|l| *l == format!("end {}", x.name))
+                .then_some(())
+        },
+    )
+    .await;
+    // SIGUSR2 drains the other node too: then nothing runs at all.
+    y.signal(libc::SIGUSR2);
+    eventually(Duration::from_secs(10), "both drained and idle", || async {
+        let t = status(dir.path(), &db.url);
+        let drained = t.lines().filter(|l| l.contains(" drained ")).count();
+        (drained == 2).then_some(())
+    })
+    .await;
+    let quiet_from = read().lines().count();
+    // Three slots pass with both nodes drained. The wait is the test's subject.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let text = read();
+    assert_eq!(
+        text.lines().count(),
+        quiet_from,
+        "nothing starts while drained:\n{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| *l == format!("start {}", x.name))
+            .count(),
+        starts_at_drain,
+        "the drained node started nothing more"
+    );
+    // Undrained (the command on one, SIGUSR1 on the other), both claim again.
+    let undrained = cli(dir.path(), &db.url, &["undrain", &x.name]);
+    assert!(undrained.status.success(), "{}", stderr(&undrained));
+    eventually(Duration::from_secs(15), "a start after undrain", || async {
+        read()
+            .lines()
+            .skip(quiet_from)
+            .any(|l| l.starts_with("start "))
+            .then_some(())
+    })
+    .await;
+    y.signal(libc::SIGUSR1);
+    eventually(Duration::from_secs(10), "the signal's undrain", || async {
+        let t = status(dir.path(), &db.url);
+        (!t.contains(" drained ") && !t.contains("draining")).then_some(())
+    })
+    .await;
+    let unknown = cli(dir.path(), &db.url, &["drain", "no-such-node"]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", stderr(&unknown));
+    let store = db.store().await;
+    let audit = store.audit_log(None, 50).await.unwrap();
+    let actions: Vec<&str> = audit
+        .iter()
+        .filter(|r| r.action.contains("drain"))
+        .map(|r| r.action.as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        ["undrain", "undrain", "drain", "drain"],
+        "{audit:?}"
+    );
+    for d in [a, b] {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+}
+
+async fn every_node_job_runs_each_slot_once_on_each_node(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let jobs = format!(
+        "[[job]]\nname = \"local\"\nschedule = \"* * * * * *\"\nrun_on = \"every_node\"\n\
+         starting_deadline = \"2s\"\ncommand = \"echo $SQLCRON_JOB $SQLCRON_SLOT $SQLCRON_NODE >> {}\"\n",
+        out.display()
+    );
+    let config = |n: &str| node_config(&db.url, n, &jobs);
+    let a = DaemonProcess::start(dir.path(), "a", &config("a"));
+    let b = DaemonProcess::start(dir.path(), "b", &config("b"));
+    let c = DaemonProcess::start(dir.path(), "c", &config("c"));
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let per_node = |text: &str, node: &str| {
+        text.lines()
+            .filter(|l| l.ends_with(&format!(" {node}")))
+            .count()
+    };
+    eventually(Duration::from_secs(30), "runs on every node", || async {
+        let t = read();
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| per_node(&t, n) >= 4)
+            .then_some(())
+    })
+    .await;
+    let text = status(dir.path(), &db.url);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("local ") && l.contains("on every node")),
+        "{text}"
+    );
+    c.signal(libc::SIGKILL);
+    drop(c);
+    let store = db.store().await;
+    let down_from = store.now().await.unwrap();
+    // c stays down for six slots; a and b go on. The wait is the test's subject.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let c = DaemonProcess::start(dir.path(), "c-again", &config("c"));
+    let history = eventually(Duration::from_secs(30), "c's misses recorded", || async {
+        let h = store.history(Some("local@c"), 200).await.ok()?;
+        let skipped = h
+            .iter()
+            .any(|r| r.outcome == "skipped" && r.slot >= down_from - 1_000);
+        let ran_after = h
+            .iter()
+            .any(|r| r.outcome == "ok" && r.slot > down_from + 6_000);
+        (skipped && ran_after).then_some(h)
+    })
+    .await;
+    for d in [a, b, c] {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for l in read().lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(
+            f[0],
+            format!("local@{}", f[2]),
+            "a copy ran on its own node only: {l}"
+        );
+        *seen
+            .entry((f[0].to_string(), f[1].to_string()))
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "slots run twice on one node: {twice:?}");
+    for node in ["a", "b"] {
+        let slots: BTreeSet<i64> = seen
+            .keys()
+            .filter(|(j, _)| *j == format!("local@{node}"))
+            .map(|(_, s)| chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp())
+            .collect();
+        let (first, last) = (*slots.first().unwrap(), *slots.last().unwrap());
+        let missing: Vec<i64> = (first..=last).filter(|t| !slots.contains(t)).collect();
+        assert!(missing.is_empty(), "{node} missed {missing:?}");
+    }
+    let skipped = history.iter().find(|r| r.outcome == "skipped").unwrap();
+    assert!(skipped.skipped_count.unwrap_or(0) >= 3, "{skipped:?}");
+}
