@@ -608,13 +608,17 @@ impl Shared {
         }
     }
 
-    /// A run of `pool` ended: jobs waiting for a place may start now rather than at the end of
-    /// their wait. Best effort: should it fail, they start when their wait ends.
+    /// A run of `pool` ended: the job waiting longest for a place may start now rather than at
+    /// the end of its wait. Best effort: should it fail, it starts when its wait ends.
     async fn pool_place_freed(&self, pool: &str) {
         match self.store.pool_place_freed(pool).await {
             Ok(0) => {}
             Ok(n) => {
-                tracing::debug!(pool, waiting = n, "pool place freed; waiting jobs due now");
+                tracing::debug!(
+                    pool,
+                    waiting = n,
+                    "pool place freed; the longest waiting job due now"
+                );
                 self.wake.notify_one();
             }
             Err(e) => {
@@ -623,10 +627,6 @@ impl Shared {
         }
     }
 
-    /// Releases a claimed row that cannot run and parks it with the reason in `error`, in one
-    /// fenced write. A change to the row's definition or policy columns un-parks it.
-    /// The account a run switches to and its `env_file`, looked up now (users and files change
-    /// between runs).
     /// An HTTP job's `Idempotency-Key` attempt (see `Store::key_attempt`). The history is read
     /// only for a later attempt; should the read fail, the attempt itself is used (a new key:
     /// the receiver may then see a lost delivery twice, never miss one).
@@ -643,6 +643,8 @@ impl Shared {
         }
     }
 
+    /// The account a run switches to and its `env_file`, looked up now (users and files change
+    /// between runs).
     pub(super) fn resolve_process<'a>(
         &'a self,
         row: &JobRow,
@@ -679,6 +681,8 @@ impl Shared {
         })
     }
 
+    /// Releases a claimed row that cannot run and parks it with the reason in `error`, in one
+    /// fenced write. A change to the row's definition or policy columns un-parks it.
     async fn park_claimed(&self, claim: &Claim, message: &str) {
         let row = &claim.row;
         tracing::error!(job = %row.name, error = %message, "claimed job row is invalid; parked until fixed");

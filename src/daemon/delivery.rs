@@ -34,17 +34,22 @@ pub(super) fn http_client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// The longest pause between two looks for events while none come (the look after finding
-/// some is one poll interval away; each empty look doubles the pause up to this).
-const IDLE_LOOK_MAX: Duration = Duration::from_secs(4);
-
+/// Delivers the events that are due, on every node. The loop has no idle looks of its own: it
+/// looks when woken through `Shared::events` (the peek saw an event due, this node's alert scan
+/// recorded one, or the node is stopping), and then once per poll interval while it finds some.
 pub(super) async fn delivery_loop(shared: Arc<Shared>) {
     let mut in_flight = JoinSet::new();
-    let mut wait = shared.config().daemon.poll_interval;
+    let mut busy = true;
     loop {
-        tokio::time::sleep(wait).await;
         let poll = shared.config().daemon.poll_interval;
-        wait = (wait * 2).min(IDLE_LOOK_MAX.max(poll));
+        if busy {
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = shared.events.notified() => {}
+            }
+        } else {
+            shared.events.notified().await;
+        }
         while in_flight.try_join_next().is_some() {}
         if shared.stopping.load(Ordering::SeqCst) {
             // Deliveries under way end within their timeout; none is started any more.
@@ -52,6 +57,7 @@ pub(super) async fn delivery_loop(shared: Arc<Shared>) {
             return;
         }
         let free = MAX_IN_FLIGHT.saturating_sub(in_flight.len());
+        busy = !in_flight.is_empty();
         if free == 0 {
             continue;
         }
@@ -60,12 +66,11 @@ pub(super) async fn delivery_loop(shared: Arc<Shared>) {
             Err(e) => {
                 tracing::warn!(error = %e, "could not look for alert events to deliver");
                 shared.metrics.database_error(e.kind());
+                busy = true;
                 continue;
             }
         };
-        if !due.is_empty() {
-            wait = poll;
-        }
+        busy |= !due.is_empty();
         let config = shared.config();
         // The claim outlives the delivery's own limit by a lease: a node that dies or stalls
         // while sending leaves the event to another node after that.

@@ -37,8 +37,22 @@ use crate::store::{Actor, Store, StoreError};
 
 /// How often the node refreshes `cron_nodes.last_seen`.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// While wake-ups are live, the longest sleep between two looks at the table: the safety net
+/// for a lost wake-up and for the few changes that send none (docs/wakeups.md). Lease ends and
+/// event retries need no look: the peek saw when they come, and the loop wakes then.
+pub const WAKEUP_SAFETY_LOOK: Duration = Duration::from_secs(30);
 /// Longest pause after database errors.
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Whether some job has alerts of its own (`Shared::alerts_in_rows`): unknown until the first
+/// peek, so that the alert scan never takes "not yet looked" for "none".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum RowAlerts {
+    Unknown = 0,
+    None = 1,
+    Some = 2,
+}
 
 /// What the daemon is told from outside (signals in `main`, channels in tests).
 #[derive(Debug)]
@@ -61,6 +75,8 @@ pub struct TickReport {
     pub next_due: Option<i64>,
     /// The job of `next_due`.
     pub next_job: Option<String>,
+    /// The earliest event delivery (a retry, or the end of another node's delivery lease).
+    pub next_event: Option<i64>,
     pub prepared: usize,
     pub invalid: usize,
     pub claimed: usize,
@@ -84,6 +100,11 @@ struct Shared {
     /// Woken by a wake-up (the table changed; see `wakeups.rs`). Kept apart from `wake`: a
     /// node with no free place skips the look (a run ending wakes it through `wake`).
     changed: Notify,
+    /// An event may be due for delivery (the peek saw one, this node recorded one, or the node
+    /// is stopping): wakes the delivery loop, which has no idle looks of its own.
+    events: Notify,
+    /// Whether some job has alerts of its own, as the last peek saw it (see [`RowAlerts`]).
+    alerts_in_rows: std::sync::atomic::AtomicU8,
     /// A wake-up source is listening (see `wakeups.rs`): the idle loop may sleep longer.
     wakeups_live: std::sync::atomic::AtomicBool,
     /// Set once the shutdown has begun: stops claiming.
@@ -112,9 +133,13 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(store: Store, config: Config) -> Daemon {
         let permits = Arc::new(Semaphore::new(config.daemon.max_parallel));
-        // A healthy loop passes at least every poll interval; a tick itself is bounded by the
-        // statement timeouts (a fraction of the lease).
-        let window = config.daemon.poll_interval * 3 + config.daemon.lease;
+        // A healthy loop passes at least every poll interval (the safety look while wake-ups
+        // can be live); a tick itself is bounded by the statement timeouts (a fraction of the
+        // lease).
+        let wakeups = config.daemon.wakeups && store.dialect() != crate::store::Dialect::Mysql;
+        let window = idle_poll(config.daemon.poll_interval, wakeups)
+            + config.daemon.poll_interval * 2
+            + config.daemon.lease;
         let metrics = Arc::new(crate::metrics::Metrics::new(&config.node_name, window));
         Daemon {
             shared: Arc::new(Shared {
@@ -125,6 +150,8 @@ impl Daemon {
                 permits,
                 wake: Notify::new(),
                 changed: Notify::new(),
+                events: Notify::new(),
+                alerts_in_rows: (RowAlerts::Unknown as u8).into(),
                 wakeups_live: false.into(),
                 stopping: false.into(),
                 host: decode::Host::from_process(),
@@ -235,8 +262,6 @@ impl Daemon {
         let mut woken = true;
         let mut next_tick = Instant::now();
         let mut next_beat = Instant::now() + HEARTBEAT_INTERVAL;
-        let mut beats = 0u64;
-        let mut db_now = 0i64;
         loop {
             while let Some(done) = tasks.try_join_next() {
                 if let Err(e) = done {
@@ -246,8 +271,7 @@ impl Daemon {
             let config = self.config();
             if errors == 0 && Instant::now() >= next_beat {
                 next_beat = Instant::now() + HEARTBEAT_INTERVAL;
-                self.heartbeat(&config, beats, db_now).await;
-                beats += 1;
+                self.heartbeat(&config).await;
             }
             // No heartbeat while the database is unreachable: the sleep is the error backoff.
             let wake_at = |next_tick: Instant, errors: u32| {
@@ -283,7 +307,6 @@ impl Daemon {
                         tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
                     }
                     errors = 0;
-                    db_now = report.now;
                     if report.claimed > 0 || report.prepared > 0 || report.invalid > 0 {
                         tracing::debug!(?report, "tick");
                     }
@@ -291,21 +314,7 @@ impl Daemon {
                     let offset = report.now - chrono::Utc::now().timestamp_millis();
                     self.shared.metrics.pass(true, running, Some(offset));
                     crate::systemd::status(&status_line(running, &report));
-                    if report.saturated && report.claimed > 0 {
-                        Duration::ZERO
-                    } else {
-                        match report.next_due {
-                            Some(due) if due > report.now => {
-                                poll.min(Duration::from_millis((due - report.now) as u64))
-                            }
-                            Some(_) if !report.saturated && report.claimed == 0 => {
-                                // Due but nothing claimed: another node got it, or it is
-                                // held; look again soon but do not spin.
-                                poll.min(Duration::from_millis(50))
-                            }
-                            _ => poll,
-                        }
-                    }
+                    sleep_after(&report, poll, config.daemon.poll_interval)
                 }
                 Err(e) => {
                     errors += 1;
@@ -397,21 +406,15 @@ impl Daemon {
         false
     }
 
-    /// The node's heartbeat: `cron_nodes.last_seen`, its host-local copies, and every sixth
-    /// time the count of live nodes for `/metrics`.
-    async fn heartbeat(&self, config: &Config, beats: u64, db_now: i64) {
+    /// The node's heartbeat: `cron_nodes.last_seen` and its host-local copies. (The count of
+    /// live nodes for `/metrics` comes with each peek.)
+    async fn heartbeat(&self, config: &Config) {
         if let Err(e) = self.shared.store.node_seen(&self.shared.node).await {
             tracing::warn!(error = %e, "node heartbeat failed");
             self.shared.metrics.database_error(e.kind());
         }
         if let Err(e) = self.shared.sync_copies(config).await {
             tracing::warn!(error = %e, "host-local jobs not synced");
-        }
-        if beats.is_multiple_of(6)
-            && let Ok(nodes) = self.shared.store.nodes().await
-        {
-            let alive = nodes.iter().filter(|n| n.alive(db_now)).count();
-            self.shared.metrics.nodes_alive(alive);
         }
     }
 
@@ -473,6 +476,7 @@ impl Daemon {
         shared
             .stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        shared.events.notify_one();
         let grace = self.config().daemon.shutdown_grace;
         let running = self.running_count();
         tracing::info!(running, grace = %humantime::format_duration(grace), "stopping: no more claims");
@@ -554,20 +558,99 @@ pub fn status_line(running: usize, report: &TickReport) -> String {
     }
 }
 
-/// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).
+/// How long the loop sleeps after a pass that reached the database (`poll`: the longest idle
+/// sleep): until the earliest due time or event delivery the peek saw, at once when capacity
+/// ran out with more due, briefly when a due row was not claimed (another node got it, or it is
+/// held: look again soon but do not spin). An event due now is the delivery loop's (the peek
+/// woke it); the loop looks again after `poll_interval` to learn when the claim that follows
+/// ends, should its node die.
+fn sleep_after(report: &TickReport, poll: Duration, poll_interval: Duration) -> Duration {
+    let ahead = |at: i64| Duration::from_millis((at - report.now) as u64);
+    if report.saturated && report.claimed > 0 {
+        return Duration::ZERO;
+    }
+    let for_jobs = match report.next_due {
+        Some(due) if due > report.now => poll.min(ahead(due)),
+        Some(_) if !report.saturated && report.claimed == 0 => poll.min(Duration::from_millis(50)),
+        _ => poll,
+    };
+    match report.next_event {
+        Some(at) if at > report.now => for_jobs.min(ahead(at)),
+        Some(_) => for_jobs.min(poll_interval),
+        None => for_jobs,
+    }
+}
+
 /// The longest idle sleep between looks at the table: `poll_interval`, or while wake-ups are
-/// live at least the heartbeat interval (a change wakes the node anyway; the look is the safety
-/// net for a lost wake-up and for leases that end without a write).
+/// live at least [`WAKEUP_SAFETY_LOOK`] (a change wakes the node anyway).
 fn idle_poll(poll_interval: Duration, wakeups_live: bool) -> Duration {
     if wakeups_live {
-        poll_interval.max(HEARTBEAT_INTERVAL)
+        poll_interval.max(WAKEUP_SAFETY_LOOK)
     } else {
         poll_interval
     }
 }
 
+/// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).
 pub fn fmt_ms(ms: i64) -> String {
     DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
         .unwrap_or_else(|| ms.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(next_due: Option<i64>, next_event: Option<i64>) -> TickReport {
+        TickReport {
+            now: 10_000,
+            next_due,
+            next_event,
+            ..TickReport::default()
+        }
+    }
+
+    #[test]
+    fn the_loop_sleeps_until_the_earliest_job_or_event() {
+        let poll = Duration::from_secs(30);
+        let sleep_after = |r: &TickReport, poll| sleep_after(r, poll, Duration::from_secs(1));
+        assert_eq!(sleep_after(&report(None, None), poll), poll);
+        assert_eq!(
+            sleep_after(&report(Some(12_000), None), poll),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            sleep_after(&report(Some(12_000), Some(10_500)), poll),
+            Duration::from_millis(500),
+            "an event retry comes first"
+        );
+        assert_eq!(
+            sleep_after(&report(None, Some(9_000)), poll),
+            Duration::from_secs(1),
+            "an event due now: look again after poll_interval to see its claim's end, no spin"
+        );
+        assert_eq!(
+            sleep_after(&report(Some(9_000), None), poll),
+            Duration::from_millis(50),
+            "due but not claimed: soon, without spinning"
+        );
+        let full = TickReport {
+            claimed: 4,
+            saturated: true,
+            ..report(Some(9_000), None)
+        };
+        assert_eq!(sleep_after(&full, poll), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_idle_look_is_longer_while_wakeups_are_live() {
+        let poll = Duration::from_secs(1);
+        assert_eq!(idle_poll(poll, false), poll);
+        assert_eq!(idle_poll(poll, true), WAKEUP_SAFETY_LOOK);
+        assert_eq!(
+            idle_poll(Duration::from_secs(60), true),
+            Duration::from_secs(60)
+        );
+    }
 }

@@ -72,6 +72,7 @@ impl Daemon {
             now: peek.now,
             next_due: peek.next_due,
             next_job: peek.next_name.clone(),
+            next_event: peek.next_event,
             ..TickReport::default()
         };
         if peek.pending_prepare {

@@ -7,7 +7,8 @@ use sqlx::{AssertSqlSafe, Row};
 use super::*;
 
 /// The columns a backfill row copies from its job (its schedule, misfire and deadline are its
-/// own: `@at` the slot, `run_once`, none; its pool is the job's or a pool of one).
+/// own: `@at` the slot, `run_once`, [`BACKFILL_DEADLINE`]; its pool is the job's or a pool of
+/// one).
 const COPIED: [&str; 21] = [
     "timezone",
     "command",
@@ -31,6 +32,11 @@ const COPIED: [&str; 21] = [
     "placement",
     "overlap",
 ];
+
+/// A backfill row's `starting_deadline`: its slot is in the past by definition, so neither the
+/// job's deadline nor `[defaults] starting_deadline` may drop it as missed. A hundred years is
+/// no deadline in practice, written explicitly so that the defaults do not fill it in.
+pub const BACKFILL_DEADLINE: &str = "36500days";
 
 /// The name of the backfill row of `job`'s `slot` (ms).
 pub fn backfill_name(job: &str, slot: i64) -> String {
@@ -99,8 +105,10 @@ impl Store {
         let cols = COPIED.join(", ");
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "INSERT INTO cron_table (name, schedule, misfire, pool, source, changed_by, {cols}) \
-             SELECT ?, ?, 'run_once', ?, 'cli', ?, {cols} FROM cron_table WHERE name = ?"
+            "INSERT INTO cron_table (name, schedule, misfire, starting_deadline, pool, source, \
+             changed_by, {cols}) \
+             SELECT ?, ?, 'run_once', '{BACKFILL_DEADLINE}', ?, 'cli', ?, {cols} \
+             FROM cron_table WHERE name = ?"
         ))))
         .bind(name.clone())
         .bind(schedule.to_string())

@@ -444,25 +444,37 @@ impl Store {
         Ok(Some(ahead < size))
     }
 
-    /// Releases a claimed row whose pool is full: it waits `delay` and keeps its slot; the wait
-    /// does not count against the slot's misfire threshold. `lost` carries a run the claim took
-    /// over (slot, attempt), so the rerun it is owed survives the wait.
-    /// A run of `pool` ended: the rows waiting for one of its places become due now instead of
-    /// at the end of their wait (on PostgreSQL the change also wakes every node). Touches only
-    /// unclaimed waiting rows, and only moves their `next_exec` earlier. Returns how many.
+    /// A run of `pool` ended: the row waiting longest for one of its places (the oldest slot,
+    /// then the oldest row: a backfill's rows are made oldest first) becomes due now instead
+    /// of at the end of its wait (on PostgreSQL the change also wakes every node). One place
+    /// freed, one waiter woken, in order; the others keep waiting. Touches only an unclaimed
+    /// waiting row, and only moves its `next_exec` earlier. Returns how many rows (0 or 1).
     pub async fn pool_place_freed(&self, pool: &str) -> Result<u64> {
-        let done = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "UPDATE cron_table SET next_exec = {now} \
-             WHERE pool = ? AND pool_wait <> 0 AND exec_by IS NULL AND enabled = 1 \
-             AND next_exec > {now}",
-        )))
-        .bind(pool.to_string())
-        .execute(self.pool())
-        .await
-        .map_err(err!(self, "free pool place"))?;
+        let waiting = "pool = ? AND pool_wait <> 0 AND exec_by IS NULL AND enabled = 1 \
+                       AND error IS NULL AND next_exec > {now}";
+        let text = match self.dialect() {
+            // MySQL refuses a subquery on the table an UPDATE writes; its UPDATE takes ORDER
+            // BY and LIMIT itself.
+            Dialect::Mysql => format!(
+                "UPDATE cron_table SET next_exec = {{now}} WHERE {waiting} \
+                 ORDER BY slot, id LIMIT 1"
+            ),
+            Dialect::Postgres | Dialect::Sqlite => format!(
+                "UPDATE cron_table SET next_exec = {{now}} WHERE id = \
+                 (SELECT id FROM cron_table WHERE {waiting} ORDER BY slot, id LIMIT 1)"
+            ),
+        };
+        let done = sqlx::query(AssertSqlSafe(self.dialect().render(&text)))
+            .bind(pool.to_string())
+            .execute(self.pool())
+            .await
+            .map_err(err!(self, "free pool place"))?;
         Ok(done.rows_affected())
     }
 
+    /// Releases a claimed row whose pool is full: it waits `delay` and keeps its slot; the wait
+    /// does not count against the slot's misfire threshold. `lost` carries a run the claim took
+    /// over (slot, attempt), so the rerun it is owed survives the wait.
     pub async fn defer_for_pool(
         &self,
         id: i64,

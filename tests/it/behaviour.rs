@@ -240,8 +240,14 @@ async fn retries_back_off_and_count_attempts(dialect: Dialect) {
     let gap2 = h[2].started.unwrap() - h[1].ended.unwrap();
     // The lower bounds are the backoff; the upper ones leave room for a claim delayed by a
     // loaded machine (the whole suite runs on two cores), not for a missed poll.
-    assert!((900..2_500).contains(&gap1), "first backoff {gap1} ms: {h:?}");
-    assert!((1_900..3_500).contains(&gap2), "second backoff {gap2} ms: {h:?}");
+    assert!(
+        (900..2_500).contains(&gap1),
+        "first backoff {gap1} ms: {h:?}"
+    );
+    assert!(
+        (1_900..3_500).contains(&gap2),
+        "second backoff {gap2} ms: {h:?}"
+    );
     // Then the row moves on to its next regular slot.
     let row = store.job("flaky").await.unwrap().unwrap();
     assert!(row.slot.unwrap() > now);

@@ -263,9 +263,10 @@ async fn backfill_runs_each_missing_slot_once(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("runs.txt");
-    // Hourly and paused: its past slots exist, none of them ran.
+    // Hourly and paused: its past slots exist, none of them ran. The defaults' deadline must
+    // not drop the backfilled slots, hours late by definition.
     let jobs = format!(
-        "[[job]]\nname = \"etl\"\nschedule = \"0 * * * *\"\nenabled = false\n\
+        "[defaults]\nstarting_deadline = \"5m\"\n\n[[job]]\nname = \"etl\"\nschedule = \"0 * * * *\"\nenabled = false\n\
          command = \"echo start $SQLCRON_SLOT $SQLCRON_NODE >> {0}; sleep 0.3; echo end $SQLCRON_SLOT >> {0}\"\n",
         out.display()
     );
