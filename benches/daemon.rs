@@ -342,7 +342,14 @@ async fn idle_cost(dialect: Dialect, daemon: &str) {
         "info,sqlx::query=trace",
     );
     wait_ready(&d).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The start-up duties (the first retention and alert rounds, one poll interval after the
+    // start) are not idle work: the window opens after them.
+    let warm_up = if daemon.contains("poll_interval = \"30s\"") {
+        Duration::from_secs(35)
+    } else {
+        Duration::from_secs(5)
+    };
+    tokio::time::sleep(warm_up).await;
     let count = |d: &Daemon| {
         std::fs::read_to_string(&d.log)
             .unwrap_or_default()
@@ -355,6 +362,24 @@ async fn idle_cost(dialect: Dialect, daemon: &str) {
     tokio::time::sleep(window).await;
     let after = count(&d);
     stop(&mut d);
+    // Which statements, by their first words (the window only).
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    let text = std::fs::read_to_string(&d.log).unwrap_or_default();
+    for line in text
+        .lines()
+        .filter(|l| l.contains("sqlx::query"))
+        .skip(before)
+        .take(after - before)
+    {
+        let summary = line
+            .split("summary=\"")
+            .nth(1)
+            .unwrap_or(line)
+            .chars()
+            .take(40)
+            .collect::<String>();
+        *kinds.entry(summary).or_default() += 1;
+    }
     println!(
         "idle-cost  {:<8} {:.2} statements/s per node ({}, 1000 jobs not due, {} in {:?})",
         dialect.name(),
@@ -363,6 +388,9 @@ async fn idle_cost(dialect: Dialect, daemon: &str) {
         after - before,
         window
     );
+    for (kind, n) in &kinds {
+        println!("           {n:>4}  {kind}");
+    }
     store.close().await;
     db.drop_db().await;
 }
@@ -1043,19 +1071,24 @@ async fn main() {
         .filter(|a| !a.starts_with("--"))
         .collect();
     let on = |name: &str| wanted.is_empty() || wanted.contains(&name);
-    let all = [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql];
+    // `SQLCRON_BENCH_DIALECTS=postgres,sqlite` limits the databases.
+    let only = std::env::var("SQLCRON_BENCH_DIALECTS").unwrap_or_default();
+    let all: Vec<Dialect> = [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql]
+        .into_iter()
+        .filter(|d| only.is_empty() || only.split(',').any(|o| o.trim() == d.name()))
+        .collect();
     if on("claim") {
-        for d in all {
+        for d in all.iter().copied() {
             claim_cost(d, false).await;
         }
     }
     if on("claim-placed") {
-        for d in all {
+        for d in all.iter().copied() {
             claim_cost(d, true).await;
         }
     }
     if on("idle") {
-        for d in all {
+        for d in all.iter().copied() {
             idle_cost(d, "wakeups = false").await;
             if d != Dialect::Mysql {
                 idle_cost(d, "wakeups = true").await;
@@ -1068,7 +1101,7 @@ async fn main() {
         }
     }
     if on("wake") || on("wake-on") {
-        for d in all {
+        for d in all.iter().copied() {
             if on("wake") {
                 wake_latency(d, "wakeups = false").await;
             }
@@ -1078,11 +1111,11 @@ async fn main() {
         }
     }
     if on("lateness") {
-        for d in all {
+        for d in all.iter().copied() {
             lateness(d).await;
         }
     }
-    for d in all {
+    for d in all.iter().copied() {
         if on("retention") || wanted.contains(&format!("retention-{}", d.name()).as_str()) {
             retention(d).await;
         }
