@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::Shared;
 use super::decode::{resolve, row_alerts};
-use super::{RowAlerts, Shared};
 use crate::alerts::{self, Alerts, EventKind, Record};
 use crate::job::Policy;
 use crate::store::{Duty, NewEvent, StoreError};
@@ -26,11 +26,14 @@ const OVERLAP_MS: i64 = 60_000;
 const SCAN_BATCH: i64 = 500;
 /// Earlier records read to decide a recovery.
 const RECOVERY_LOOKBACK: i64 = 20;
-/// How often the dead-man's switches are checked.
+/// How often the dead-man's switches are checked, and whether anything is configured.
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
-/// While no job has alerts: how often the duty holder moves the scan's position up to the
-/// clock, so that hooks set later do not fire for runs that ended long before (at most this
-/// plus the scan's overlap window before). Whether a job has alerts comes with each peek.
+/// While no job has alerts: how often a node looks whether one has now (one statement; on
+/// PostgreSQL and SQLite a partial index answers it), and how often the duty holder moves the
+/// scan's position up to the clock, so that hooks set later do not fire for runs that ended long
+/// before (at most this plus the scan's overlap window before). A hook set while none was
+/// configured still reports the runs that ended since the position last moved.
+const IDLE_CHECK: Duration = Duration::from_secs(60);
 const IDLE_ADVANCE: Duration = Duration::from_secs(300);
 
 /// The scan's memory between rounds on this node.
@@ -40,8 +43,8 @@ struct Scan {
     seen: HashMap<i64, i64>,
     /// When the dead-man's switches were last checked.
     last_watch: Option<Instant>,
-    /// Whether any job has alerts (the configuration's defaults, or a row's own, as the last
-    /// peek saw them).
+    /// Whether any job has alerts (checked every [`WATCH_INTERVAL`], or [`IDLE_CHECK`] while
+    /// none has).
     configured: bool,
     /// When the position was last moved up while nothing is configured.
     last_advance: Option<Instant>,
@@ -71,15 +74,15 @@ struct JobAlerts {
 async fn round(shared: &Shared, scan: &mut Scan) -> Result<(), StoreError> {
     let config = shared.config();
     let store = &shared.store;
-    let check_watch = scan
-        .last_watch
-        .is_none_or(|t| t.elapsed() >= WATCH_INTERVAL);
-    let in_rows = shared.alerts_in_rows.load(Ordering::Relaxed);
-    if config.alert_defaults.is_empty() && in_rows == RowAlerts::Unknown as u8 {
-        // No peek has succeeded yet: nothing is known, so nothing is moved.
-        return Ok(());
+    let every = if scan.configured {
+        WATCH_INTERVAL
+    } else {
+        IDLE_CHECK
+    };
+    let check_watch = scan.last_watch.is_none_or(|t| t.elapsed() >= every);
+    if check_watch {
+        scan.configured = !config.alert_defaults.is_empty() || store.any_job_alerts().await?;
     }
-    scan.configured = !config.alert_defaults.is_empty() || in_rows == RowAlerts::Some as u8;
     if !scan.configured {
         if check_watch {
             scan.last_watch = Some(Instant::now());

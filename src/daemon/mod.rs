@@ -44,16 +44,6 @@ pub const WAKEUP_SAFETY_LOOK: Duration = Duration::from_secs(30);
 /// Longest pause after database errors.
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
-/// Whether some job has alerts of its own (`Shared::alerts_in_rows`): unknown until the first
-/// peek, so that the alert scan never takes "not yet looked" for "none".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum RowAlerts {
-    Unknown = 0,
-    None = 1,
-    Some = 2,
-}
-
 /// What the daemon is told from outside (signals in `main`, channels in tests).
 #[derive(Debug)]
 pub enum Control {
@@ -100,11 +90,9 @@ struct Shared {
     /// Woken by a wake-up (the table changed; see `wakeups.rs`). Kept apart from `wake`: a
     /// node with no free place skips the look (a run ending wakes it through `wake`).
     changed: Notify,
-    /// An event may be due for delivery (the peek saw one, this node recorded one, or the node
-    /// is stopping): wakes the delivery loop, which has no idle looks of its own.
+    /// An event may be due for delivery (the peek saw one, this node's alert scan recorded one,
+    /// or the node is stopping): wakes the delivery loop, which has no idle looks of its own.
     events: Notify,
-    /// Whether some job has alerts of its own, as the last peek saw it (see [`RowAlerts`]).
-    alerts_in_rows: std::sync::atomic::AtomicU8,
     /// A wake-up source is listening (see `wakeups.rs`): the idle loop may sleep longer.
     wakeups_live: std::sync::atomic::AtomicBool,
     /// Set once the shutdown has begun: stops claiming.
@@ -151,7 +139,6 @@ impl Daemon {
                 wake: Notify::new(),
                 changed: Notify::new(),
                 events: Notify::new(),
-                alerts_in_rows: (RowAlerts::Unknown as u8).into(),
                 wakeups_live: false.into(),
                 stopping: false.into(),
                 host: decode::Host::from_process(),

@@ -1,11 +1,11 @@
 //! Which placement values this node matches, kept up to date from the peek, its drain state,
-//! and what the peek tells the alert scan and the event delivery. The claim and the peek filter
+//! and what the peek tells the event delivery. The claim and the peek filter
 //! by the list, so the database never hands this node a row it may not run (see
 //! `placement.rs`).
 
 use std::sync::atomic::Ordering;
 
-use super::{RowAlerts, Shared};
+use super::Shared;
 use crate::config::Config;
 use crate::placement::matching_values;
 use crate::store::{Peek, StoreError};
@@ -31,8 +31,8 @@ impl Shared {
     /// The peek, under an up-to-date placement view: when the number of placement values
     /// changed (or the node's tags did), the values are read again, matched, and the peek
     /// repeated with the new filter. Also follows the node's drain flag, and passes on what the
-    /// peek saw for the alert scan and the event delivery (which have no idle looks of their
-    /// own) and the number of live nodes.
+    /// peek saw for the event delivery (which has no idle looks of its own) and the number of
+    /// live nodes.
     pub(super) async fn peek_placed(
         &self,
         config: &Config,
@@ -64,12 +64,6 @@ impl Shared {
             view
         };
         self.templates.store(peek.templates, Ordering::Relaxed);
-        let alerts = if peek.alerts {
-            RowAlerts::Some
-        } else {
-            RowAlerts::None
-        };
-        self.alerts_in_rows.store(alerts as u8, Ordering::Relaxed);
         self.metrics.nodes_alive(peek.alive.max(0) as usize);
         if peek.next_event.is_some_and(|at| at <= peek.now) {
             self.events.notify_one();

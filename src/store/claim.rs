@@ -12,8 +12,7 @@ impl Store {
     /// One cheap, index-backed look: the clock, the earliest due time among the rows `node` may
     /// run (`placements`: the placement values it matches, `None` when none are in use), whether
     /// rows wait for preparation, how many placement values exist and whether the node is
-    /// drained; and for the alert scan and event delivery, the earliest event due and whether any
-    /// job has alerts; and how many nodes are alive. This is the only statement an idle node
+    /// drained; for the event delivery, the earliest event due; and how many nodes are alive. This is the only statement an idle node
     /// sends per poll, besides its heartbeat.
     pub async fn peek(&self, node: &str, placements: Option<&[String]>) -> Result<Peek> {
         let text = match placements {
@@ -46,10 +45,6 @@ impl Store {
                 .map_err(sql_err!(self, "peek"))?
                 .is_some_and(|d| d != 0),
             next_event: row.try_get("next_event").map_err(sql_err!(self, "peek"))?,
-            alerts: row
-                .try_get::<i64, _>("alerts")
-                .map_err(sql_err!(self, "peek"))?
-                != 0,
             alive: row.try_get("alive").map_err(sql_err!(self, "peek"))?,
         })
     }

@@ -210,9 +210,9 @@ fn placement_filter(placements: Option<usize>) -> String {
 
 /// The peek: the clock, the earliest `next_exec` among the rows this node may run, whether rows
 /// wait for preparation, how many placement values and host-local templates exist, whether
-/// this node is drained, the earliest event delivery, whether any job has alerts and how many
-/// nodes are alive. One statement, each part index-backed (or on the small `cron_nodes`), so
-/// that the alert scan and the event delivery need no looks of their own while idle.
+/// this node is drained, the earliest event delivery and how many nodes are alive. One
+/// statement, each part index-backed (or on the small `cron_nodes`), so that the event delivery
+/// needs no looks of its own while idle.
 /// Placeholders: the placement values twice (when `placements` is `Some(n > 0)`), then the
 /// node's name.
 pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
@@ -229,8 +229,6 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
          (SELECT MAX(drain) FROM cron_nodes WHERE name = ?) AS drain, \
          (SELECT next_try FROM cron_events WHERE next_try IS NOT NULL \
           ORDER BY next_try LIMIT 1) AS next_event, \
-         CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE alerts IS NOT NULL) THEN 1 ELSE 0 END \
-          AS alerts, \
          (SELECT COUNT(*) FROM cron_nodes WHERE stopped IS NULL \
           AND last_seen > {{now}} - {NODE_ALIVE_WINDOW_MS}) AS alive"
     ))

@@ -326,6 +326,16 @@ impl Store {
             .map_err(sql_err!(self, "read events"))
     }
 
+    /// Whether any job row has its own alert settings.
+    pub async fn any_job_alerts(&self) -> Result<bool> {
+        let one: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM cron_table WHERE alerts IS NOT NULL LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(sql_err!(self, "look for alerts"))?;
+        Ok(one.is_some())
+    }
+
     /// Every job's dead-man's switch state.
     pub async fn watch_rows(&self) -> Result<Vec<WatchRow>> {
         let rows = sqlx::query("SELECT job_name, since, last_ok, fired_for FROM cron_watch")

@@ -280,8 +280,6 @@ pub struct Peek {
     pub templates: i64,
     /// The earliest `next_try` of an event waiting for delivery (or a delivery's lease end).
     pub next_event: Option<i64>,
-    /// Some job has alerts of its own (`cron_table.alerts`).
-    pub alerts: bool,
     /// Nodes alive by their heartbeat (see [`NodeRow::alive`]).
     pub alive: i64,
 }
