@@ -46,6 +46,8 @@ pub enum StoreError {
     },
     #[error("unsupported database URL \"{0}\": use sqlite://, postgres:// or mysql://")]
     Url(String),
+    #[error("database URL \"{url}\": {why}")]
+    Hosts { url: String, why: String },
     #[error("taking the SQLite migration lock: {0}")]
     Lock(String),
 }
@@ -117,6 +119,8 @@ pub struct Store {
     /// The URL as given (for the SQLite file path).
     url: String,
     sql: std::sync::Arc<Statements>,
+    /// PostgreSQL: the hosts of the URL and the one in use (see `topology.rs`).
+    topology: Option<std::sync::Arc<topology::Topology>>,
 }
 
 /// Statement texts rendered for one dialect once, at connect.
@@ -251,10 +255,13 @@ fn statements(d: Dialect) -> Statements {
 
 macro_rules! sql_err {
     ($self:expr, $op:expr) => {
-        |source| StoreError::Sql {
-            dialect: $self.dialect.name(),
-            op: $op,
-            source,
+        |source| {
+            $self.noticed(&source);
+            StoreError::Sql {
+                dialect: $self.dialect.name(),
+                op: $op,
+                source,
+            }
         }
     };
 }
@@ -270,6 +277,7 @@ pub mod locks;
 mod migrate;
 pub mod one_off;
 mod retention;
+pub mod topology;
 pub mod wake;
 
 pub use apply::job_hash;
@@ -316,14 +324,55 @@ impl Store {
         if dialect == Dialect::Mysql && url.starts_with("mariadb:") {
             url = url.replacen("mariadb:", "mysql:", 1);
         }
-        let options = AnyConnectOptions::from_str(&url)
-            .map_err(|source| StoreError::Sql {
-                dialect: dialect.name(),
-                op: "parse URL",
-                source,
-            })?
-            .log_statements(tracing::log::LevelFilter::Trace)
-            .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(2));
+        if dialect == Dialect::Mysql && Self::host_list(&url) {
+            return Err(StoreError::Hosts {
+                url: crate::secrets::redact_url(&url),
+                why: "several hosts are a PostgreSQL form; for MySQL/MariaDB point sqlcron at \
+                      one address (a proxy, a virtual IP or a Galera node; see \
+                      docs/databases.md)"
+                    .into(),
+            });
+        }
+        let parse = |url: &str| {
+            AnyConnectOptions::from_str(url)
+                .map_err(|source| StoreError::Sql {
+                    dialect: dialect.name(),
+                    op: "parse URL",
+                    source,
+                })
+                .map(|o| {
+                    o.log_statements(tracing::log::LevelFilter::Trace)
+                        .log_slow_statements(
+                            tracing::log::LevelFilter::Warn,
+                            Duration::from_secs(2),
+                        )
+                })
+        };
+        let topology = if dialect == Dialect::Postgres {
+            let hosts = topology::split_hosts(&url).map_err(|why| StoreError::Hosts {
+                url: crate::secrets::redact_url(&url),
+                why,
+            })?;
+            let options = hosts
+                .urls
+                .iter()
+                .map(|u| parse(u))
+                .collect::<Result<Vec<_>>>()?;
+            let target = hosts.target.unwrap_or(topology::Target::ReadWrite);
+            Some(std::sync::Arc::new(topology::Topology::new(
+                hosts, target, options,
+            )))
+        } else {
+            None
+        };
+        let options = match &topology {
+            Some(t) => parse(t.current_url())?,
+            None => parse(&url)?,
+        };
+        let check_writable = topology
+            .as_ref()
+            .is_some_and(|t| t.target == topology::Target::ReadWrite);
+        let stale = topology.clone();
         // SQLite serialises writes anyway; more connections only cost memory.
         let max_connections = if dialect == Dialect::Sqlite {
             max_connections.min(4)
@@ -346,8 +395,23 @@ impl Store {
                             (Err(e), None) => return Err(e),
                         }
                     }
+                    // A server that does not take writes (a standby, the old primary after a
+                    // split) is refused here, so that the pool never hands one out.
+                    if check_writable {
+                        let ro: i32 = sqlx::query_scalar(topology::READ_ONLY_CHECK)
+                            .fetch_one(&mut *conn)
+                            .await?;
+                        if ro != 0 {
+                            return Err(sqlx::Error::Protocol(topology::READ_ONLY_SERVER.into()));
+                        }
+                    }
                     Ok(())
                 })
+            })
+            // Connections opened before the pool changed server are dropped, not used.
+            .before_acquire(move |_conn, meta| {
+                let keep = stale.as_ref().is_none_or(|t| !t.is_stale(meta.age));
+                Box::pin(async move { Ok(keep) })
             })
             .connect_lazy_with(options);
         Ok(Store {
@@ -355,6 +419,7 @@ impl Store {
             dialect,
             url: url.clone(),
             sql: std::sync::Arc::new(statements(dialect)),
+            topology,
         })
     }
 
@@ -364,6 +429,37 @@ impl Store {
 
     fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// Whether `url` names several hosts (`h1:5432,h2:5432`).
+    fn host_list(url: &str) -> bool {
+        url.split_once("://").is_some_and(|(_, rest)| {
+            let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+            authority.rsplit('@').next().unwrap_or("").contains(',')
+        })
+    }
+
+    /// Called with every database error: one that says the server is gone or takes no writes
+    /// makes a PostgreSQL store choose its server again (in the background, see
+    /// `topology.rs`).
+    fn noticed(&self, e: &sqlx::Error) {
+        if let Some(t) = &self.topology
+            && t.calls_for_selection(e)
+        {
+            t.select_soon(&self.pool);
+        }
+    }
+
+    /// The URL of the server in use (PostgreSQL: the host the pool points at now).
+    fn current_url(&self) -> &str {
+        self.topology
+            .as_ref()
+            .map_or(self.url.as_str(), |t| t.current_url())
+    }
+
+    /// `host:port` of the PostgreSQL server in use, for logs; `None` on the other databases.
+    pub fn server_name(&self) -> Option<String> {
+        self.topology.as_ref().map(|t| t.current_name().to_string())
     }
 
     /// Begins a transaction that will write. On SQLite it takes the write lock at once

@@ -106,7 +106,7 @@ impl Store {
             op: "listen",
             source,
         };
-        let options = sqlx::postgres::PgConnectOptions::from_str(&self.url)
+        let options = sqlx::postgres::PgConnectOptions::from_str(self.current_url())
             .map_err(err)?
             .application_name(application_name);
         let pool = sqlx::postgres::PgPoolOptions::new()

@@ -15,6 +15,7 @@ mod cli_import;
 mod cli_next;
 mod cluster;
 mod explain;
+mod failover;
 mod faults;
 mod http_jobs;
 mod http_server;

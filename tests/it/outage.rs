@@ -132,22 +132,78 @@ impl ThrowawayPostgres {
     }
 
     pub fn down(&self) {
+        self.stop("fast");
+    }
+
+    /// Stops the server at once, as a crash would (`pg_ctl -m immediate`).
+    pub fn crash(&self) {
+        self.stop("immediate");
+    }
+
+    fn stop(&self, mode: &str) {
         as_postgres(
             &self.bin,
             "pg_ctl",
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-m",
-                "fast",
-                "-w",
-                "stop",
-            ],
+            &["-D", self.data.to_str().unwrap(), "-m", mode, "-w", "stop"],
         );
     }
 
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A streaming-replication standby of this server (`pg_basebackup -R`), started on a port
+    /// of its own.
+    pub fn standby(&self) -> ThrowawayPostgres {
+        let dir = tempfile::Builder::new()
+            .prefix("sqlcron-pg-standby")
+            .tempdir()
+            .unwrap();
+        if unsafe { libc::geteuid() } == 0 {
+            let status = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let data = dir.path().join("data");
+        as_postgres(
+            &self.bin,
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str().unwrap(),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        );
+        let pg = ThrowawayPostgres {
+            bin: self.bin.clone(),
+            data,
+            port: free_port(),
+            settings: self.settings.clone(),
+            _dir: dir,
+        };
+        pg.up();
+        pg
+    }
+
+    /// Promotes a standby to primary and waits until it accepts writes.
+    pub fn promote(&self) {
+        as_postgres(
+            &self.bin,
+            "pg_ctl",
+            &["-D", self.data.to_str().unwrap(), "-w", "promote"],
+        );
     }
 }
 
@@ -161,7 +217,7 @@ impl Drop for ThrowawayPostgres {
     }
 }
 
-fn lines(path: &Path) -> Vec<String> {
+pub fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

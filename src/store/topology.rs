@@ -1,0 +1,315 @@
+//! Which server a node talks to: a PostgreSQL URL may name several hosts, as libpq accepts it
+//! (`postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write`), tried in order; and
+//! a node that writes must talk to a server that accepts writes. sqlx's URL parser takes one
+//! host, so the list is split here into one URL per host, and the pool is pointed at the host
+//! chosen (`Pool::set_connect_options`). See docs/databases.md.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::any::AnyConnectOptions;
+use sqlx::{AnyConnection, AnyPool, Connection};
+
+/// What a connection's server must be (libpq's `target_session_attrs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Any server that answers (`any`).
+    Any,
+    /// A server that accepts writes: not in recovery, `transaction_read_only` off
+    /// (`read-write`, `primary`). The daemon's default.
+    ReadWrite,
+}
+
+/// A URL's hosts as single-host URLs, in the order given, and the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hosts {
+    /// One URL per host, otherwise the URL as given (without `target_session_attrs`).
+    pub urls: Vec<String>,
+    /// `host:port` of each, for logs.
+    pub names: Vec<String>,
+    /// `None` when the URL does not say (the caller decides).
+    pub target: Option<Target>,
+}
+
+/// How long a node waits for one host of a list before trying the next.
+pub const HOST_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Splits a PostgreSQL URL into one URL per host. A URL with one host comes back as given
+/// (less `target_session_attrs`). Errors name what is wrong.
+pub fn split_hosts(url: &str) -> Result<Hosts, String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| "not a URL (scheme://...)".to_string())?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hostlist) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let (tail, target) = take_target(tail)?;
+    let mut urls = Vec::new();
+    let mut names = Vec::new();
+    for host in hostlist.split(',') {
+        if host.is_empty() {
+            return Err(format!("an empty host in \"{hostlist}\""));
+        }
+        let name = if has_port(host) {
+            host.to_string()
+        } else {
+            format!("{host}:5432")
+        };
+        urls.push(format!("{scheme}://{userinfo}{host}{tail}"));
+        names.push(name);
+    }
+    Ok(Hosts {
+        urls,
+        names,
+        target,
+    })
+}
+
+/// Whether `host` ends with `:port` (an IPv6 address is bracketed: `[::1]:5432`).
+fn has_port(host: &str) -> bool {
+    match host.rfind(':') {
+        Some(i) => !host.starts_with('[') || host[..i].ends_with(']'),
+        None => false,
+    }
+}
+
+/// Takes `target_session_attrs` out of the path-and-query part of a URL.
+fn take_target(tail: &str) -> Result<(String, Option<Target>), String> {
+    let Some((path, query)) = tail.split_once('?') else {
+        return Ok((tail.to_string(), None));
+    };
+    let mut target = None;
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("target_session_attrs", value)) => {
+                target = Some(match value {
+                    "any" => Target::Any,
+                    "read-write" | "primary" => Target::ReadWrite,
+                    other => {
+                        return Err(format!(
+                            "target_session_attrs={other} is not supported (any, read-write, primary)"
+                        ));
+                    }
+                });
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let tail = if kept.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    };
+    Ok((tail, target))
+}
+
+/// The statement that tells whether the server accepts writes (one row, one integer column:
+/// 1 when it does not).
+pub const READ_ONLY_CHECK: &str = "SELECT CASE WHEN pg_is_in_recovery() \
+     OR current_setting('transaction_read_only') = 'on' THEN 1 ELSE 0 END AS ro";
+
+/// The message of a connection refused because its server does not accept writes.
+pub const READ_ONLY_SERVER: &str = "the server does not accept writes (a standby in recovery, or \
+     default_transaction_read_only is on); looking for one that does";
+
+/// Where a PostgreSQL pool points, and when it last changed server (connections opened before
+/// are dropped when next taken from the pool).
+#[derive(Debug)]
+pub struct Topology {
+    pub hosts: Hosts,
+    pub target: Target,
+    options: Vec<AnyConnectOptions>,
+    current: AtomicUsize,
+    /// When the pool was last pointed anew (also after a read-only answer on the same host).
+    switched: Mutex<Instant>,
+    /// A selection is under way (one at a time).
+    selecting: AtomicBool,
+    /// When the last selection ended (they are spaced by [`SELECT_SPACING`]).
+    last_selection: Mutex<Option<Instant>>,
+}
+
+/// The least time between two selections of a server.
+const SELECT_SPACING: Duration = Duration::from_millis(500);
+
+impl Topology {
+    pub fn new(hosts: Hosts, target: Target, options: Vec<AnyConnectOptions>) -> Topology {
+        Topology {
+            hosts,
+            target,
+            options,
+            current: AtomicUsize::new(0),
+            switched: Mutex::new(Instant::now()),
+            selecting: AtomicBool::new(false),
+            last_selection: Mutex::new(None),
+        }
+    }
+
+    /// The URL of the host the pool points at.
+    pub fn current_url(&self) -> &str {
+        &self.hosts.urls[self.current.load(Ordering::SeqCst)]
+    }
+
+    pub fn current_name(&self) -> &str {
+        &self.hosts.names[self.current.load(Ordering::SeqCst)]
+    }
+
+    fn mark_switched(&self) {
+        *self.switched.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// Whether a pooled connection of `age` was opened before the pool last changed server.
+    pub fn is_stale(&self, age: Duration) -> bool {
+        let since = self
+            .switched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed();
+        age > since
+    }
+
+    /// Whether `e` says the server is gone or does not take writes: then another host may.
+    pub fn calls_for_selection(&self, e: &sqlx::Error) -> bool {
+        match e {
+            sqlx::Error::Database(d) => {
+                let code = d.code().map(|c| c.into_owned()).unwrap_or_default();
+                // read_only_sql_transaction, admin_shutdown, crash_shutdown,
+                // cannot_connect_now.
+                matches!(code.as_str(), "25006" | "57P01" | "57P02" | "57P03")
+            }
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => {
+                self.hosts.urls.len() > 1
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts choosing a server in the background unless a choice is under way or was made
+    /// within [`SELECT_SPACING`].
+    pub fn select_soon(self: &Arc<Self>, pool: &AnyPool) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let recent = self
+            .last_selection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t.elapsed() < SELECT_SPACING);
+        if recent || self.selecting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = self.clone();
+        let pool = pool.clone();
+        handle.spawn(async move {
+            me.select(&pool).await;
+            *me.last_selection.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            me.selecting.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Tries the hosts in order (each within [`HOST_CONNECT_TIMEOUT`]) and points the pool at
+    /// the first that answers and, for [`Target::ReadWrite`], accepts writes. Connections to the
+    /// old server are dropped as they come back to the pool.
+    async fn select(&self, pool: &AnyPool) {
+        let was = self.current.load(Ordering::SeqCst);
+        // The fault that called for this makes every pooled connection suspect: all are
+        // dropped as they come back (a read-only answer on the one host, too).
+        self.mark_switched();
+        let mut why = Vec::new();
+        for (i, options) in self.options.iter().enumerate() {
+            match probe(options, self.target).await {
+                Ok(()) => {
+                    self.mark_switched();
+                    if i != was {
+                        pool.set_connect_options(options.clone());
+                        self.current.store(i, Ordering::SeqCst);
+                        tracing::warn!(
+                            server = %self.hosts.names[i],
+                            was = %self.hosts.names[was],
+                            "database server changed"
+                        );
+                    }
+                    return;
+                }
+                Err(e) => why.push(format!("{}: {e}", self.hosts.names[i])),
+            }
+        }
+        tracing::error!(servers = %why.join("; "), "no database server usable now; trying again");
+    }
+}
+
+/// Connects to one host and checks it (within [`HOST_CONNECT_TIMEOUT`]).
+async fn probe(options: &AnyConnectOptions, target: Target) -> Result<(), String> {
+    let attempt = async {
+        let mut conn = AnyConnection::connect_with(options)
+            .await
+            .map_err(|e| e.to_string())?;
+        if target == Target::ReadWrite {
+            let ro: i32 = sqlx::query_scalar(READ_ONLY_CHECK)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            if ro != 0 {
+                let _ = conn.close().await;
+                return Err(
+                    "does not accept writes (in recovery, or default_transaction_read_only is on)"
+                        .into(),
+                );
+            }
+        }
+        let _ = conn.close().await;
+        Ok(())
+    };
+    tokio::time::timeout(HOST_CONNECT_TIMEOUT, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {HOST_CONNECT_TIMEOUT:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_list_becomes_one_url_per_host_in_order() {
+        let h = split_hosts(
+            "postgres://u:p%40ss@db1:5432,db2:6432,db3/jobs?sslmode=require&target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!(
+            h.urls,
+            vec![
+                "postgres://u:p%40ss@db1:5432/jobs?sslmode=require",
+                "postgres://u:p%40ss@db2:6432/jobs?sslmode=require",
+                "postgres://u:p%40ss@db3/jobs?sslmode=require",
+            ]
+        );
+        assert_eq!(h.names, vec!["db1:5432", "db2:6432", "db3:5432"]);
+        assert_eq!(h.target, Some(Target::ReadWrite));
+    }
+
+    #[test]
+    fn one_host_comes_back_as_given() {
+        let h = split_hosts("postgres://postgres@127.0.0.1:5432/db").unwrap();
+        assert_eq!(h.urls, vec!["postgres://postgres@127.0.0.1:5432/db"]);
+        assert_eq!(h.target, None);
+        let h = split_hosts("postgresql://[::1]:5433,[::1]/db?target_session_attrs=any").unwrap();
+        assert_eq!(h.names, vec!["[::1]:5433", "[::1]:5432"]);
+        assert_eq!(h.urls[1], "postgresql://[::1]/db");
+        assert_eq!(h.target, Some(Target::Any));
+    }
+
+    #[test]
+    fn unsupported_targets_and_empty_hosts_are_refused() {
+        assert!(
+            split_hosts("postgres://h1,h2/db?target_session_attrs=standby")
+                .unwrap_err()
+                .contains("standby")
+        );
+        assert!(split_hosts("postgres://h1,,h2/db").is_err());
+        assert!(split_hosts("h1,h2").is_err());
+    }
+}

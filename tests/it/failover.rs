@@ -1,0 +1,199 @@
+//! PostgreSQL failover: a primary and a streaming standby of the test's own (initdb,
+//! pg_basebackup), two daemons on a multi-host URL. The primary is stopped hard while a job runs
+//! every two seconds, the standby promoted; the nodes must find the new primary, run every slot
+//! once, and keep the history written before the failover (synchronous replication: no commit
+//! acknowledged by the old primary is missing on the new one).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sqlcron::store::Store;
+
+use crate::outage::{ThrowawayPostgres, lines};
+use crate::util::{DaemonProcess, eventually, node_config};
+
+/// A slot as `$SQLCRON_SLOT` gives it (RFC 3339), in milliseconds.
+fn slot_ms(text: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("slot {text:?}: {e}"))
+        .timestamp_millis()
+}
+
+/// `start SLOT ATTEMPT NODE` lines by (slot, attempt), and the slots that ended.
+fn runs(path: &Path) -> (BTreeMap<(i64, i64), usize>, BTreeSet<i64>) {
+    let mut started = BTreeMap::new();
+    let mut ended = BTreeSet::new();
+    for l in lines(path) {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f.as_slice() {
+            ["start", slot, attempt, _node] => {
+                *started
+                    .entry((slot_ms(slot), attempt.parse().unwrap()))
+                    .or_default() += 1;
+            }
+            ["end", slot, _attempt] => {
+                ended.insert(slot_ms(slot));
+            }
+            _ => panic!("unexpected line {l:?}"),
+        }
+    }
+    (started, ended)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_failover_to_a_promoted_standby_runs_every_slot_once() {
+    let primary = ThrowawayPostgres::start();
+    let standby = primary.standby();
+    // Synchronous replication: a commit the old primary acknowledged is on the standby.
+    let admin = Store::connect(&primary.url(), 1).unwrap();
+    admin
+        .execute_raw("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        .await
+        .unwrap();
+    admin.execute_raw("SELECT pg_reload_conf()").await.unwrap();
+    eventually(Duration::from_secs(20), "the standby in sync", || async {
+        let n = admin
+            .scalar_i64("SELECT COUNT(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        (n == 1).then_some(())
+    })
+    .await;
+    admin.close().await;
+
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port, standby.port
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let job = format!(
+        "[[job]]\nname = \"every2\"\nschedule = \"@every 2s\"\n\
+         command = \"echo start $SQLCRON_SLOT $SQLCRON_ATTEMPT $SQLCRON_NODE >> {0}; sleep 0.5; \
+         echo end $SQLCRON_SLOT $SQLCRON_ATTEMPT >> {0}\"\n",
+        out.display()
+    );
+    let nodes: Vec<DaemonProcess> = ["a", "b"]
+        .iter()
+        .map(|n| DaemonProcess::start(dir.path(), n, &node_config(&url, n, &job)))
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "runs before the failover",
+        || async { (runs(&out).1.len() >= 3).then_some(()) },
+    )
+    .await;
+
+    // The primary dies; a second later the standby is promoted (as Patroni or an operator
+    // would).
+    let (_, ended_before) = runs(&out);
+    let started_before = lines(&out)
+        .iter()
+        .filter(|l| l.starts_with("start"))
+        .count();
+    let fault = Instant::now();
+    primary.crash();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    standby.promote();
+    let gap = eventually(
+        Duration::from_secs(60),
+        "runs on the new primary",
+        || async {
+            let n = lines(&out)
+                .iter()
+                .filter(|l| l.starts_with("start"))
+                .count();
+            (n > started_before).then(|| fault.elapsed())
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(30), "three more runs", || async {
+        (runs(&out).1.len() >= ended_before.len() + 3).then_some(())
+    })
+    .await;
+    let logs: Vec<String> = nodes.iter().map(|n| n.log_text()).collect();
+    for n in nodes {
+        let log = n.log_text();
+        assert!(n.stop().success(), "{log}");
+    }
+    println!("failover gap (crash to the first start on the new primary): {gap:?}");
+    assert!(
+        logs.iter().any(|l| l.contains("database server changed")),
+        "a node says it moved to the new primary:\n{}",
+        logs.join("\n---\n")
+    );
+
+    // Every (slot, attempt) started once; a slot cut short by the failover may run again as a
+    // later attempt (the lease rules), never as the same one.
+    let (started, ended) = runs(&out);
+    for ((slot, attempt), n) in &started {
+        assert_eq!(*n, 1, "slot {slot} attempt {attempt} started {n} times");
+    }
+    // The history on the new primary holds every run that ended before the failover, once.
+    let store = Store::connect(&standby.url(), 2).unwrap();
+    let history = store.history(Some("every2"), 1000).await.unwrap();
+    let mut recorded: BTreeMap<i64, usize> = BTreeMap::new();
+    for r in history.iter().filter(|r| r.outcome == "ok") {
+        *recorded.entry(r.slot).or_default() += 1;
+    }
+    for slot in &ended_before {
+        assert_eq!(
+            recorded.get(slot),
+            Some(&1),
+            "slot {slot} ended before the failover: its record is on the new primary, once"
+        );
+    }
+    for (slot, n) in &recorded {
+        assert_eq!(*n, 1, "slot {slot} recorded ok {n} times");
+    }
+    assert!(ended.len() >= ended_before.len() + 3);
+    store.close().await;
+}
+
+/// Sets `default_transaction_read_only` on the server and reloads it (as an operator fencing an
+/// old primary would), with psql.
+fn set_read_only(pg: &ThrowawayPostgres, on: bool) {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+        ])
+        .arg("postgres")
+        .args(["-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(format!(
+            "ALTER SYSTEM SET default_transaction_read_only = {}",
+            if on { "on" } else { "off" }
+        ))
+        .args(["-c", "SELECT pg_reload_conf()"])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_turned_read_only_is_left_until_it_takes_writes_again() {
+    let pg = ThrowawayPostgres::start();
+    let log = crate::outage::daemon_survives_restart(
+        &pg.url(),
+        Duration::from_secs(10),
+        Duration::from_secs(30),
+        |up| set_read_only(&pg, !up),
+    )
+    .await;
+    assert!(
+        log.contains("does not accept writes"),
+        "the node says why it does not use the server:\n{log}"
+    );
+}
