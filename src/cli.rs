@@ -358,7 +358,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 }
                 Ok(0)
             }
-            Command::Status { json } => status::run(&connect(&config).await?, &config, json).await,
+            Command::Status { json } => {
+                status::run(&connect_read(&config).await?, &config, json).await
+            }
             Command::Lock {
                 name,
                 lease,
@@ -375,7 +377,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Locks { json } => locks(&connect(&config).await?, json).await,
             Command::Unlock { name, token } => unlock(&connect(&config).await?, &name, token).await,
             Command::History { job, limit, json } => {
-                history(&connect(&config).await?, job.as_deref(), limit, json).await
+                history(&connect_read(&config).await?, job.as_deref(), limit, json).await
             }
             Command::Explain {
                 job,
@@ -383,7 +385,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 to,
                 json,
             } => {
-                let store = connect(&config).await?;
+                let store = connect_read(&config).await?;
                 explain::run(&store, &config, &job, from.as_deref(), to.as_deref(), json).await
             }
             Command::Audit { job, limit, json } => {
@@ -644,6 +646,15 @@ fn check_accounts(config: &Config) -> Result<(), Failure> {
 
 async fn connect(config: &Config) -> Result<Store, Failure> {
     Store::connect(&config.database_url, 4).map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// The store the reading commands (`status`, `history`, `explain`) use: `[database] read_url`
+/// when set (a replica: any server that answers, a standby too), else the database itself.
+async fn connect_read(config: &Config) -> Result<Store, Failure> {
+    match &config.database_read_url {
+        Some(url) => Store::connect_reader(url, 4).map_err(|e| Failure::usage(e.to_string())),
+        None => connect(config).await,
+    }
 }
 
 /// Logs natively to journald under systemd (`$JOURNAL_STREAM`) or with `[log] target =

@@ -66,6 +66,8 @@ pub struct RawDatabase {
     pub url_file: Option<String>,
     /// A file holding the password, put into the URL's user information.
     pub password_file: Option<String>,
+    /// A replica that `status`, `history` and `explain` read from (never the daemon).
+    pub read_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -218,6 +220,9 @@ pub struct Config {
     pub database_url: String,
     /// Where the URL and the password are read from by [`load`] (see [`crate::secrets`]).
     pub database_secrets: crate::secrets::DatabaseSecrets,
+    /// `[database] read_url`: a replica for the reading commands (`status`, `history`,
+    /// `explain`); the daemon and every writing command use `database_url`.
+    pub database_read_url: Option<String>,
     /// This daemon's name in `exec_by`, history and `cron_nodes`.
     pub node_name: String,
     /// `[node] tags`: what jobs' placement (`on = { tags = [...] }`) matches.
@@ -478,6 +483,20 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         );
     }
 
+    let database_read_url = raw.database.read_url.clone();
+    if let Some(read) = &database_read_url
+        && !url_from_file
+        && crate::store::Dialect::from_url(read) != crate::store::Dialect::from_url(&database_url)
+    {
+        c.push(
+            "[database] read_url",
+            format!(
+                "\"{}\" must be the same kind of database as [database] url (a replica of it)",
+                redact_url(read)
+            ),
+        );
+    }
+
     let node_name = raw
         .node
         .name
@@ -694,6 +713,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         path: path.to_path_buf(),
         database_url,
         database_secrets,
+        database_read_url,
         node_name,
         node_tags,
         daemon,

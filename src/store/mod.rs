@@ -303,6 +303,26 @@ impl Store {
         max_connections: u32,
         statement_timeout: Option<Duration>,
     ) -> Result<Store> {
+        Self::open(
+            url,
+            max_connections,
+            statement_timeout,
+            topology::Target::ReadWrite,
+        )
+    }
+
+    /// Connects for reading only (`[database] read_url`): on PostgreSQL any server that
+    /// answers will do, a standby too, unless the URL's `target_session_attrs` says otherwise.
+    pub fn connect_reader(url: &str, max_connections: u32) -> Result<Store> {
+        Self::open(url, max_connections, None, topology::Target::Any)
+    }
+
+    fn open(
+        url: &str,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+        default_target: topology::Target,
+    ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
         let dialect = Dialect::from_url(url)
@@ -358,7 +378,7 @@ impl Store {
                 .iter()
                 .map(|u| parse(u))
                 .collect::<Result<Vec<_>>>()?;
-            let target = hosts.target.unwrap_or(topology::Target::ReadWrite);
+            let target = hosts.target.unwrap_or(default_target);
             Some(std::sync::Arc::new(topology::Topology::new(
                 hosts, target, options,
             )))

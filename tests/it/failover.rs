@@ -197,3 +197,68 @@ async fn a_server_turned_read_only_is_left_until_it_takes_writes_again() {
         "the node says why it does not use the server:\n{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_commands_use_the_read_url_and_outlive_the_primary() {
+    use crate::util::{sqlcron, stderr, stdout};
+    let primary = ThrowawayPostgres::start();
+    let standby = primary.standby();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cli.toml");
+    let config = node_config(
+        &primary.url(),
+        "cli",
+        "[[job]]\nname = \"report\"\nschedule = \"0 4 * * *\"\ncommand = \"true\"\n",
+    )
+    .replace(
+        "[node]",
+        &format!("read_url = \"{}\"\n[node]", standby.url()),
+    );
+    std::fs::write(&cfg, config).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let applied = sqlcron(&["--config", cfg, "apply"]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let primary_store = Store::connect(&primary.url(), 1).unwrap();
+    primary_store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, outcome) \
+             VALUES ('report', 1000, 1, 'old', 1, 1000, 2000, 'ok')",
+        )
+        .await
+        .unwrap();
+    primary_store.close().await;
+    // The record reaches the standby, and the reading commands show it from there.
+    eventually(
+        Duration::from_secs(20),
+        "history from the standby",
+        || async {
+            let out = sqlcron(&["--config", cfg, "history", "report", "--json"]);
+            (out.status.success() && stdout(&out).contains("\"node\": \"old\"")).then_some(())
+        },
+    )
+    .await;
+    // Without the primary, the reading commands still answer; a writing one does not.
+    primary.crash();
+    for args in [
+        vec!["status"],
+        vec!["history", "report"],
+        vec!["explain", "report"],
+    ] {
+        let out = sqlcron(&[&["--config", cfg][..], &args[..]].concat());
+        assert!(
+            out.status.success(),
+            "{args:?} reads from the standby: {}",
+            stderr(&out)
+        );
+        assert!(
+            stdout(&out).contains("report"),
+            "{args:?}: {}",
+            stdout(&out)
+        );
+    }
+    let run = sqlcron(&["--config", cfg, "run", "report"]);
+    assert!(
+        !run.status.success(),
+        "sqlcron run writes to [database] url, which is down"
+    );
+}
