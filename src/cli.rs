@@ -711,7 +711,7 @@ async fn run_daemon(
     }
     let store = Store::connect_with(
         &config.database_url,
-        (config.daemon.max_parallel as u32 / 2).clamp(4, 16),
+        config.database_pool_size,
         Some(sqlcron::daemon::lease::statement_timeout(
             config.daemon.lease,
         )),

@@ -68,6 +68,8 @@ pub struct RawDatabase {
     pub password_file: Option<String>,
     /// A replica that `status`, `history` and `explain` read from (never the daemon).
     pub read_url: Option<String>,
+    /// Connections the daemon's pool may hold (default: half of `max_parallel`, 4 to 16).
+    pub pool_size: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -223,6 +225,8 @@ pub struct Config {
     /// `[database] read_url`: a replica for the reading commands (`status`, `history`,
     /// `explain`); the daemon and every writing command use `database_url`.
     pub database_read_url: Option<String>,
+    /// `[database] pool_size`: the most connections the daemon's pool holds.
+    pub database_pool_size: u32,
     /// This daemon's name in `exec_by`, history and `cron_nodes`.
     pub node_name: String,
     /// `[node] tags`: what jobs' placement (`on = { tags = [...] }`) matches.
@@ -320,6 +324,12 @@ impl fmt::Display for ConfigError {
         }
         Ok(())
     }
+}
+
+/// The daemon's pool size when `[database] pool_size` is not set: half of `max_parallel`, at
+/// least 4 and at most 16 (a run holds a connection only for its few statements).
+pub fn default_pool_size(max_parallel: usize) -> u32 {
+    (max_parallel as u32 / 2).clamp(4, 16)
 }
 
 /// Environment the configuration depends on, passed in so tests need not set variables.
@@ -582,6 +592,15 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         inherit_env: d.inherit_env.clone().unwrap_or_default(),
         wakeups: d.wakeups.unwrap_or(true),
     };
+
+    let database_pool_size = match raw.database.pool_size {
+        Some(n) if !(1..=200).contains(&n) => {
+            c.push("[database] pool_size", format!("{n} must be 1-200"));
+            1
+        }
+        Some(n) => n,
+        None => default_pool_size(daemon.max_parallel),
+    };
     for name in &daemon.inherit_env {
         if let Err(m) = check_inherit_name(name) {
             c.push("[daemon] inherit_env", m);
@@ -714,6 +733,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         database_url,
         database_secrets,
         database_read_url,
+        database_pool_size,
         node_name,
         node_tags,
         daemon,
@@ -1033,6 +1053,25 @@ mod tests {
 
     fn parse_ok(text: &str) -> Config {
         parse(text, Path::new("/etc/sqlcron/sqlcron.toml"), &env()).unwrap()
+    }
+
+    #[test]
+    fn pool_size_and_read_url_are_checked() {
+        assert_eq!(parse_ok("").database_pool_size, 8);
+        assert_eq!(
+            parse_ok("[daemon]\nmax_parallel = 64\n").database_pool_size,
+            16
+        );
+        let c = parse_ok(
+            "[database]\nurl = \"postgres://a@db1/x\"\npool_size = 3\nread_url = \"postgres://r@db2/x\"\n",
+        );
+        assert_eq!(c.database_pool_size, 3);
+        assert_eq!(c.database_read_url.as_deref(), Some("postgres://r@db2/x"));
+        assert!(parse_err("[database]\npool_size = 0\n").contains("pool_size"));
+        assert!(
+            parse_err("[database]\nurl = \"postgres://a@db1/x\"\nread_url = \"mysql://r@db2/x\"\n")
+                .contains("same kind of database")
+        );
     }
 
     fn parse_err(text: &str) -> String {

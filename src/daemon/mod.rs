@@ -319,7 +319,11 @@ impl Daemon {
                     let backoff = Duration::from_millis(200)
                         .saturating_mul(1 << errors.min(8))
                         .min(ERROR_BACKOFF_MAX);
-                    backoff.max(config.daemon.poll_interval.min(ERROR_BACKOFF_MAX))
+                    // Up to half again, at random: nodes that lost the database together do
+                    // not come back at the same instant.
+                    let jitter = rand::random_range(0..=backoff.as_millis() as u64 / 2);
+                    (backoff + Duration::from_millis(jitter))
+                        .max(config.daemon.poll_interval.min(ERROR_BACKOFF_MAX))
                 }
             };
             // Under a systemd watchdog the loop looks at the table at least every third of its
