@@ -15,14 +15,20 @@ CREATE TRIGGER cron_table_wake_insert AFTER INSERT ON cron_table
 -- became due within a second (a release whose next slot or retry is that close, a row changed
 -- with SQL). A release whose next slot is later wakes nobody: the releasing node saw it, and the
 -- others see it at their next look; so a burst of runs does not wake every node per release.
+-- A claimed row whose lease is cut short (a stopping node hands its run over: next_exec and
+-- lease_until set to now, exec_by kept so that the takeover sees the previous holder) wakes the
+-- nodes too; a claim or an extension only moves next_exec later.
 CREATE TRIGGER cron_table_wake_update AFTER UPDATE ON cron_table
     FOR EACH ROW
-    WHEN (NEW.exec_by IS NULL
-          AND (NEW.next_exec IS NULL
-               OR NEW.enabled IS DISTINCT FROM OLD.enabled
-               OR NEW.run_now IS DISTINCT FROM OLD.run_now
-               OR ((OLD.exec_by IS NOT NULL OR NEW.next_exec IS DISTINCT FROM OLD.next_exec)
-                   AND NEW.next_exec <= CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 1000)))
+    WHEN ((NEW.exec_by IS NULL
+           AND (NEW.next_exec IS NULL
+                OR NEW.enabled IS DISTINCT FROM OLD.enabled
+                OR NEW.run_now IS DISTINCT FROM OLD.run_now
+                OR ((OLD.exec_by IS NOT NULL OR NEW.next_exec IS DISTINCT FROM OLD.next_exec)
+                    AND NEW.next_exec <= CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 1000)))
+          OR (NEW.exec_by IS NOT NULL
+              AND NEW.next_exec < OLD.next_exec
+              AND NEW.next_exec <= CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 1000))
     EXECUTE FUNCTION cron_wake();
 CREATE TRIGGER cron_nodes_wake_drain AFTER UPDATE OF drain ON cron_nodes
     FOR EACH ROW WHEN (NEW.drain IS DISTINCT FROM OLD.drain)

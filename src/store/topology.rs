@@ -129,6 +129,8 @@ pub struct Topology {
     switched: Mutex<Instant>,
     /// A selection is under way (one at a time).
     selecting: AtomicBool,
+    /// The last selection found no usable server.
+    failing: AtomicBool,
     /// When the last selection ended (they are spaced by [`SELECT_SPACING`]).
     last_selection: Mutex<Option<Instant>>,
 }
@@ -145,6 +147,7 @@ impl Topology {
             current: AtomicUsize::new(0),
             switched: Mutex::new(Instant::now()),
             selecting: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
             last_selection: Mutex::new(None),
         }
     }
@@ -172,18 +175,26 @@ impl Topology {
         age > since
     }
 
-    /// Whether `e` says the server is gone or does not take writes: then another host may.
+    /// Whether `e` says the server does not take writes (then its pooled connections must go),
+    /// or, with several hosts, that it is gone (then another host may serve).
     pub fn calls_for_selection(&self, e: &sqlx::Error) -> bool {
+        let several = self.hosts.urls.len() > 1;
         match e {
             sqlx::Error::Database(d) => {
-                let code = d.code().map(|c| c.into_owned()).unwrap_or_default();
-                // read_only_sql_transaction, admin_shutdown, crash_shutdown,
-                // cannot_connect_now.
-                matches!(code.as_str(), "25006" | "57P01" | "57P02" | "57P03")
+                match d
+                    .code()
+                    .map(|c| c.into_owned())
+                    .unwrap_or_default()
+                    .as_str()
+                {
+                    // read_only_sql_transaction
+                    "25006" => true,
+                    // admin_shutdown, crash_shutdown, cannot_connect_now
+                    "57P01" | "57P02" | "57P03" => several,
+                    _ => false,
+                }
             }
-            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => {
-                self.hosts.urls.len() > 1
-            }
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => several,
             _ => false,
         }
     }
@@ -211,6 +222,22 @@ impl Topology {
         });
     }
 
+    /// Logs the end of a selection: a change of server, or the first of a run of failures (the
+    /// ones after it at debug level, until a server is usable again).
+    fn report(&self, failed: Option<String>) {
+        let was_failing = self.failing.swap(failed.is_some(), Ordering::SeqCst);
+        match (failed, was_failing) {
+            (Some(why), false) => {
+                tracing::error!(servers = %why, "no database server usable now; trying again")
+            }
+            (Some(why), true) => tracing::debug!(servers = %why, "still no database server usable"),
+            (None, true) => {
+                tracing::info!(server = %self.current_name(), "database server usable again")
+            }
+            (None, false) => {}
+        }
+    }
+
     /// Tries the hosts in order (each within [`HOST_CONNECT_TIMEOUT`]) and points the pool at
     /// the first that answers and, for [`Target::ReadWrite`], accepts writes. Connections to the
     /// old server are dropped as they come back to the pool.
@@ -233,12 +260,13 @@ impl Topology {
                             "database server changed"
                         );
                     }
+                    self.report(None);
                     return;
                 }
                 Err(e) => why.push(format!("{}: {e}", self.hosts.names[i])),
             }
         }
-        tracing::error!(servers = %why.join("; "), "no database server usable now; trying again");
+        self.report(Some(why.join("; ")));
     }
 }
 
