@@ -79,10 +79,10 @@ impl Daemon {
             let (ok, bad) = shared.prepare(peek.now, &config).await?;
             report.prepared = ok;
             report.invalid = bad;
-            if ok > 0 {
-                // Newly prepared rows may be due sooner than what the peek saw.
-                report.next_due = Some(peek.now);
-            }
+            // Newly prepared rows may be due sooner than what the peek saw, whichever node
+            // prepared them (a preparation that makes a row due later than a second notifies
+            // nobody): look again shortly.
+            report.next_due = Some(peek.now);
         }
         if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Ok(report);
