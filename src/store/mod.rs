@@ -344,7 +344,8 @@ impl Store {
         if dialect == Dialect::Mysql && url.starts_with("mariadb:") {
             url = url.replacen("mariadb:", "mysql:", 1);
         }
-        if dialect == Dialect::Mysql && Self::host_list(&url) {
+        if dialect == Dialect::Mysql && topology::split_hosts(&url).is_ok_and(|h| h.urls.len() > 1)
+        {
             return Err(StoreError::Hosts {
                 url: crate::secrets::redact_url(&url),
                 why: "several hosts are a PostgreSQL form; for MySQL/MariaDB point sqlcron at \
@@ -449,14 +450,6 @@ impl Store {
 
     fn pool(&self) -> &AnyPool {
         &self.pool
-    }
-
-    /// Whether `url` names several hosts (`h1:5432,h2:5432`).
-    fn host_list(url: &str) -> bool {
-        url.split_once("://").is_some_and(|(_, rest)| {
-            let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-            authority.rsplit('@').next().unwrap_or("").contains(',')
-        })
     }
 
     /// Called with every database error: one that says the server is gone or takes no writes
