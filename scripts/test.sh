@@ -15,6 +15,14 @@ if ! command -v systemd-analyze >/dev/null; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq systemd >/dev/null
 fi
 
+# The database topology tests start PgBouncer in front of a throwaway server of their own.
+if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "test.sh: installing pgbouncer (for the pooler tests)" >&2
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq pgbouncer >/dev/null
+fi
+
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 # The fuzz targets need a build of their own (instrumented): it runs at the lowest CPU priority

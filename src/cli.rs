@@ -645,7 +645,21 @@ fn check_accounts(config: &Config) -> Result<(), Failure> {
 }
 
 async fn connect(config: &Config) -> Result<Store, Failure> {
-    Store::connect(&config.database_url, 4).map_err(|e| Failure::usage(e.to_string()))
+    connect_with(config, 4, None).map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// The store for `[database] url`: through a transaction-mode pooler when `direct_url` is set.
+fn connect_with(
+    config: &Config,
+    pool_size: u32,
+    statement_timeout: Option<Duration>,
+) -> Result<Store, sqlcron::store::StoreError> {
+    match &config.database_direct_url {
+        Some(direct) => {
+            Store::connect_pooled(&config.database_url, direct, pool_size, statement_timeout)
+        }
+        None => Store::connect_with(&config.database_url, pool_size, statement_timeout),
+    }
 }
 
 /// The store the reading commands (`status`, `history`, `explain`) use: `[database] read_url`
@@ -709,8 +723,8 @@ async fn run_daemon(
             tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed or frozen")
         }
     }
-    let store = Store::connect_with(
-        &config.database_url,
+    let store = connect_with(
+        &config,
         config.database_pool_size,
         Some(sqlcron::daemon::lease::statement_timeout(
             config.daemon.lease,

@@ -70,6 +70,9 @@ pub struct RawDatabase {
     pub read_url: Option<String>,
     /// Connections the daemon's pool may hold (default: half of `max_parallel`, 4 to 16).
     pub pool_size: Option<u32>,
+    /// The PostgreSQL server itself when `url` is a transaction-mode pooler (PgBouncer): for
+    /// migrations and LISTEN.
+    pub direct_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,6 +230,9 @@ pub struct Config {
     pub database_read_url: Option<String>,
     /// `[database] pool_size`: the most connections the daemon's pool holds.
     pub database_pool_size: u32,
+    /// `[database] direct_url`: set when `database_url` is a transaction-mode pooler; the
+    /// server itself, for migrations and LISTEN (with the password file applied by [`load`]).
+    pub database_direct_url: Option<String>,
     /// This daemon's name in `exec_by`, history and `cron_nodes`.
     pub node_name: String,
     /// `[node] tags`: what jobs' placement (`on = { tags = [...] }`) matches.
@@ -402,6 +408,23 @@ pub fn load(path: &Path, explicit: bool, env: &Environment) -> Result<Config, Co
     {
         config.database_url = url;
     }
+    if let (Some(direct), Some(path)) = (
+        &config.database_direct_url,
+        &config.database_secrets.password_file,
+    ) && !crate::secrets::has_password(direct)
+    {
+        let password = std::fs::read_to_string(path)
+            .map(|t| t.trim_end_matches(['\n', '\r']).to_string())
+            .and_then(|p| crate::secrets::with_password(direct, &p).map_err(std::io::Error::other))
+            .map_err(|e| ConfigError {
+                path: path.to_path_buf(),
+                problems: vec![Problem {
+                    location: "[database] direct_url".into(),
+                    message: format!("cannot apply password_file: {e}"),
+                }],
+            })?;
+        config.database_direct_url = Some(password);
+    }
     Ok(config)
 }
 
@@ -505,6 +528,22 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                 redact_url(read)
             ),
         );
+    }
+
+    let database_direct_url = raw.database.direct_url.clone();
+    if let Some(direct) = &database_direct_url {
+        let pg =
+            |u: &str| crate::store::Dialect::from_url(u) == Some(crate::store::Dialect::Postgres);
+        if !pg(direct) || (!url_from_file && !pg(&database_url)) {
+            c.push(
+                "[database] direct_url",
+                format!(
+                    "\"{}\": direct_url is the PostgreSQL server behind a transaction-mode \
+                     pooler, and [database] url must be a postgres:// URL too",
+                    redact_url(direct)
+                ),
+            );
+        }
     }
 
     let node_name = raw
@@ -734,6 +773,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         database_secrets,
         database_read_url,
         database_pool_size,
+        database_direct_url,
         node_name,
         node_tags,
         daemon,

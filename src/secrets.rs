@@ -133,6 +133,17 @@ pub fn with_password(url: &str, password: &str) -> Result<String, String> {
     ))
 }
 
+/// Whether `url`'s user information carries a password.
+pub fn has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(user, _)| user.contains(':'))
+}
+
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 3);

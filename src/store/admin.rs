@@ -22,7 +22,7 @@ impl Store {
             .bind(env!("CARGO_PKG_VERSION").to_string())
             .bind(toml_jobs.to_string())
             .bind(serde_json::to_string(tags).unwrap_or_default())
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "register node"))?;
         Ok(())
@@ -43,7 +43,7 @@ impl Store {
     async fn node_touch(&self, name: &str, statement: &str, op: &'static str) -> Result<()> {
         sqlx::query(AssertSqlSafe(statement.to_string()))
             .bind(name.to_string())
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, op))?;
         Ok(())
@@ -54,7 +54,7 @@ impl Store {
             "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs, tags, drain \
              FROM cron_nodes ORDER BY name",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "list nodes"))?;
         rows.iter()
@@ -81,7 +81,7 @@ impl Store {
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {JOB_COLUMNS} FROM cron_table ORDER BY name"
         )))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "list jobs"))?;
         Ok(claim::decode_rows(&rows))
@@ -92,7 +92,7 @@ impl Store {
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE name = ?"
         ))))
         .bind(name.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await
         .map_err(sql_err!(self, "read job"))?;
         Ok(row
@@ -115,7 +115,7 @@ impl Store {
         }
         let rows = q
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "read history"))?;
         rows.iter()
@@ -137,7 +137,7 @@ impl Store {
         .bind(to)
         .bind(from)
         .bind(from)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read runs"))?;
         rows.iter()
@@ -209,7 +209,7 @@ impl Store {
                 "SELECT COUNT(*) FROM cron_table WHERE exec_by = ? AND lease_until > {now}",
             )))
             .bind(node.to_string())
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await
             .map_err(sql_err!(self, "count running"))?;
         Ok(n.unwrap_or(0))
@@ -240,7 +240,7 @@ impl Store {
     /// Runs arbitrary SQL (tests and `sqlcron` maintenance only).
     pub async fn execute_raw(&self, sql: &str) -> Result<u64> {
         let done = sqlx::query(AssertSqlSafe(sql.to_string()))
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "execute"))?;
         Ok(done.rows_affected())
@@ -254,7 +254,7 @@ impl Store {
     /// Runs a query returning one integer per row (tests and benchmarks).
     pub async fn scalars_i64(&self, sql: &str) -> Result<Vec<i64>> {
         sqlx::query_scalar(AssertSqlSafe(sql.to_string()))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "query"))
     }
@@ -265,7 +265,7 @@ impl Store {
         T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
     {
         let row = sqlx::query(AssertSqlSafe(sql.to_string()))
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await
             .map_err(sql_err!(self, "query"))?;
         row.try_get(0).map_err(sql_err!(self, "query"))

@@ -22,7 +22,7 @@ impl Store {
             "SELECT name, source, toml_hash, {} FROM cron_table",
             JOB_VALUE_COLUMNS.join(", ")
         )))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read jobs for apply"))?;
         let mut rows: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();

@@ -120,7 +120,7 @@ impl Store {
         }
         let rows = q
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "read audit"))?;
         rows.iter()

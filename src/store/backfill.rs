@@ -66,7 +66,7 @@ impl Store {
         .bind(to)
         .bind(job.to_string())
         .bind(format!("{}#backfill-%", like_literal(job)))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read successful slots"))?;
         rows.iter()
@@ -95,7 +95,7 @@ impl Store {
                     "{ins} INTO cron_pools (name, size) VALUES (?, 1){conflict}"
                 ))))
                 .bind(own.clone())
-                .execute(&self.pool)
+                .execute(&self.db)
                 .await
                 .map_err(sql_err!(self, "create backfill pool"))?;
                 own

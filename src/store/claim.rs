@@ -27,7 +27,7 @@ impl Store {
         }
         let row = q
             .bind(node.to_string())
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await
             .map_err(sql_err!(self, "peek"))?;
         Ok(Peek {
@@ -52,7 +52,7 @@ impl Store {
     /// Every placement value in use (`cron_placements`).
     pub async fn placement_values(&self) -> Result<Vec<String>> {
         sqlx::query_scalar("SELECT placement FROM cron_placements ORDER BY placement")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "read placements"))
     }
@@ -61,7 +61,7 @@ impl Store {
     pub async fn rows_to_prepare(&self, limit: i64) -> Result<Vec<JobRow>> {
         let rows = sqlx::query(AssertSqlSafe(self.sql.to_prepare.clone()))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "select rows to prepare"))?;
         Ok(decode_rows(&rows))
@@ -73,7 +73,7 @@ impl Store {
             .bind(slot)
             .bind(next_exec)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "prepare row"))?;
         Ok(done.rows_affected() == 1)
@@ -85,7 +85,7 @@ impl Store {
             .bind(error.to_string())
             .bind(PARKED)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "mark row invalid"))?;
         Ok(done.rows_affected() == 1)
@@ -101,7 +101,7 @@ impl Store {
             .bind(id)
             .bind(node.to_string())
             .bind(token)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "park row"))?;
         Ok(Fenced::from_rows(done.rows_affected()))
@@ -153,7 +153,7 @@ impl Store {
                 q = q.bind(p.clone());
             }
             q.bind(limit as i64)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db)
                 .await
                 .map_err(sql_err!(self, "claim"))?
         } else {
@@ -171,7 +171,7 @@ impl Store {
             }
             let marked = q
                 .bind(limit as i64)
-                .execute(&self.pool)
+                .execute(&self.db)
                 .await
                 .map_err(sql_err!(self, "claim"))?;
             if marked.rows_affected() == 0 {
@@ -179,7 +179,7 @@ impl Store {
             }
             sqlx::query(AssertSqlSafe(self.sql.claim_read.clone()))
                 .bind(claim_id)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db)
                 .await
                 .map_err(sql_err!(self, "read claimed rows"))?
         };
@@ -205,7 +205,7 @@ impl Store {
             .bind(id)
             .bind(node.to_string())
             .bind(token)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "record run start"));
         match done {
@@ -225,7 +225,7 @@ impl Store {
             .bind(key.job.clone())
             .bind(key.slot)
             .bind(i64::from(key.attempt))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await
             .map_err(sql_err!(self, "read run token"))?;
         match row {
@@ -264,7 +264,7 @@ impl Store {
         }
         let done = q
             .bind(node.to_string())
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "record run starts"))?;
         if done.rows_affected() as usize == runs.len() {
@@ -286,7 +286,7 @@ impl Store {
         let row = sqlx::query(AssertSqlSafe(self.sql.previous_run.clone()))
             .bind(job.to_string())
             .bind(below_token)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await
             .map_err(sql_err!(self, "read previous run"))?;
         row.map(|r| -> std::result::Result<_, sqlx::Error> {
@@ -328,7 +328,7 @@ impl Store {
             q = q.bind(*id).bind(*token);
         }
         let done = q
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "extend leases"))?;
         if done.rows_affected() as usize == held.len() {
@@ -344,7 +344,7 @@ impl Store {
             q = q.bind(*id);
         }
         let rows = q
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "check leases"))?;
         let mut still: std::collections::HashSet<i64> = Default::default();
@@ -439,7 +439,7 @@ impl Store {
                     key,
                     outcome,
                 )
-                .execute(&self.pool)
+                .execute(&self.db)
                 .await
                 .map_err(sql_err!(self, "record run end"))?;
                 sqlx::query(AssertSqlSafe(self.sql.release.clone()))
@@ -470,7 +470,7 @@ impl Store {
             .bind(id)
             .bind(node.to_string())
             .bind(token)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "release"))?;
         Ok(Fenced::from_rows(updated.rows_affected()))
@@ -490,7 +490,7 @@ impl Store {
         .bind(job.to_string())
         .bind(slot)
         .bind(i64::from(attempt))
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db)
         .await
         .map_err(sql_err!(self, "count earlier attempts"))?;
         Ok(u32::try_from(ended).unwrap_or(0) + 1)
@@ -503,7 +503,7 @@ impl Store {
             .bind(key.job.clone())
             .bind(key.slot)
             .bind(i64::from(key.attempt))
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "record lost run"))?;
         Ok(())
@@ -532,7 +532,7 @@ impl Store {
             .bind(count)
             .bind(last)
             .bind(message.to_string())
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "record history summary"))?;
         Ok(())
@@ -550,7 +550,7 @@ impl Store {
         .bind(id)
         .bind(node.to_string())
         .bind(token)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "advance to the slot to run"))?;
         Ok(Fenced::from_rows(done.rows_affected()))
@@ -561,7 +561,7 @@ impl Store {
             .bind(id)
             .bind(node.to_string())
             .bind(token)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "release for takeover"))?;
         Ok(Fenced::from_rows(done.rows_affected()))

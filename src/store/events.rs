@@ -109,7 +109,7 @@ impl Store {
                 .render("SELECT position FROM cron_duties WHERE name = ?"),
         ))
         .bind(name.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await
         .map_err(sql_err!(self, "read scan position"))?;
         Ok(v.flatten())
@@ -124,7 +124,7 @@ impl Store {
         .bind(duty.name.clone())
         .bind(duty.node.clone())
         .bind(duty.token)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "move scan position"))?;
         Ok(done.rows_affected() == 1)
@@ -147,7 +147,7 @@ impl Store {
         .bind(after.0)
         .bind(after.1)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "scan ended runs"))?;
         rows.iter()
@@ -165,7 +165,7 @@ impl Store {
         .bind(job.to_string())
         .bind(before)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read earlier runs"))?;
         rows.iter()
@@ -194,7 +194,7 @@ impl Store {
         .bind(e.run_id)
         .bind(e.hook.clone())
         .bind(e.payload.clone())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "record event"))?;
         Ok(done.rows_affected() == 1)
@@ -207,7 +207,7 @@ impl Store {
             "SELECT id FROM cron_events WHERE next_try <= {now} ORDER BY next_try, id LIMIT ?",
         )))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "find due events"))
     }
@@ -227,7 +227,7 @@ impl Store {
         .bind(node.to_string())
         .bind(lease_ms)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "claim event"))?;
         if took.rows_affected() != 1 {
@@ -239,7 +239,7 @@ impl Store {
         )))
         .bind(id)
         .bind(node.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await
         .map_err(sql_err!(self, "claim event"))?;
         let Some(r) = row else { return Ok(None) };
@@ -282,7 +282,7 @@ impl Store {
             .bind(claim.id)
             .bind(claim.node.clone())
             .bind(claim.token)
-            .execute(&self.pool)
+            .execute(&self.db)
             .await
             .map_err(sql_err!(self, "end event delivery"))?;
         Ok(done.rows_affected() == 1)
@@ -304,7 +304,7 @@ impl Store {
         }
         let rows = q
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "read events"))?;
         rows.iter()
@@ -330,7 +330,7 @@ impl Store {
     pub async fn any_job_alerts(&self) -> Result<bool> {
         let one: Option<i64> =
             sqlx::query_scalar("SELECT id FROM cron_table WHERE alerts IS NOT NULL LIMIT 1")
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.db)
                 .await
                 .map_err(sql_err!(self, "look for alerts"))?;
         Ok(one.is_some())
@@ -339,7 +339,7 @@ impl Store {
     /// Every job's dead-man's switch state.
     pub async fn watch_rows(&self) -> Result<Vec<WatchRow>> {
         let rows = sqlx::query("SELECT job_name, since, last_ok, fired_for FROM cron_watch")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "read watches"))?;
         rows.iter()
@@ -364,7 +364,7 @@ impl Store {
         ))))
         .bind(job.to_string())
         .bind(job.to_string())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "start watch"))?;
         Ok(())
@@ -378,7 +378,7 @@ impl Store {
         .bind(ended)
         .bind(job.to_string())
         .bind(ended)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "note success"))?;
         Ok(())
@@ -392,7 +392,7 @@ impl Store {
         ))
         .bind(baseline)
         .bind(job.to_string())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "note alert"))?;
         Ok(())

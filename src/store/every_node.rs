@@ -29,7 +29,7 @@ impl Store {
             let rows = sqlx::query(AssertSqlSafe(format!(
                 "SELECT {JOB_COLUMNS} FROM cron_table WHERE {condition} ORDER BY name"
             )))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "read every_node jobs"))?;
             read.push(decode_rows(&rows));
@@ -57,7 +57,7 @@ impl Store {
         .bind(placement.to_string())
         .bind(actor.marker())
         .bind(template.to_string())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "create every_node copy"));
         match done {
@@ -99,7 +99,7 @@ impl Store {
                 .bind(template.to_string())
                 .bind(copy.to_string()),
         };
-        q.execute(&self.pool)
+        q.execute(&self.db)
             .await
             .map_err(sql_err!(self, "update every_node copy"))?;
         Ok(())

@@ -102,13 +102,13 @@ impl Store {
         };
         if self.dialect().has_returning() {
             let row = q(self.dialect().render(&format!("{insert} RETURNING id")))
-                .fetch_one(self.pool())
+                .fetch_one(&self.db)
                 .await
                 .map_err(err!(self, "queue lock request"))?;
             row.try_get("id").map_err(err!(self, "queue lock request"))
         } else {
             let done = q(self.dialect().render(insert))
-                .execute(self.pool())
+                .execute(&self.db)
                 .await
                 .map_err(err!(self, "queue lock request"))?;
             done.last_insert_id().ok_or_else(|| StoreError::Sql {
@@ -133,7 +133,7 @@ impl Store {
         )))
         .bind(name.to_string())
         .bind(id)
-        .fetch_one(self.pool())
+        .fetch_one(&self.db)
         .await
         .map_err(err!(self, "count lock queue"))?
         .try_get("n")
@@ -146,7 +146,7 @@ impl Store {
             )))
             .bind(lease_ms)
             .bind(id)
-            .execute(self.pool())
+            .execute(&self.db)
             .await
             .map_err(err!(self, "take lock"))?;
             return Ok(if done.rows_affected() == 1 {
@@ -170,7 +170,7 @@ impl Store {
         )))
         .bind(lease.as_millis() as i64)
         .bind(id)
-        .execute(self.pool())
+        .execute(&self.db)
         .await
         .map_err(err!(self, "extend lock"))?;
         Ok(done.rows_affected() == 1)
@@ -182,7 +182,7 @@ impl Store {
             "SELECT name, owner, host, pid, state, acquired_at FROM cron_lock_waiters WHERE id = ?",
         )))
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(&self.db)
         .await
         .map_err(err!(self, "read lock"))?;
         sqlx::query(AssertSqlSafe(
@@ -190,7 +190,7 @@ impl Store {
                 .render("DELETE FROM cron_lock_waiters WHERE id = ?"),
         ))
         .bind(id)
-        .execute(self.pool())
+        .execute(&self.db)
         .await
         .map_err(err!(self, "release lock"))?;
         if let Some(r) = row {
@@ -289,7 +289,7 @@ impl Store {
                     .map_err(err!(self, "read lock"))?,
             )
             .bind(how.to_string())
-            .execute(self.pool())
+            .execute(&self.db)
             .await
             .map_err(err!(self, "record lock release"))?;
         Ok(())
@@ -302,7 +302,7 @@ impl Store {
              WHERE name = ? AND lease_until <= {now}",
         )))
         .bind(name.to_string())
-        .fetch_all(self.pool())
+        .fetch_all(&self.db)
         .await
         .map_err(err!(self, "find expired locks"))?;
         for r in &rows {
@@ -315,7 +315,7 @@ impl Store {
                     .render("DELETE FROM cron_lock_waiters WHERE id = ? AND lease_until <= {now}"),
             ))
             .bind(id)
-            .execute(self.pool())
+            .execute(&self.db)
             .await
             .map_err(err!(self, "reap lock"))?;
             if deleted.rows_affected() == 1 {
@@ -335,7 +335,7 @@ impl Store {
             "SELECT id, name, owner, host, pid, state, enqueued_at, acquired_at, lease_until \
              FROM cron_lock_waiters WHERE lease_until > {now} ORDER BY name, id",
         )))
-        .fetch_all(self.pool())
+        .fetch_all(&self.db)
         .await
         .map_err(err!(self, "list locks"))?;
         let mut out = Vec::new();
@@ -366,7 +366,7 @@ impl Store {
             "SELECT name, last_owner, last_host, last_pid, last_acquired, last_released, last_release \
              FROM cron_locks ORDER BY name",
         )
-        .fetch_all(self.pool())
+        .fetch_all(&self.db)
         .await
         .map_err(err!(self, "list locks"))?;
         for r in &idle {
@@ -404,7 +404,7 @@ impl Store {
             sqlx::query(AssertSqlSafe(text.clone()))
                 .bind(name.clone())
                 .bind(i64::from(*size))
-                .execute(self.pool())
+                .execute(&self.db)
                 .await
                 .map_err(err!(self, "write pool"))?;
         }
@@ -419,7 +419,7 @@ impl Store {
                 .render("SELECT size FROM cron_pools WHERE name = ?"),
         ))
         .bind(pool.to_string())
-        .fetch_optional(self.pool())
+        .fetch_optional(&self.db)
         .await
         .map_err(err!(self, "read pool"))?
         .map(|r| r.try_get("size"))
@@ -436,7 +436,7 @@ impl Store {
         .bind(claimed_at)
         .bind(claimed_at)
         .bind(id)
-        .fetch_one(self.pool())
+        .fetch_one(&self.db)
         .await
         .map_err(err!(self, "count pool"))?
         .try_get("n")
@@ -466,7 +466,7 @@ impl Store {
         };
         let done = sqlx::query(AssertSqlSafe(self.dialect().render(&text)))
             .bind(pool.to_string())
-            .execute(self.pool())
+            .execute(&self.db)
             .await
             .map_err(err!(self, "free pool place"))?;
         Ok(done.rows_affected())
@@ -507,7 +507,7 @@ impl Store {
         .bind(id)
         .bind(node.to_string())
         .bind(token)
-        .execute(self.pool())
+        .execute(&self.db)
         .await
         .map_err(err!(self, "defer for pool"))?;
         Ok(super::Fenced::from_rows(done.rows_affected()))

@@ -16,9 +16,14 @@ impl Store {
             dialect: self.dialect.name(),
             source,
         };
+        if let Some(direct) = &self.direct {
+            // sqlx's advisory lock is a session's: not through a transaction-mode pooler.
+            return Box::pin(direct.migrate()).await;
+        }
         match self.dialect {
             Dialect::Postgres => {
                 let mut conn = self
+                    .db
                     .pool
                     .acquire()
                     .await
@@ -34,6 +39,7 @@ impl Store {
             }
             Dialect::Mysql => {
                 let mut conn = self
+                    .db
                     .pool
                     .acquire()
                     .await
@@ -71,7 +77,7 @@ impl Store {
                     ),
                     None => None,
                 };
-                let result = MIGRATOR_SQLITE.run(&self.pool).await.map_err(err);
+                let result = MIGRATOR_SQLITE.run(&self.db.pool).await.map_err(err);
                 drop(lock);
                 result
             }

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Executor, Row};
+use sqlx::{AssertSqlSafe, ConnectOptions, Executor, Row};
 
 pub use dialect::Dialect;
 use dialect::{JOB_COLUMNS, claim_sql, peek_sql};
@@ -114,7 +114,11 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// The database a node works with.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: AnyPool,
+    /// The pool, and whether statements go through a transaction-mode pooler (`pooler.rs`).
+    db: pooler::Db,
+    /// `[database] direct_url`: the server itself, behind the pooler, for migrations and
+    /// LISTEN.
+    direct: Option<std::sync::Arc<Store>>,
     dialect: Dialect,
     /// The URL as given (for the SQLite file path).
     url: String,
@@ -276,6 +280,7 @@ pub mod every_node;
 pub mod locks;
 mod migrate;
 pub mod one_off;
+mod pooler;
 mod retention;
 pub mod topology;
 pub mod wake;
@@ -308,13 +313,50 @@ impl Store {
             max_connections,
             statement_timeout,
             topology::Target::ReadWrite,
+            false,
         )
+    }
+
+    /// Connects the daemon through a transaction-mode pooler (`url`, PgBouncer with `pool_mode =
+    /// transaction`), with `direct_url` (the server itself) for migrations and LISTEN: see
+    /// `pooler.rs` and docs/databases.md. PostgreSQL only.
+    pub fn connect_pooled(
+        url: &str,
+        direct_url: &str,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Store> {
+        let mut store = Self::open(
+            url,
+            max_connections,
+            statement_timeout,
+            topology::Target::ReadWrite,
+            true,
+        )?;
+        if store.dialect != Dialect::Postgres
+            || Dialect::from_url(direct_url) != Some(Dialect::Postgres)
+        {
+            return Err(StoreError::Hosts {
+                url: crate::secrets::redact_url(direct_url),
+                why: "[database] direct_url is for PostgreSQL behind a transaction-mode pooler"
+                    .into(),
+            });
+        }
+        // Migrations and the LISTEN connections only: two connections at most.
+        store.direct = Some(std::sync::Arc::new(Self::open(
+            direct_url,
+            2,
+            None,
+            topology::Target::ReadWrite,
+            false,
+        )?));
+        Ok(store)
     }
 
     /// Connects for reading only (`[database] read_url`): on PostgreSQL any server that
     /// answers will do, a standby too, unless the URL's `target_session_attrs` says otherwise.
     pub fn connect_reader(url: &str, max_connections: u32) -> Result<Store> {
-        Self::open(url, max_connections, None, topology::Target::Any)
+        Self::open(url, max_connections, None, topology::Target::Any, false)
     }
 
     fn open(
@@ -322,6 +364,7 @@ impl Store {
         max_connections: u32,
         statement_timeout: Option<Duration>,
         default_target: topology::Target,
+        pooled: bool,
     ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
@@ -374,6 +417,12 @@ impl Store {
                 url: crate::secrets::redact_url(&url),
                 why,
             })?;
+            let mut hosts = hosts;
+            if pooled {
+                for u in &mut hosts.urls {
+                    *u = pooler::without_statement_cache(u);
+                }
+            }
             let options = hosts
                 .urls
                 .iter()
@@ -406,7 +455,9 @@ impl Store {
             .acquire_timeout(Duration::from_secs(5))
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
-                    for setting in dialect.session_setup(timeout_ms) {
+                    // Through a pooler the timeouts are set per transaction instead.
+                    let session_timeout = if pooled { None } else { timeout_ms };
+                    for setting in dialect.session_setup(session_timeout) {
                         let tried = conn.execute(AssertSqlSafe(setting.sql)).await;
                         match (tried, setting.otherwise) {
                             (Ok(_), _) => {}
@@ -419,9 +470,12 @@ impl Store {
                     // A server that does not take writes (a standby, the old primary after a
                     // split) is refused here, so that the pool never hands one out.
                     if check_writable {
-                        let ro: i32 = sqlx::query_scalar(topology::READ_ONLY_CHECK)
-                            .fetch_one(&mut *conn)
-                            .await?;
+                        // Without parameters: one simple query, no prepared statement (which a
+                        // transaction-mode pooler could not keep).
+                        let ro: i32 = conn
+                            .fetch_one(topology::READ_ONLY_CHECK)
+                            .await?
+                            .try_get(0)?;
                         if ro != 0 {
                             return Err(sqlx::Error::Protocol(topology::READ_ONLY_SERVER.into()));
                         }
@@ -436,7 +490,11 @@ impl Store {
             })
             .connect_lazy_with(options);
         Ok(Store {
-            pool,
+            db: pooler::Db {
+                pool,
+                begin: pooled.then(|| pooler::begin_statement(timeout_ms).into()),
+            },
+            direct: None,
             dialect,
             url: url.clone(),
             sql: std::sync::Arc::new(statements(dialect)),
@@ -448,10 +506,6 @@ impl Store {
         self.dialect
     }
 
-    fn pool(&self) -> &AnyPool {
-        &self.pool
-    }
-
     /// Called with every database error: one that says the server is gone or takes no writes
     /// makes a PostgreSQL store choose its server again (in the background, see
     /// `topology.rs`).
@@ -459,7 +513,7 @@ impl Store {
         if let Some(t) = &self.topology
             && t.calls_for_selection(e)
         {
-            t.select_soon(&self.pool);
+            t.select_soon(&self.db.pool);
         }
     }
 
@@ -483,19 +537,22 @@ impl Store {
         &self,
     ) -> std::result::Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
         match self.dialect {
-            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            _ => self.pool.begin().await,
+            Dialect::Sqlite => self.db.begin_with("BEGIN IMMEDIATE").await,
+            _ => self.db.begin_with("BEGIN").await,
         }
     }
 
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.db.pool.close().await;
+        if let Some(direct) = &self.direct {
+            direct.db.pool.close().await;
+        }
     }
 
     /// The database clock.
     pub async fn now(&self) -> Result<i64> {
         let row = sqlx::query(AssertSqlSafe(self.dialect.render("SELECT {now} AS db_now")))
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await
             .map_err(sql_err!(self, "read clock"))?;
         row.try_get("db_now").map_err(sql_err!(self, "read clock"))

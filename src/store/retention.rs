@@ -58,7 +58,7 @@ impl Store {
             "{ins} INTO cron_duties (name) VALUES (?){conflict}"
         ))))
         .bind(name.to_string())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "create duty"))?;
         let took = sqlx::query(AssertSqlSafe(self.dialect.render(
@@ -69,7 +69,7 @@ impl Store {
         .bind(lease_ms)
         .bind(name.to_string())
         .bind(node.to_string())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "take duty"))?;
         if took.rows_affected() != 1 {
@@ -81,7 +81,7 @@ impl Store {
         ))
         .bind(name.to_string())
         .bind(node.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await
         .map_err(sql_err!(self, "take duty"))?;
         Ok(token.map(|token| Duty {
@@ -101,7 +101,7 @@ impl Store {
         .bind(duty.name.clone())
         .bind(duty.node.clone())
         .bind(duty.token)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "extend duty"))?;
         Ok(done.rows_affected() == 1)
@@ -117,7 +117,7 @@ impl Store {
         .bind(duty.name.clone())
         .bind(duty.node.clone())
         .bind(duty.token)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await
         .map_err(sql_err!(self, "end duty"))?;
         Ok(done.rows_affected() == 1)
@@ -129,7 +129,7 @@ impl Store {
             "SELECT name, node, token, lease_until, last_done, last_result FROM cron_duties \
              ORDER BY name",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read duties"))?;
         rows.iter()
@@ -151,7 +151,7 @@ impl Store {
     pub async fn claimed_jobs(&self) -> Result<std::collections::HashSet<String>> {
         let names: Vec<String> =
             sqlx::query_scalar("SELECT name FROM cron_table WHERE exec_by IS NOT NULL")
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db)
                 .await
                 .map_err(sql_err!(self, "read claimed jobs"))?;
         Ok(names.into_iter().collect())
@@ -179,7 +179,7 @@ impl Store {
         let rows = sqlx::query(AssertSqlSafe(self.dialect.render(text)))
             .bind(cutoff)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await
             .map_err(sql_err!(self, "find old rows"))?;
         rows.iter()
@@ -205,7 +205,7 @@ impl Store {
         .bind(keep)
         .bind(after.to_string())
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "count runs"))?;
         rows.iter()
@@ -222,7 +222,7 @@ impl Store {
         .bind(job.to_string())
         .bind(boundary)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "find runs beyond the limit"))
     }
@@ -247,19 +247,24 @@ impl Store {
             .bind(duty.name.clone())
             .bind(duty.node.clone())
             .bind(duty.token);
-        let mut conn = self.pool.acquire().await.map_err(sql_err!(self, "prune"))?;
-        if self.dialect == Dialect::Mysql {
+        let done = if self.dialect == Dialect::Mysql {
+            let mut conn = self
+                .db
+                .pool
+                .acquire()
+                .await
+                .map_err(sql_err!(self, "prune"))?;
             // InnoDB's default REPEATABLE READ would lock the gaps next to the deleted index
             // entries, where new runs are inserted; the deletion needs no such protection.
             sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 .execute(&mut *conn)
                 .await
                 .map_err(sql_err!(self, "prune"))?;
+            q.execute(&mut *conn).await
+        } else {
+            q.execute(&self.db).await
         }
-        let done = q
-            .execute(&mut *conn)
-            .await
-            .map_err(sql_err!(self, "prune"))?;
+        .map_err(sql_err!(self, "prune"))?;
         Ok(done.rows_affected())
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::any::AnyConnectOptions;
-use sqlx::{AnyConnection, AnyPool, Connection};
+use sqlx::{AnyConnection, AnyPool, Connection, Row};
 
 /// What a connection's server must be (libpq's `target_session_attrs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,9 +277,10 @@ async fn probe(options: &AnyConnectOptions, target: Target) -> Result<(), String
             .await
             .map_err(|e| e.to_string())?;
         if target == Target::ReadWrite {
-            let ro: i32 = sqlx::query_scalar(READ_ONLY_CHECK)
-                .fetch_one(&mut conn)
+            // A simple query: no prepared statement, which a pooler could not keep.
+            let ro: i32 = sqlx::Executor::fetch_one(&mut conn, READ_ONLY_CHECK)
                 .await
+                .and_then(|row| row.try_get(0))
                 .map_err(|e| e.to_string())?;
             if ro != 0 {
                 let _ = conn.close().await;

@@ -106,7 +106,12 @@ impl Store {
             op: "listen",
             source,
         };
-        let options = sqlx::postgres::PgConnectOptions::from_str(self.current_url())
+        // LISTEN is a session's: through a transaction-mode pooler it needs `direct_url`.
+        let url = match &self.direct {
+            Some(direct) => direct.current_url(),
+            None => self.current_url(),
+        };
+        let options = sqlx::postgres::PgConnectOptions::from_str(url)
             .map_err(err)?
             .application_name(application_name);
         let pool = sqlx::postgres::PgPoolOptions::new()

@@ -24,6 +24,7 @@ mod mariadb_outage;
 mod metrics;
 mod outage;
 mod placement;
+mod pooler;
 mod proxied;
 mod proxy;
 mod retention;
