@@ -1114,6 +1114,21 @@ mod tests {
         );
     }
 
+    #[test]
+    fn direct_url_is_for_postgresql_behind_a_pooler() {
+        let c = parse_ok(
+            "[database]\nurl = \"postgres://a@bouncer:6432/x\"\ndirect_url = \"postgres://a@db1/x\"\n",
+        );
+        assert_eq!(c.database_direct_url.as_deref(), Some("postgres://a@db1/x"));
+        assert_eq!(parse_ok("").database_direct_url, None);
+        for bad in [
+            "[database]\nurl = \"mysql://a@db/x\"\ndirect_url = \"postgres://a@db1/x\"\n",
+            "[database]\nurl = \"postgres://a@bouncer/x\"\ndirect_url = \"mysql://a@db1/x\"\n",
+        ] {
+            assert!(parse_err(bad).contains("transaction-mode"), "{bad}");
+        }
+    }
+
     fn parse_err(text: &str) -> String {
         parse(text, Path::new("/etc/sqlcron/sqlcron.toml"), &env())
             .unwrap_err()
