@@ -15,12 +15,17 @@ if ! command -v systemd-analyze >/dev/null; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq systemd >/dev/null
 fi
 
-# The database topology tests start PgBouncer in front of a throwaway server of their own.
-if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
-    echo "test.sh: installing pgbouncer (for the pooler tests)" >&2
+# The database topology tests start PgBouncer in front of a throwaway server of their own, and
+# a three-node MariaDB Galera cluster (galera-4, rsync state transfers).
+missing=()
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
+[ -e /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+command -v rsync >/dev/null || missing+=(rsync)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]} (for the database topology tests)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq pgbouncer >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 cargo fmt --check

@@ -263,7 +263,9 @@ mod tests {
     #[test]
     fn a_password_in_the_url_is_seen() {
         assert!(has_password("postgres://u:x@db/d"));
-        assert!(has_password("postgres://u:p%40ss@db:5432/d?sslmode=require"));
+        assert!(has_password(
+            "postgres://u:p%40ss@db:5432/d?sslmode=require"
+        ));
         assert!(!has_password("postgres://u@db/d"));
         assert!(!has_password("postgres://db/d?password_hint=x:y@z"));
         assert!(!has_password("sqlite:///var/lib/x.db"));

@@ -146,7 +146,16 @@ impl Dialect {
                 plain("PRAGMA cache_size = -1024".into()),
             ],
             Dialect::Mysql => {
-                let mut v = vec![plain("SET time_zone = '+00:00'".into())];
+                let mut v = vec![
+                    plain("SET time_zone = '+00:00'".into()),
+                    // Galera: a read waits until this node has applied every write the cluster
+                    // committed before it (causal reads), so a node decides on what the others
+                    // wrote; a server without Galera (MySQL) lacks the setting.
+                    SessionSetting {
+                        sql: "SET SESSION wsrep_sync_wait = 1".into(),
+                        otherwise: Some("DO 0".into()),
+                    },
+                ];
                 if let Some(ms) = timeout_ms {
                     // Whole seconds, at least 1.
                     v.push(plain(format!(

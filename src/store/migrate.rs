@@ -53,6 +53,14 @@ impl Store {
                     // One of the first two exists (MariaDB, MySQL); the other fails.
                     let _ = sqlx::query(reset).execute(&mut *conn).await;
                 }
+                // A Galera node must serve before anything is written through it.
+                if let Some(g) = super::galera::state(&mut conn)
+                    .await
+                    .map_err(sql_err!(self, "read the Galera state"))?
+                {
+                    let said = super::galera::judge(&g).map_err(StoreError::Galera)?;
+                    tracing::info!("{said}");
+                }
                 let got: Option<i64> =
                     sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
                         .fetch_one(&mut *conn)

@@ -50,6 +50,9 @@ pub enum StoreError {
     Hosts { url: String, why: String },
     #[error("taking the SQLite migration lock: {0}")]
     Lock(String),
+    /// A Galera node that cannot serve sqlcron (galera.rs says why).
+    #[error("{0}")]
+    Galera(String),
 }
 
 impl StoreError {
@@ -65,7 +68,12 @@ impl StoreError {
                 let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
                 let msg = e.message().to_ascii_lowercase();
                 if code == "40P01" || code == "40001" || msg.contains("deadlock") {
+                    // Galera's certification conflicts are reported as deadlocks too.
                     "deadlock"
+                } else if code == "08S01" || msg.contains("wsrep") {
+                    // A Galera node cut off from the cluster's primary component, or still
+                    // joining: "WSREP has not yet prepared node for application use".
+                    "unreachable"
                 } else if code == "57014"
                     || code == "55P03"
                     || code == "70100"
@@ -277,6 +285,7 @@ pub mod backfill;
 mod claim;
 mod events;
 pub mod every_node;
+mod galera;
 pub mod locks;
 mod migrate;
 pub mod one_off;

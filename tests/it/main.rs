@@ -17,6 +17,7 @@ mod cluster;
 mod explain;
 mod failover;
 mod faults;
+mod galera;
 mod http_jobs;
 mod http_server;
 mod locks;
