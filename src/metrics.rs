@@ -69,6 +69,9 @@ pub struct Metrics {
     release_seconds: Histogram,
     /// Database errors by kind (`timeout`, `deadlock`, `unreachable`, `refused`, `other`).
     db_errors: Family<KindLabel, Counter>,
+    /// Runs this node recorded that the database no longer held after an outage (see
+    /// `daemon/recorded.rs`).
+    lost_records: Counter,
     /// Database time of the last successful run's end, per job, in seconds since the epoch.
     last_success: Family<JobLabel, Gauge<f64, AtomicU64>>,
     /// Nodes whose heartbeat is recent, as this node last saw them.
@@ -128,6 +131,7 @@ impl Metrics {
             claim_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             release_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             db_errors: Family::default(),
+            lost_records: Counter::default(),
             last_success: Family::default(),
             nodes_alive: Gauge::default(),
             clock_offset: Gauge::default(),
@@ -195,6 +199,11 @@ impl Metrics {
             "database_errors",
             "Database errors by kind",
             m.db_errors.clone(),
+        );
+        r.register(
+            "lost_run_records",
+            "Runs this node recorded that the database no longer held after an outage (a failover to an asynchronous standby)",
+            m.lost_records.clone(),
         );
         r.register_with_unit(
             "last_success_timestamp",
@@ -283,6 +292,10 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    pub fn lost_records(&self, n: u64) {
+        self.lost_records.inc_by(n);
     }
 
     pub fn pruned(&self, table: &str, rows: u64) {

@@ -779,7 +779,20 @@ impl Shared {
             };
             first = false;
             match written {
-                Ok(Fenced::Done) => return,
+                Ok(Fenced::Done) => {
+                    if let Some(key) = key
+                        && release.outcome.is_some()
+                    {
+                        self.recent_runs.remember(
+                            super::recorded::Recorded {
+                                key: key.clone(),
+                                token: row.token,
+                            },
+                            Instant::now(),
+                        );
+                    }
+                    return;
+                }
                 Ok(_) => {
                     tracing::warn!(job = %row.name, "release found the row taken over; nothing written");
                     return;

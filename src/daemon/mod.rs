@@ -17,6 +17,7 @@ mod every_node;
 mod housekeeping;
 pub mod lease;
 mod placing;
+mod recorded;
 mod tick;
 mod wakeups;
 
@@ -112,6 +113,8 @@ struct Shared {
     /// any template or copy (true at start): a node syncs its copies only while either is so.
     templates: std::sync::atomic::AtomicI64,
     copies_seen: std::sync::atomic::AtomicBool,
+    /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
+    recent_runs: recorded::RecentRuns,
 }
 
 pub struct Daemon {
@@ -148,6 +151,7 @@ impl Daemon {
                 drained: false.into(),
                 templates: 0.into(),
                 copies_seen: true.into(),
+                recent_runs: recorded::RecentRuns::default(),
             }),
         }
     }
@@ -292,6 +296,8 @@ impl Daemon {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {
                         tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
+                        let shared = self.shared.clone();
+                        tokio::spawn(async move { shared.check_recorded_runs(since).await });
                     }
                     errors = 0;
                     if report.claimed > 0 || report.prepared > 0 || report.invalid > 0 {

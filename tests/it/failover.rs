@@ -153,6 +153,94 @@ async fn postgres_failover_to_a_promoted_standby_runs_every_slot_once() {
     store.close().await;
 }
 
+/// Runs SQL statements on a throwaway server with psql (each its own `-c`).
+fn psql(pg: &ThrowawayPostgres, statements: &[&str]) -> String {
+    let mut cmd = std::process::Command::new("psql");
+    cmd.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &pg.port.to_string(),
+        "-U",
+        "postgres",
+    ])
+    .args(["-d", "postgres", "-At", "-v", "ON_ERROR_STOP=1"]);
+    for sql in statements {
+        cmd.args(["-c", sql]);
+    }
+    let out = cmd.output().expect("psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_an_asynchronous_standby_reports_the_runs_it_lost() {
+    let primary = ThrowawayPostgres::start();
+    let standby = primary.standby();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port, standby.port
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let job = format!(
+        "[[job]]\nname = \"every1\"\nschedule = \"@every 1s\"\n\
+         command = \"echo start $SQLCRON_SLOT $SQLCRON_ATTEMPT $SQLCRON_NODE >> {0}; \
+         echo end $SQLCRON_SLOT $SQLCRON_ATTEMPT >> {0}\"\n",
+        out.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "a", &node_config(&url, "a", &job));
+    eventually(Duration::from_secs(30), "runs before the cut", || async {
+        (runs(&out).1.len() >= 3).then_some(())
+    })
+    .await;
+    // The standby stops receiving (as a lagging asynchronous standby would): what the primary
+    // commits from now on is not on it.
+    psql(
+        &standby,
+        &[
+            "ALTER SYSTEM SET primary_conninfo = ''",
+            "SELECT pg_reload_conf()",
+        ],
+    );
+    eventually(Duration::from_secs(20), "replication stopped", || async {
+        (psql(&primary, &["SELECT COUNT(*) FROM pg_stat_replication"]) == "0").then_some(())
+    })
+    .await;
+    let ended_at_cut = runs(&out).1.len();
+    eventually(Duration::from_secs(30), "runs after the cut", || async {
+        (runs(&out).1.len() >= ended_at_cut + 3).then_some(())
+    })
+    .await;
+    primary.crash();
+    standby.promote();
+    // The node reads back what it recorded before the outage and reports what is missing.
+    let report = "is not in the database after the outage";
+    let log = eventually(
+        Duration::from_secs(60),
+        "the lost runs reported",
+        || async {
+            let log = node.log_text();
+            log.contains(report).then_some(log)
+        },
+    )
+    .await;
+    let reported = log.matches(report).count();
+    assert!(node.stop().success(), "{log}");
+    assert!(
+        reported >= 2,
+        "the runs recorded after the cut are reported ({reported}):\n{log}"
+    );
+    assert!(
+        reported <= runs(&out).1.len() - ended_at_cut + 2,
+        "runs the standby has are not reported ({reported}):\n{log}"
+    );
+}
+
 /// Sets `default_transaction_read_only` on the server and reloads it (as an operator fencing an
 /// old primary would), with psql.
 fn set_read_only(pg: &ThrowawayPostgres, on: bool) {

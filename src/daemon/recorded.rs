@@ -1,0 +1,197 @@
+//! The runs this node recorded lately, checked again when the database comes back after an
+//! outage.
+//!
+//! A failover to an asynchronously replicated standby can lose the last commits the old primary
+//! acknowledged: a run's record among them, and with it the claim's release, so the slot may run
+//! again. sqlcron cannot prevent that (use synchronous replication, docs/databases.md), but it
+//! does not let it pass silently: after every outage the node reads back each run it recorded in
+//! the last [`KEEP`] and reports each one the database no longer holds, or holds from another
+//! claim.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::store::{HistoryRow, RunKey};
+
+/// How long a recorded run is remembered: longer than any outage a failover takes.
+pub const KEEP: Duration = Duration::from_secs(600);
+/// After an outage, the runs recorded this long before it began are read back (replication
+/// lag of an asynchronous standby is normally far shorter).
+pub const LOOK_BEFORE_OUTAGE: Duration = Duration::from_secs(60);
+/// At most this many are remembered (the newest).
+pub const MAX: usize = 2000;
+
+/// One run this node recorded as ended, with its claim token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub key: RunKey,
+    pub token: i64,
+}
+
+#[derive(Default)]
+pub struct RecentRuns {
+    runs: Mutex<VecDeque<(Instant, Recorded)>>,
+}
+
+impl RecentRuns {
+    /// Remembers a run whose end was written (`now`: when).
+    pub fn remember(&self, run: Recorded, now: Instant) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.push_back((now, run));
+        while runs.len() > MAX || runs.front().is_some_and(|(t, _)| now - *t > KEEP) {
+            runs.pop_front();
+        }
+    }
+
+    /// The runs remembered that were recorded at `since` or later, oldest first.
+    pub fn recorded_since(&self, since: Instant) -> Vec<Recorded> {
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.iter()
+            .filter(|(t, _)| *t >= since)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+}
+
+/// What the database holds of a run this node recorded: `None` when it is intact (a record of
+/// this attempt by this token, with an end), else what is wrong.
+pub fn lost(run: &Recorded, records: &[HistoryRow]) -> Option<String> {
+    let attempt = records
+        .iter()
+        .filter(|r| r.attempt == i64::from(run.key.attempt))
+        .collect::<Vec<_>>();
+    if attempt
+        .iter()
+        .any(|r| r.token == Some(run.token) && r.ended.is_some())
+    {
+        return None;
+    }
+    Some(match attempt.first() {
+        None => "its record is missing".into(),
+        Some(r) if r.token == Some(run.token) => "its record has lost its end".into(),
+        Some(r) => format!(
+            "the record is now another claim's (token {})",
+            r.token.map_or("none".into(), |t| t.to_string())
+        ),
+    })
+}
+
+impl super::Shared {
+    /// After an outage that began at `outage_began`: reads back the runs this node recorded
+    /// shortly before it and since, and reports each the database lost.
+    pub(super) async fn check_recorded_runs(&self, outage_began: Instant) {
+        let since = outage_began
+            .checked_sub(LOOK_BEFORE_OUTAGE)
+            .unwrap_or(outage_began);
+        let runs = self.recent_runs.recorded_since(since);
+        let mut lost_count = 0;
+        for run in &runs {
+            let records = match self
+                .store
+                .runs_between(&run.key.job, run.key.slot, run.key.slot)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read back the runs recorded before the outage");
+                    return;
+                }
+            };
+            if let Some(why) = lost(run, &records) {
+                lost_count += 1;
+                tracing::error!(
+                    job = %run.key.job,
+                    slot = %super::fmt_ms(run.key.slot),
+                    attempt = run.key.attempt,
+                    token = run.token,
+                    why,
+                    "a run this node recorded is not in the database after the outage: its last \
+                     commits were lost (a failover to an asynchronous standby?); the slot may run again"
+                );
+            }
+        }
+        if lost_count > 0 {
+            self.metrics.lost_records(lost_count);
+        } else if !runs.is_empty() {
+            tracing::debug!(
+                checked = runs.len(),
+                "the runs recorded before the outage are all in the database"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(attempt: u32, token: i64) -> Recorded {
+        Recorded {
+            key: RunKey {
+                job: "j".into(),
+                slot: 1000,
+                attempt,
+            },
+            token,
+        }
+    }
+
+    fn record(attempt: i64, token: i64, ended: bool) -> HistoryRow {
+        HistoryRow {
+            job: "j".into(),
+            slot: 1000,
+            attempt,
+            node: Some("a".into()),
+            token: Some(token),
+            started: Some(900),
+            ended: ended.then_some(1000),
+            outcome: if ended { "ok" } else { "running" }.into(),
+            exit_code: None,
+            signal: None,
+            output: None,
+            skipped_count: None,
+            skipped_last: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_run_is_lost_when_its_record_or_its_end_is_missing_or_another_claims() {
+        assert_eq!(lost(&run(1, 7), &[record(1, 7, true)]), None);
+        assert_eq!(
+            lost(&run(1, 7), &[]).as_deref(),
+            Some("its record is missing")
+        );
+        assert_eq!(
+            lost(&run(1, 7), &[record(2, 7, true)]).as_deref(),
+            Some("its record is missing")
+        );
+        assert_eq!(
+            lost(&run(1, 7), &[record(1, 7, false)]).as_deref(),
+            Some("its record has lost its end")
+        );
+        assert!(
+            lost(&run(1, 7), &[record(1, 9, true)])
+                .unwrap()
+                .contains("token 9")
+        );
+    }
+
+    #[test]
+    fn runs_are_forgotten_after_keep_and_beyond_max() {
+        let recent = RecentRuns::default();
+        let t0 = Instant::now();
+        recent.remember(run(1, 1), t0);
+        recent.remember(run(1, 2), t0 + KEEP);
+        assert_eq!(recent.recorded_since(t0).len(), 2);
+        assert_eq!(recent.recorded_since(t0 + Duration::from_secs(1)).len(), 1);
+        // Remembering a run forgets those older than KEEP.
+        recent.remember(run(1, 3), t0 + KEEP + Duration::from_secs(1));
+        assert_eq!(recent.recorded_since(t0).len(), 2);
+        for t in 0..(MAX as i64 + 10) {
+            recent.remember(run(1, t), t0 + KEEP * 2);
+        }
+        assert_eq!(recent.recorded_since(t0).len(), MAX);
+    }
+}
