@@ -226,6 +226,22 @@ fn runs(path: &Path) -> (BTreeMap<(String, String, String), usize>, usize) {
     (started, ended)
 }
 
+/// Panics when two runs of one job overlap: a start while the job's previous run has not
+/// written its end.
+fn assert_no_overlap(path: &Path) {
+    let mut open = std::collections::BTreeSet::new();
+    for l in lines(path) {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f.as_slice() {
+            ["start", job, ..] => assert!(open.insert(job.to_string()), "{job} overlaps: {l}"),
+            ["end", job, ..] => {
+                open.remove(*job);
+            }
+            _ => {}
+        }
+    }
+}
+
 fn started_by(path: &Path, node: &str) -> usize {
     lines(path)
         .iter()
@@ -321,6 +337,7 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
 
     // Every (job, slot, attempt) started once; a run cut short by the crash may run again as a
     // later attempt (the lease rules), never as the same one.
+    assert_no_overlap(&out);
     let (started, _) = runs(&out);
     for ((job, slot, attempt), n) in &started {
         assert_eq!(

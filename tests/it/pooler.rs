@@ -136,6 +136,22 @@ fn runs(path: &Path) -> (BTreeMap<(String, String, String), usize>, usize) {
     (started, ended)
 }
 
+/// Panics when two runs of one job overlap: a start while the job's previous run has not
+/// written its end.
+fn assert_no_overlap(path: &Path) {
+    let mut open = std::collections::BTreeSet::new();
+    for l in lines(path) {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f.as_slice() {
+            ["start", job, ..] => assert!(open.insert(job.to_string()), "{job} overlaps: {l}"),
+            ["end", job, ..] => {
+                open.remove(*job);
+            }
+            _ => {}
+        }
+    }
+}
+
 fn ended(path: &Path) -> usize {
     runs(path).1
 }
@@ -229,6 +245,7 @@ async fn two_nodes_through_pgbouncer_in_transaction_mode_run_every_slot_once() {
     );
 
     // Every (job, slot, attempt) started once; every run that ended is in the history once.
+    assert_no_overlap(&out);
     let (started, ended_count) = runs(&out);
     for ((job, slot, attempt), n) in &started {
         assert_eq!(
