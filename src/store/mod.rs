@@ -286,6 +286,7 @@ mod claim;
 mod events;
 pub mod every_node;
 mod galera;
+mod keepalive;
 pub mod locks;
 mod migrate;
 pub mod one_off;
@@ -452,6 +453,7 @@ impl Store {
             .as_ref()
             .is_some_and(|t| t.target == topology::Target::ReadWrite);
         let stale = topology.clone();
+        let ports = std::sync::Arc::new(keepalive::server_ports(&url));
         // SQLite serialises writes anyway; more connections only cost memory.
         let max_connections = if dialect == Dialect::Sqlite {
             max_connections.min(4)
@@ -463,6 +465,7 @@ impl Store {
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(5))
             .after_connect(move |conn, _meta| {
+                let ports = ports.clone();
                 Box::pin(async move {
                     // Through a pooler the timeouts are set per transaction instead.
                     let session_timeout = if pooled { None } else { timeout_ms };
@@ -475,6 +478,9 @@ impl Store {
                             }
                             (Err(e), None) => return Err(e),
                         }
+                    }
+                    for port in ports.iter() {
+                        keepalive::enable_for_peer_port(*port);
                     }
                     // A server that does not take writes (a standby, the old primary after a
                     // split) is refused here, so that the pool never hands one out.

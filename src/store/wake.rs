@@ -122,6 +122,9 @@ impl Store {
             .await
             .map_err(err)?;
         listener.listen(channel).await.map_err(err)?;
+        for port in super::keepalive::server_ports(url) {
+            super::keepalive::enable_for_peer_port(port);
+        }
         Ok(listener)
     }
 

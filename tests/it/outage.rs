@@ -293,3 +293,53 @@ async fn database_restart_daemon_keeps_running_reports_and_resumes() {
         "one report per outage, not one per poll:\n{log}"
     );
 }
+
+/// The daemon's connections to the database have TCP keepalive on (sqlx sets none; see
+/// `store/keepalive.rs`), as `ss` shows them.
+async fn daemon_connections_have_tcp_keepalive(dialect: sqlcron::store::Dialect) {
+    let db = crate::util::TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = DaemonProcess::start(dir.path(), "k", &node_config(&db.url, "k", ""));
+    let port = if dialect == sqlcron::store::Dialect::Postgres {
+        5432
+    } else {
+        3306
+    };
+    let pid = format!("pid={},", node.pid());
+    eventually(
+        Duration::from_secs(20),
+        "keepalive on every database connection of the daemon",
+        || async {
+            let out = Command::new("ss")
+                .args(["-tnpo", "state", "established"])
+                .arg(format!("( dport = :{port} )"))
+                .output()
+                .expect("ss (iproute2)");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let mine: Vec<String> = text
+                .lines()
+                .filter(|l| l.contains(&pid))
+                .map(str::to_string)
+                .collect();
+            // A socket with data in flight shows its retransmission timer instead: the test
+            // waits for a moment when every connection is idle.
+            (node.log_text().contains("ready")
+                && !mine.is_empty()
+                && mine.iter().all(|l| l.contains("timer:(keepalive")))
+            .then_some(())
+        },
+    )
+    .await;
+    assert!(node.stop().success());
+}
+
+mod keepalive {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        super::daemon_connections_have_tcp_keepalive(sqlcron::store::Dialect::Postgres).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        super::daemon_connections_have_tcp_keepalive(sqlcron::store::Dialect::Mysql).await
+    }
+}
