@@ -394,7 +394,7 @@ pub fn delivery_backoff(tries: i64) -> Duration {
 /// RFC 3339 UTC, as `SQLCRON_SLOT` is written.
 fn fmt_time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
         .unwrap_or_else(|| ms.to_string())
 }
 

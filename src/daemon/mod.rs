@@ -588,16 +588,24 @@ fn idle_poll(poll_interval: Duration, wakeups_live: bool) -> Duration {
     }
 }
 
-/// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`).
+/// Milliseconds since the epoch as RFC 3339 UTC (`2026-03-29T01:00:00Z`), with the
+/// milliseconds when there are any (a manual run's slot is the moment it was served:
+/// `2026-03-29T01:00:00.250Z`), so that `SQLCRON_SLOT` names the recorded slot exactly.
 pub fn fmt_ms(ms: i64) -> String {
     DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
         .unwrap_or_else(|| ms.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_written_whole_or_with_their_milliseconds() {
+        assert_eq!(fmt_ms(1_774_746_000_000), "2026-03-29T01:00:00Z");
+        assert_eq!(fmt_ms(1_774_746_000_250), "2026-03-29T01:00:00.250Z");
+    }
 
     fn report(next_due: Option<i64>, next_event: Option<i64>) -> TickReport {
         TickReport {
