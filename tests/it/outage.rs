@@ -73,14 +73,7 @@ impl ThrowawayPostgres {
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
         let settings = settings(dir.path());
-        if unsafe { libc::geteuid() } == 0 {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
+        crate::util::chown_if_root(dir.path(), "postgres");
         as_postgres(
             &bin,
             "initdb",
@@ -159,14 +152,7 @@ impl ThrowawayPostgres {
             .prefix("sqlcron-pg-standby")
             .tempdir()
             .unwrap();
-        if unsafe { libc::geteuid() } == 0 {
-            let status = Command::new("chown")
-                .args(["postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
+        crate::util::chown_if_root(dir.path(), "postgres");
         let data = dir.path().join("data");
         as_postgres(
             &self.bin,

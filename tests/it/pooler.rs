@@ -5,13 +5,14 @@
 //! that outlived its transaction would be found missing, or another client's, at once.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use sqlcron::store::Store;
 
 use crate::outage::{ThrowawayPostgres, lines};
+use crate::run_record::{assert_no_overlap, ended, recording_job, runs, started_by, starts};
 use crate::util::{DaemonProcess, eventually, free_port, node_config, sqlcron, stderr};
 
 /// A PgBouncer of the test's own, in transaction pooling mode, listening on 127.0.0.1.
@@ -53,14 +54,7 @@ impl PgBouncer {
         )
         .unwrap();
         // PgBouncer refuses to run as root; `-u` switches user, keeping the process.
-        if unsafe { libc::geteuid() } == 0 {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
+        crate::util::chown_if_root(dir.path(), "postgres");
         let mut b = PgBouncer {
             dir,
             port,
@@ -117,82 +111,13 @@ impl Drop for PgBouncer {
     }
 }
 
-/// `start SLOT ATTEMPT` lines counted by (job, slot, attempt), and the (job, slot) that ended.
-fn runs(path: &Path) -> (BTreeMap<(String, String, String), usize>, usize) {
-    let mut started = BTreeMap::new();
-    let mut ended = 0;
-    for l in lines(path) {
-        let f: Vec<&str> = l.split(' ').collect();
-        match f.as_slice() {
-            ["start", job, slot, attempt, _node] => {
-                *started
-                    .entry((job.to_string(), slot.to_string(), attempt.to_string()))
-                    .or_default() += 1;
-            }
-            ["end", ..] => ended += 1,
-            _ => panic!("unexpected line {l:?}"),
-        }
-    }
-    (started, ended)
-}
-
-/// Panics when two runs of one job overlap: a start while the job's previous run has not
-/// written its end. A run that never ends (its node was killed with it) is left out.
-fn assert_no_overlap(path: &Path) {
-    let all = lines(path);
-    let ended: std::collections::BTreeSet<(&str, &str, &str)> = all
-        .iter()
-        .filter_map(|l| match l.split(' ').collect::<Vec<_>>().as_slice() {
-            ["end", job, slot, attempt] => Some((*job, *slot, *attempt)),
-            _ => None,
-        })
-        .collect();
-    let mut open = std::collections::BTreeSet::new();
-    for l in &all {
-        match l.split(' ').collect::<Vec<_>>().as_slice() {
-            ["start", job, slot, attempt, _] if ended.contains(&(*job, *slot, *attempt)) => {
-                assert!(open.insert(*job), "{job} overlaps: {l}\n{}", all.join("\n"))
-            }
-            ["end", job, ..] => {
-                open.remove(job);
-            }
-            _ => {}
-        }
-    }
-}
-
-fn ended(path: &Path) -> usize {
-    runs(path).1
-}
-
-fn starts(path: &Path) -> usize {
-    lines(path)
-        .iter()
-        .filter(|l| l.starts_with("start"))
-        .count()
-}
-
-fn started_by(path: &Path, node: &str) -> usize {
-    lines(path)
-        .iter()
-        .filter(|l| l.starts_with("start") && l.ends_with(&format!(" {node}")))
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_through_pgbouncer_in_transaction_mode_run_every_slot_once() {
     let pg = ThrowawayPostgres::start();
     let mut bouncer = PgBouncer::start(pg.port, 2);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("runs.txt");
-    let record = |name: &str, schedule: &str| {
-        format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n\
-             command = \"echo start $SQLCRON_JOB $SQLCRON_SLOT $SQLCRON_ATTEMPT $SQLCRON_NODE >> {0}; \
-             sleep 0.3; echo end $SQLCRON_JOB $SQLCRON_SLOT $SQLCRON_ATTEMPT >> {0}\"\n",
-            out.display()
-        )
-    };
+    let record = |name: &str, schedule: &str| recording_job(name, schedule, &out);
     let jobs = format!(
         "{}{}{}",
         record("tick-a", "@every 1s"),

@@ -307,3 +307,18 @@ pub async fn make_due_now(store: &Store, job: &str) -> i64 {
         .unwrap();
     slot
 }
+
+/// Gives `path` and everything below it to `user` (`user:user`) when the tests run as root:
+/// servers that refuse root (initdb, PgBouncer) or switch to their own account (mariadbd
+/// `--user`) must own their files.
+pub fn chown_if_root(path: &std::path::Path, user: &str) {
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let status = std::process::Command::new("chown")
+        .args(["-R", &format!("{user}:{user}")])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "chown {user} {}", path.display());
+}
