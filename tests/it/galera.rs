@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sqlcron::store::Store;
 
 use crate::outage::lines;
-use crate::run_record::{assert_no_overlap, recording_job, runs, started_by};
+use crate::run_record::{assert_each_run_started_once, recording_job, runs, started_by};
 use crate::util::{DaemonProcess, eventually, free_port, node_config};
 
 fn tool(name: &str) -> PathBuf {
@@ -283,14 +283,7 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
 
     // Every (job, slot, attempt) started once; a run cut short by the crash may run again as a
     // later attempt (the lease rules), never as the same one.
-    assert_no_overlap(&out);
-    let (started, _) = runs(&out);
-    for ((job, slot, attempt), n) in &started {
-        assert_eq!(
-            *n, 1,
-            "{job} slot {slot} attempt {attempt} started {n} times\n{all}"
-        );
-    }
+    assert_each_run_started_once(&out);
     // The surviving nodes' history holds each slot's success at most once.
     let store = Store::connect(&galera.url((victim + 1) % 3), 2).unwrap();
     let history = store.history(None, 10_000).await.unwrap();

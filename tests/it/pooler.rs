@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sqlcron::store::Store;
 
 use crate::outage::{ThrowawayPostgres, lines};
-use crate::run_record::{assert_no_overlap, ended, recording_job, runs, started_by, starts};
+use crate::run_record::{assert_each_run_started_once, ended, recording_job, started_by, starts};
 use crate::util::{DaemonProcess, eventually, free_port, node_config, sqlcron, stderr};
 
 /// A PgBouncer of the test's own, in transaction pooling mode, listening on 127.0.0.1.
@@ -239,14 +239,7 @@ async fn two_nodes_through_pgbouncer_in_transaction_mode_run_every_slot_once() {
     );
 
     // Every (job, slot, attempt) started once; every run that ended is in the history once.
-    assert_no_overlap(&out);
-    let (started, ended_count) = runs(&out);
-    for ((job, slot, attempt), n) in &started {
-        assert_eq!(
-            *n, 1,
-            "{job} slot {slot} attempt {attempt} started {n} times"
-        );
-    }
+    let ended_count = assert_each_run_started_once(&out);
     let store = Store::connect(&pg.url(), 2).unwrap();
     let history = store.history(None, 10_000).await.unwrap();
     let mut recorded: BTreeMap<(String, i64), usize> = BTreeMap::new();

@@ -38,7 +38,7 @@ pub fn runs(path: &Path) -> (BTreeMap<(String, String, String), usize>, usize) {
 
 /// Panics when two runs of one job overlap: a start while the job's previous run has not
 /// written its end. A run that never ends (its node was killed with it) is left out.
-pub fn assert_no_overlap(path: &Path) {
+fn assert_no_overlap(path: &Path) {
     let all = lines(path);
     let ended: std::collections::BTreeSet<(&str, &str, &str)> = all
         .iter()
@@ -77,4 +77,19 @@ pub fn starts(path: &Path) -> usize {
         .iter()
         .filter(|l| l.starts_with("start"))
         .count()
+}
+
+/// Panics unless every (job, slot, attempt) started once and no two runs of a job overlapped;
+/// returns how many runs ended. A run cut short by a fault may run again as a later attempt
+/// (the lease rules), never as the same one.
+pub fn assert_each_run_started_once(path: &Path) -> usize {
+    assert_no_overlap(path);
+    let (started, ended) = runs(path);
+    for ((job, slot, attempt), n) in &started {
+        assert_eq!(
+            *n, 1,
+            "{job} slot {slot} attempt {attempt} started {n} times"
+        );
+    }
+    ended
 }
