@@ -296,8 +296,12 @@ impl Daemon {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {
                         tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
-                        let shared = self.shared.clone();
-                        tokio::spawn(async move { shared.check_recorded_runs(since).await });
+                        // A lone transient error (a deadlock, one timed-out statement) is no
+                        // failover: only an outage of a second or more is checked.
+                        if since.elapsed() >= recorded::CHECK_AFTER_OUTAGE {
+                            let shared = self.shared.clone();
+                            tokio::spawn(async move { shared.check_recorded_runs(since).await });
+                        }
                     }
                     errors = 0;
                     if report.claimed > 0 || report.prepared > 0 || report.invalid > 0 {
