@@ -247,6 +247,9 @@ impl Daemon {
         let wakeups = tokio::spawn(wakeups::wake_loop(self.shared.clone()));
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
+        // The outage was more than deadlocks or timeouts (a lost connection, a server that
+        // refused writes): the server may have changed, and what it held may be gone.
+        let mut outage_lost_connection = false;
         let mut stop_now = false;
         // A pass looks at the table when woken (a run ended, a wake-up, a control message) or
         // when its sleep ran out; the heartbeat keeps its own cadence whatever the sleep.
@@ -296,9 +299,9 @@ impl Daemon {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {
                         tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
-                        // A lone transient error (a deadlock, one timed-out statement) is no
-                        // failover: only an outage of a second or more is checked.
-                        if since.elapsed() >= recorded::CHECK_AFTER_OUTAGE {
+                        // A deadlock or a timed-out statement is no failover: only an outage
+                        // with other errors is checked.
+                        if std::mem::take(&mut outage_lost_connection) {
                             let shared = self.shared.clone();
                             tokio::spawn(async move { shared.check_recorded_runs(since).await });
                         }
@@ -316,6 +319,7 @@ impl Daemon {
                 Err(e) => {
                     errors += 1;
                     self.shared.metrics.database_error(e.kind());
+                    outage_lost_connection |= !matches!(e.kind(), "deadlock" | "timeout");
                     self.shared.metrics.pass(false, self.running_count(), None);
                     if outage_since.is_none() {
                         outage_since = Some(Instant::now());

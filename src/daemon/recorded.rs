@@ -16,8 +16,6 @@ use crate::store::{HistoryRow, RunKey};
 
 /// How long a recorded run is remembered: longer than any outage a failover takes.
 pub const KEEP: Duration = Duration::from_secs(600);
-/// Outages at least this long are followed by the read-back (a failover takes seconds).
-pub const CHECK_AFTER_OUTAGE: Duration = Duration::from_secs(1);
 /// After an outage, the runs recorded this long before it began are read back (replication
 /// lag of an asynchronous standby is normally far shorter).
 pub const LOOK_BEFORE_OUTAGE: Duration = Duration::from_secs(60);
