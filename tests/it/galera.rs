@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use sqlcron::store::Store;
 
-use crate::outage::lines;
-use crate::run_record::{assert_each_run_started_once, recording_job, runs, started_by};
+use crate::run_record::{
+    assert_each_run_started_once, latest_starter, recording_job, runs, started_by,
+};
 use crate::util::{DaemonProcess, eventually, free_port, node_config};
 
 fn tool(name: &str) -> PathBuf {
@@ -65,10 +66,14 @@ impl ThrowawayGalera {
         // started by root would drop to `nobody`, who cannot write the data directory.
         for i in 0..3 {
             let home = g.home(i);
-            std::fs::create_dir(&home).unwrap();
+            // A temporary directory of each server's own: servers (and their bootstraps) that
+            // share /tmp collide on temporary table files when tests run at once.
+            std::fs::create_dir_all(home.join("tmp")).unwrap();
+            crate::util::chown_if_root(g.dir.path(), "mysql");
             let out = Command::new(tool("mariadb-install-db"))
                 .arg("--no-defaults")
                 .arg(format!("--datadir={}", home.join("data").display()))
+                .arg(format!("--tmpdir={}", home.join("tmp").display()))
                 .args([
                     "--auth-root-authentication-method=normal",
                     "--skip-test-db",
@@ -111,6 +116,7 @@ impl ThrowawayGalera {
             .arg(format!("--socket={}", home.join("sock").display()))
             .arg(format!("--pid-file={}", home.join("pid").display()))
             .arg(format!("--log-error={}", home.join("err.log").display()))
+            .arg(format!("--tmpdir={}", home.join("tmp").display()))
             .arg(format!("--port={}", n.port))
             .args([
                 "--bind-address=127.0.0.1",
@@ -228,13 +234,7 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
     // The Galera node of the sqlcron node that made the latest start dies while that node runs
     // jobs: it loses its database, its runs their lease.
     let names = ["a", "b", "c"];
-    let busy = lines(&out)
-        .iter()
-        .rev()
-        .find(|l| l.starts_with("start"))
-        .and_then(|l| l.rsplit(' ').next())
-        .unwrap()
-        .to_string();
+    let busy = latest_starter(&out);
     let victim = names.iter().position(|n| *n == busy).unwrap();
     let others = |out: &Path| -> usize {
         names

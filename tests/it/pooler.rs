@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use sqlcron::store::Store;
 
 use crate::outage::{ThrowawayPostgres, lines};
-use crate::run_record::{assert_each_run_started_once, ended, recording_job, started_by, starts};
+use crate::run_record::{
+    assert_each_run_started_once, ended, latest_starter, recording_job, started_by, starts,
+};
 use crate::util::{DaemonProcess, eventually, free_port, node_config, sqlcron, stderr};
 
 /// A PgBouncer of the test's own, in transaction pooling mode, listening on 127.0.0.1.
@@ -197,13 +199,7 @@ async fn two_nodes_through_pgbouncer_in_transaction_mode_run_every_slot_once() {
         (starts(&out) > ended(&out)).then_some(())
     })
     .await;
-    let busy = lines(&out)
-        .iter()
-        .rev()
-        .find(|l| l.starts_with("start"))
-        .and_then(|l| l.rsplit(' ').next())
-        .unwrap()
-        .to_string();
+    let busy = latest_starter(&out);
     let (victim, mut nodes): (Vec<_>, Vec<_>) = nodes.into_iter().partition(|n| n.name == busy);
     victim[0].signal(libc::SIGKILL);
     let killed = Instant::now();

@@ -93,3 +93,14 @@ pub fn assert_each_run_started_once(path: &Path) -> usize {
     }
     ended
 }
+
+/// The node that made the latest start.
+pub fn latest_starter(path: &Path) -> String {
+    lines(path)
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("start"))
+        .and_then(|l| l.rsplit(' ').next())
+        .expect("a start")
+        .to_string()
+}
