@@ -226,7 +226,7 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
         .enumerate()
         .map(|(i, n)| DaemonProcess::start(dir.path(), n, &node_config(&galera.url(i), n, &jobs)))
         .collect();
-    eventually(Duration::from_secs(60), "twenty runs", || async {
+    eventually(Duration::from_secs(120), "twenty runs", || async {
         (runs(&out).1 >= 20).then_some(())
     })
     .await;
