@@ -34,7 +34,7 @@ async fn admin(dialect: Dialect, sql: &str) {
     } else {
         MY_ADMIN
     };
-    let s = Store::connect(url, 1).unwrap();
+    let s = Store::connect(&db_url(url), 1).unwrap();
     s.execute_raw(sql).await.unwrap();
     s.close().await;
 }
@@ -92,7 +92,7 @@ impl Db {
     }
 
     async fn store(&self) -> Store {
-        let s = Store::connect(&self.url, 4).unwrap();
+        let s = Store::connect(&db_url(&self.url), 4).unwrap();
         s.migrate().await.unwrap();
         s
     }
@@ -147,6 +147,11 @@ async fn fill_target(
         store.execute_raw(&sql).await.unwrap();
         start = end + 1;
     }
+}
+
+/// A database URL as the store takes it.
+fn db_url(text: &str) -> sqlcron::store::DatabaseUrl {
+    sqlcron::store::DatabaseUrl::parse(text).unwrap()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -664,7 +669,7 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     let db = Db::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let me = sqlcron::account::current().expect("the bench user's account");
+    let me = sqlcron::exec::account::current().expect("the bench user's account");
     let extra = format!(
         "[daemon]\nmax_parallel = {max_parallel}\ndefault_user = \"{}\"\n",
         me.name
@@ -791,7 +796,7 @@ async fn http_burst() {
         let db = Db::new(dialect).await;
         let store = db.store().await;
         let dir = tempfile::tempdir().unwrap();
-        let me = sqlcron::account::current().expect("the bench user's account");
+        let me = sqlcron::exec::account::current().expect("the bench user's account");
         let extra = format!(
             "[daemon]\nmax_parallel = 16\ndefault_user = \"{}\"\n",
             me.name
@@ -873,7 +878,7 @@ fn cpu_seconds(pid: u32) -> (f64, f64) {
 /// The PostgreSQL server's main process, when this machine runs it and may read its data
 /// directory.
 async fn postmaster_pid() -> Option<u32> {
-    let admin = Store::connect(PG_ADMIN, 1).unwrap();
+    let admin = Store::connect(&db_url(PG_ADMIN), 1).unwrap();
     let dir = admin
         .scalar::<String>("SELECT current_setting('data_directory')")
         .await
@@ -888,7 +893,7 @@ async fn postmaster_pid() -> Option<u32> {
 /// about once a second and at disconnect: with `settle`, wait until the figure stops moving
 /// (with no one connected, it is then exact).
 async fn commits(db: &Db, settle: bool) -> i64 {
-    let admin = Store::connect(PG_ADMIN, 1).unwrap();
+    let admin = Store::connect(&db_url(PG_ADMIN), 1).unwrap();
     let sql = format!(
         "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '{}'",
         db.name
@@ -956,14 +961,14 @@ async fn rss(dialect: Dialect) {
 
 /// Lock acquire+release round trips per second with 1 and 8 contending clients.
 async fn lock_throughput(dialect: Dialect) {
-    use sqlcron::guard::{Acquired, GuardParams, Interrupts, acquire};
+    use sqlcron::daemon::guard::{Acquired, GuardParams, Interrupts, acquire};
     let db = Db::new(dialect).await;
     let store = db.store().await;
     for clients in [1usize, 8] {
         let window = Duration::from_secs(10);
         let mut handles = vec![];
         for c in 0..clients {
-            let store = Store::connect(&db.url, 2).unwrap();
+            let store = Store::connect(&db_url(&db.url), 2).unwrap();
             handles.push(tokio::spawn(async move {
                 let p = GuardParams {
                     name: "bench".into(),

@@ -43,24 +43,11 @@
 //! Reading order for a newcomer: this file, `job`, `schedule`, `policy`, `store`, `runner`,
 //! `daemon`.
 
-pub mod account;
-pub mod alerts;
+pub mod cli;
 pub mod config;
-pub mod crontab;
 pub mod daemon;
-pub mod envfile;
-pub mod explain;
-pub mod guard;
-pub mod http_target;
-pub mod job;
-pub mod limits;
-pub mod metrics;
-pub mod placement;
-pub mod policy;
-pub mod reaper;
-pub mod retention;
-pub mod runner;
+pub mod exec;
+pub mod model;
 pub mod schedule;
-pub mod secrets;
+pub mod service;
 pub mod store;
-pub mod systemd;

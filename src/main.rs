@@ -2,7 +2,7 @@
 //! exit code (0 success, 1 runtime failure, 2 bad usage or invalid configuration). The only
 //! place that prints errors, installs signal handlers and talks to systemd.
 
-mod cli;
+use sqlcron::cli;
 
 use std::process::ExitCode;
 

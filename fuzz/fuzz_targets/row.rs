@@ -59,13 +59,13 @@ fuzz_target!(|data: &[u8]| {
     row.alerts = next();
     row.placement = next();
     row.run_on = next();
-    let _ = sqlcron::daemon::resolve(&row, &sqlcron::job::Policy::default());
+    let _ = sqlcron::daemon::resolve(&row, &sqlcron::model::job::Policy::default());
     if let Some(limits) = &row.limits
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(limits)
     {
-        let _ = sqlcron::job::Limits::from_json(&v);
+        let _ = sqlcron::model::job::Limits::from_json(&v);
     }
     if let Some(file) = &row.env_file {
-        let _ = sqlcron::envfile::parse(file);
+        let _ = sqlcron::exec::envfile::parse(file);
     }
 });

@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use sqlcron::schedule::Schedule;
-use sqlcron::store::one_off::OneOff;
-use sqlcron::store::{Actor, Store};
+use crate::schedule::Schedule;
+use crate::store::Store;
+use crate::store::one_off::OneOff;
 
 use super::Failure;
 
@@ -35,7 +35,7 @@ pub fn resolve_time(text: &str, db_now: i64, zone: &str) -> Result<DateTime<Utc>
     }
     let schedule = Schedule::parse(&format!("@at {t}"), zone).map_err(|e| e.to_string())?;
     match schedule.kind() {
-        sqlcron::schedule::Kind::At(secs) => {
+        crate::schedule::Kind::At(secs) => {
             DateTime::from_timestamp(*secs, 0).ok_or_else(|| format!("\"{text}\" is out of range"))
         }
         _ => Err(format!("\"{text}\" is not a time")),
@@ -86,7 +86,7 @@ pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
             .map(|d| d.to_string_lossy().into_owned()),
     };
     let created = store
-        .add_one_off(&job, &Actor::this_process(None))
+        .add_one_off(&job, &crate::exec::account::this_process(None))
         .await
         .map_err(Failure::runtime)?;
     if !created {

@@ -3,10 +3,10 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use sqlcron::config::Config;
-use sqlcron::daemon;
-use sqlcron::store::backfill::backfill_name;
-use sqlcron::store::{Actor, Store};
+use crate::config::Config;
+use crate::daemon;
+use crate::store::Store;
+use crate::store::backfill::backfill_name;
 
 use super::Failure;
 use super::explain::parse_time;
@@ -75,7 +75,7 @@ pub async fn run(store: &Store, config: &Config, req: Request<'_>) -> Result<u8,
             .unwrap_or_default()
             .to_rfc3339_opts(SecondsFormat::Secs, true)
     };
-    let actor = Actor::this_process(None);
+    let actor = crate::exec::account::this_process(None);
     let mut queued = 0;
     let mut already = 0;
     for &slot in &todo {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sqlcron::store::{Actor, Store};
+use crate::store::Store;
 
 use super::Failure;
 
@@ -35,7 +35,7 @@ pub async fn undrain(store: &Store, node: &str) -> Result<u8, Failure> {
 
 async fn set(store: &Store, node: &str, drain: bool) -> Result<(), Failure> {
     let known = store
-        .set_drain(node, drain, &Actor::this_process(None))
+        .set_drain(node, drain, &crate::exec::account::this_process(None))
         .await
         .map_err(Failure::runtime)?;
     if known {

@@ -1,7 +1,7 @@
 //! `sqlcron events [JOB]`: alert events and how their delivery went (see `docs/alerts.md`).
 
-use sqlcron::daemon;
-use sqlcron::store::Store;
+use crate::daemon;
+use crate::store::Store;
 
 use super::Failure;
 

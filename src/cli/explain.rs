@@ -1,14 +1,14 @@
-//! `sqlcron explain JOB`: one line per slot of the job in a range (see [`sqlcron::explain`]).
+//! `sqlcron explain JOB`: one line per slot of the job in a range (see [`crate::model::explain`]).
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone};
 use serde::Serialize;
 
-use sqlcron::config::Config;
-use sqlcron::daemon;
-use sqlcron::explain::{Range, RowState, SlotExplained, explain};
-use sqlcron::placement::{NodeOffer, unplaceable};
-use sqlcron::schedule::Schedule;
-use sqlcron::store::Store;
+use crate::config::Config;
+use crate::daemon;
+use crate::model::explain::{Range, RowState, SlotExplained, explain};
+use crate::model::placement::{NodeOffer, unplaceable};
+use crate::schedule::Schedule;
+use crate::store::Store;
 
 use super::Failure;
 
@@ -103,8 +103,8 @@ pub async fn run(
         "{job}: \"{}\" in {}, from {} to {}",
         row.schedule,
         schedule.tz(),
-        sqlcron::explain::local(&schedule, from),
-        sqlcron::explain::local(&schedule, to)
+        crate::model::explain::local(&schedule, from),
+        crate::model::explain::local(&schedule, to)
     );
     if let Some(why) = &placement {
         println!("{job}: will not run until a node matches: {why}");

@@ -1,9 +1,9 @@
 //! `sqlcron import crontab FILE...`: crontab files as `[[job]]` TOML on stdout, notes on stderr
-//! (see [`sqlcron::crontab`]).
+//! (see [`crate::model::crontab`]).
 
 use std::path::PathBuf;
 
-use sqlcron::crontab::{Source, import, to_toml};
+use crate::model::crontab::{Source, import, to_toml};
 
 use super::Failure;
 

@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
-use sqlcron::config::Config;
-use sqlcron::daemon;
-use sqlcron::job::Outcome;
-use sqlcron::placement::{NodeOffer, Placement, unplaceable};
-use sqlcron::store::{JobRow, Store};
+use crate::config::Config;
+use crate::daemon;
+use crate::model::job::Outcome;
+use crate::model::placement::{NodeOffer, Placement, unplaceable};
+use crate::store::{JobRow, Store};
 
 use super::{Failure, fmt_ms};
 
@@ -119,7 +119,7 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     let now = store.now().await.map_err(Failure::runtime)?;
     let rows = store.jobs().await.map_err(Failure::runtime)?;
     let nodes = store.nodes().await.map_err(Failure::runtime)?;
-    let alive = |n: &sqlcron::store::NodeRow| n.alive(now);
+    let alive = |n: &crate::store::NodeRow| n.alive(now);
     let offers: Vec<NodeOffer> = nodes
         .iter()
         .map(|n| NodeOffer::new(&n.name, n.tags.as_deref(), alive(n) && !n.drain))

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use super::decode::{resolve, row_alerts};
-use crate::alerts::{self, Alerts, EventKind, Record};
-use crate::job::Policy;
+use crate::model::alerts::{self, Alerts, EventKind, Record};
+use crate::model::job::Policy;
 use crate::store::{Duty, NewEvent, StoreError};
 
 /// The event scan's duty in `cron_duties`.
@@ -250,7 +250,7 @@ async fn watch(shared: &Shared, now: i64) -> Result<(), StoreError> {
         };
         if store.event_create(&event).await? {
             shared.events.notify_one();
-            tracing::error!(job = %row.name, alert_after = %crate::job::format_duration(after), "job has not succeeded within alert_after");
+            tracing::error!(job = %row.name, alert_after = %crate::model::duration::format_duration(after), "job has not succeeded within alert_after");
             shared.metrics.alert(&row.name, "overdue");
         }
         store.watch_fired(&row.name, baseline).await?;

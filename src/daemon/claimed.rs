@@ -19,15 +19,16 @@ use tokio::sync::watch;
 
 use super::decode::{Resolved, run_spec};
 use super::delivery::Ping;
-use super::lease::{Interrupt, SupervisionGuard, reaper_deadline};
+use super::lease::{Interrupt, SupervisionGuard};
 use super::{Shared, fmt_ms};
 use crate::config::Config;
-use crate::job::{OnLeaseLost, Outcome, Overlap, Policy};
-use crate::policy::{
+use crate::exec::runner::{self, StopRequest};
+use crate::model::job::{OnLeaseLost, Outcome, Overlap, Policy};
+use crate::model::lease::reaper_deadline;
+use crate::model::policy::{
     ClaimAction, ClaimedState, Finished, Previous, account_previous, after_run, jitter_ms,
     plan_claim,
 };
-use crate::runner::{self, StopRequest};
 use crate::schedule::Schedule;
 use crate::store::{Fenced, JobRow, PoolWait, Release, RunKey, RunResult, StoreError};
 
@@ -661,7 +662,7 @@ impl Shared {
         }
         let account = match super::decode::run_as(row, config, &self.host.account)? {
             Some((user, group)) => Some(
-                crate::account::lookup(&user, group.as_deref())
+                crate::exec::account::lookup(&user, group.as_deref())
                     .map_err(|e| format!("user: {e}"))?,
             ),
             None => None,
@@ -670,7 +671,7 @@ impl Shared {
         // nothing: no `pre_exec` hook, so it is started with posix_spawn, not a fork.
         .filter(|a| !a.same_identity(&self.host.account));
         let file_env = match &row.env_file {
-            Some(path) => crate::envfile::read(std::path::Path::new(path))?,
+            Some(path) => crate::exec::envfile::read(std::path::Path::new(path))?,
             None => vec![],
         };
         Ok(Resolved {
@@ -837,11 +838,11 @@ fn replace_delay(
     if policy.overlap != Overlap::Replace || manual {
         return None;
     }
-    let next = crate::policy::next_slot(schedule, slot);
+    let next = crate::model::policy::next_slot(schedule, slot);
     if next == i64::MAX {
         return None;
     }
-    let due = next.saturating_add(crate::policy::jitter_ms(job, next, policy.jitter));
+    let due = next.saturating_add(crate::model::policy::jitter_ms(job, next, policy.jitter));
     Some(Duration::from_millis(due.saturating_sub(now).max(0) as u64))
 }
 

@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::account::Account;
-use crate::alerts::AlertSettings;
 use crate::config::Config;
-use crate::job::{Limits, Policy, PolicyOverrides};
-use crate::runner::{Program, RunSpec};
+use crate::exec::account::Account;
+use crate::exec::runner::{Program, RunSpec};
+use crate::model::alerts::AlertSettings;
+use crate::model::job::{Limits, Policy, PolicyOverrides};
 use crate::schedule::{Schedule, parse_zone};
 use crate::store::JobRow;
 
@@ -43,7 +43,7 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
             .map_err(|e| format!("env: not a JSON object of strings ({e})"))?;
     }
     if let Some(p) = &row.placement {
-        crate::placement::Placement::from_json(p)?;
+        crate::model::placement::Placement::from_json(p)?;
     }
     if let Some(r) = row
         .run_on
@@ -59,13 +59,13 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
 }
 
 /// The `http` column: an HTTP job's request, or `None` for a process.
-fn row_http(row: &JobRow) -> Result<Option<crate::http_target::HttpTarget>, String> {
+fn row_http(row: &JobRow) -> Result<Option<crate::model::http_target::HttpTarget>, String> {
     row.http
         .as_deref()
         .map(|t| {
             let v: serde_json::Value =
                 serde_json::from_str(t).map_err(|e| format!("http: not a JSON object ({e})"))?;
-            crate::http_target::HttpTarget::from_json(&v).map_err(|m| format!("http: {m}"))
+            crate::model::http_target::HttpTarget::from_json(&v).map_err(|m| format!("http: {m}"))
         })
         .transpose()
 }
@@ -119,7 +119,7 @@ impl Host {
         // SAFETY: geteuid and getegid cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         Host {
-            account: crate::account::current().unwrap_or_else(|_| Account {
+            account: crate::exec::account::current().unwrap_or_else(|_| Account {
                 name: uid.to_string(),
                 uid,
                 gid,
@@ -135,17 +135,17 @@ impl Host {
 /// `PATH` of a job unless its `env` or `inherit_env` says otherwise.
 pub const JOB_PATH_DEFAULT: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Which account a row's run switches to (see [`crate::job::run_as`]).
+/// Which account a row's run switches to (see [`crate::model::job::run_as`]).
 pub fn run_as(
     row: &JobRow,
     config: &Config,
     daemon: &Account,
 ) -> Result<Option<(String, Option<String>)>, String> {
-    crate::job::run_as(
+    crate::model::job::run_as(
         row.run_user.as_deref(),
         row.run_group.as_deref(),
         config.daemon.default_user.as_deref(),
-        daemon,
+        &daemon.as_daemon(),
     )
 }
 
@@ -204,11 +204,11 @@ pub(super) fn run_spec(
     resolved: Resolved<'_>,
 ) -> Result<RunSpec, String> {
     if let Some(target) = row_http(row)? {
-        let call = crate::http_target::HttpCall {
+        let call = crate::model::http_target::HttpCall {
             target,
-            id: crate::http_target::RunIdentity {
+            id: crate::model::http_target::RunIdentity {
                 job: row.name.clone(),
-                slot: crate::http_target::slot_text(slot),
+                slot: crate::model::http_target::slot_text(slot),
                 attempt,
                 key_attempt: resolved.key_attempt,
                 node: node.to_string(),
@@ -252,7 +252,7 @@ pub(super) fn run_spec(
         env.insert("LANG".into(), lang.clone());
     }
     for name in config.daemon.inherit_env.iter().chain(&inherit_list(row)?) {
-        if crate::secrets::SECRET_VARS.contains(&name.as_str()) {
+        if crate::model::job::SECRET_VARS.contains(&name.as_str()) {
             continue;
         }
         if let Some(v) = host.env.get(name) {

@@ -13,9 +13,9 @@ use tokio::task::JoinSet;
 
 use super::Shared;
 use super::decode::{resolve, row_alerts, run_spec};
-use crate::alerts::{self, Hook};
-use crate::http_target::error_chain;
-use crate::runner::{self, StopRequest};
+use crate::exec::http::error_chain;
+use crate::exec::runner::{self, StopRequest};
+use crate::model::alerts::{self, Hook};
 use crate::store::{Delivered, EventClaim, JobRow};
 
 /// Deliveries one node runs at once.
@@ -29,7 +29,7 @@ const PING_TRIES: u32 = 3;
 /// The HTTP client of webhooks and pings: rustls with the system's roots, redirects not
 /// followed (a hook's URL is where the event goes, nowhere else).
 pub(super) fn http_client() -> reqwest::Client {
-    crate::http_target::client_builder(0)
+    crate::exec::http::client_builder(0)
         .build()
         .unwrap_or_default()
 }
@@ -103,7 +103,7 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
         Err(Failure {
             error: format!(
                 "not delivered within [alerts] give_up_after ({})",
-                crate::job::format_duration(config.delivery.give_up_after)
+                crate::model::duration::format_duration(config.delivery.give_up_after)
             ),
             retry: false,
         })
@@ -272,7 +272,7 @@ async fn run_hook_command(
             let how = if out.timed_out {
                 format!(
                     "timed out after {}",
-                    crate::job::format_duration(spec.timeout)
+                    crate::model::duration::format_duration(spec.timeout)
                 )
             } else if let Some(c) = out.exit_code {
                 format!("exit {c}")
@@ -301,7 +301,7 @@ async fn run_hook_command(
 fn write_private(
     path: &std::path::Path,
     data: &[u8],
-    account: Option<&crate::account::Account>,
+    account: Option<&crate::exec::account::Account>,
 ) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

@@ -6,8 +6,8 @@
 
 use super::Shared;
 use crate::config::Config;
-use crate::placement::Placement;
-use crate::store::{Actor, JobRow, StoreError};
+use crate::model::placement::Placement;
+use crate::store::{JobRow, StoreError};
 
 /// The name of `node`'s copy of `template`.
 pub fn copy_name(template: &str, node: &str) -> String {
@@ -60,7 +60,7 @@ impl Shared {
         if templates.is_empty() && copies.is_empty() {
             return Ok(());
         }
-        let actor = Actor::this_process(Some(&format!("daemon {}", self.node)));
+        let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
         let pin = Placement {
             tags: vec![],
             nodes: vec![self.node.clone()],

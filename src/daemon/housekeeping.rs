@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Shared;
-use crate::retention::{BATCH, Pruned, cutoff, deletable};
-use crate::store::{Actor, Duty, Pruned as Table, Store, StoreError};
+use crate::model::retention::{BATCH, Pruned, cutoff, deletable};
+use crate::store::{Duty, Pruned as Table, Store, StoreError};
 
 /// The pruning duty's name in `cron_duties`.
 pub const HISTORY_DUTY: &str = "history";
@@ -147,7 +147,10 @@ async fn prune(
         }
     }
     if let Some(cut) = cutoff(now, history.keep) {
-        let actor = Actor::this_process(Some(&format!("daemon {}", shared.config().node_name)));
+        let actor = crate::exec::account::this_process(Some(&format!(
+            "daemon {}",
+            shared.config().node_name
+        )));
         let removed = store.remove_done_one_offs(cut, &actor).await?;
         for name in &removed {
             tracing::info!(job = %name, "one-off job done and past [history] keep; removed");

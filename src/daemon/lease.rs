@@ -35,7 +35,7 @@
 //! | the node dies | the lease expires; another node takes over by `rerun_lost` |
 //! | the node is stopped (SIGTERM) | after `shutdown_grace`, runs are stopped and their leases ended at once |
 
-use crate::metrics::Metrics;
+use crate::service::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,39 +44,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::Shared;
-use crate::job::OnLeaseLost;
-use crate::runner::StopRequest;
+use crate::exec::runner::StopRequest;
+use crate::model::job::OnLeaseLost;
+use crate::model::lease::{extend_interval, reaper_deadline, trusted_until};
 
-/// Part of the lease a node trusts after a successful extension.
-pub const TRUST_FRACTION: f64 = 0.8;
 /// How often the trust windows are checked, independently of any database call.
 pub const TRUST_CHECK: Duration = Duration::from_millis(100);
-
-/// How often leases are extended.
-pub fn extend_interval(lease: Duration) -> Duration {
-    lease / 3
-}
-
-/// Until when a claim may be trusted, given when the extension (or the claim) was attempted.
-pub fn trusted_until(attempt_started: Instant, lease: Duration) -> Instant {
-    attempt_started + lease.mul_f64(TRUST_FRACTION)
-}
-
-/// When the job reaper kills a run's process group if the daemon has not refreshed it: a tenth
-/// of the lease after the trust window, still before the lease ends. The daemon's own stop
-/// (SIGTERM, then SIGKILL after `kill_grace`) comes first when its event loop is alive; this
-/// is for when it is not (SIGSTOP, a stalled thread), see `reaper.rs`.
-pub fn reaper_deadline(trusted_until: Instant, lease: Duration) -> Instant {
-    trusted_until + lease / 10
-}
-
-/// The timeout of every statement: half the trust window (at least 500 ms), so a hung
-/// statement returns an error while the claim is still trusted.
-pub fn statement_timeout(lease: Duration) -> Duration {
-    lease
-        .mul_f64(TRUST_FRACTION / 2.0)
-        .max(Duration::from_millis(500))
-}
 
 /// Why a claim's supervision ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +154,10 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
                         r.trusted_until = trusted_until(attempt, lease);
                         let pgid = r.pgid.load(Ordering::SeqCst);
                         if pgid > 0 && r.on_lease_lost == OnLeaseLost::Kill {
-                            crate::reaper::refresh(pgid, reaper_deadline(r.trusted_until, lease));
+                            crate::exec::reaper::refresh(
+                                pgid,
+                                reaper_deadline(r.trusted_until, lease),
+                            );
                         }
                     }
                 }
@@ -215,24 +191,5 @@ pub(super) async fn trust_watch(shared: Arc<Shared>) {
                 );
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn trust_window_ends_before_the_lease() {
-        let t0 = Instant::now();
-        let lease = Duration::from_secs(10);
-        assert_eq!(trusted_until(t0, lease), t0 + Duration::from_secs(8));
-        assert_eq!(extend_interval(lease), Duration::from_nanos(3_333_333_333));
-        assert!(extend_interval(lease) * 2 < lease.mul_f64(TRUST_FRACTION));
-        assert_eq!(statement_timeout(lease), Duration::from_secs(4));
-        assert_eq!(
-            statement_timeout(Duration::from_millis(600)),
-            Duration::from_millis(500)
-        );
     }
 }

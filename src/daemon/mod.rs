@@ -14,6 +14,7 @@ mod claimed;
 pub mod decode;
 mod delivery;
 mod every_node;
+pub mod guard;
 mod housekeeping;
 pub mod lease;
 mod placing;
@@ -33,8 +34,8 @@ pub use decode::resolve;
 use lease::{Interrupt, Supervision};
 
 use crate::config::Config;
-use crate::runner::StopRequest;
-use crate::store::{Actor, Store, StoreError};
+use crate::exec::runner::StopRequest;
+use crate::store::{Store, StoreError};
 
 /// How often the node refreshes `cron_nodes.last_seen`.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -102,7 +103,7 @@ struct Shared {
     /// from (see `decode::run_spec`).
     host: decode::Host,
     /// What the node decided, for `/metrics`, and the loop's health, for `/healthz`.
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::service::metrics::Metrics>,
     /// The HTTP client of webhooks and pings.
     http: reqwest::Client,
     /// The placement values this node matches (see `placing.rs`).
@@ -131,7 +132,10 @@ impl Daemon {
         let window = idle_poll(config.daemon.poll_interval, wakeups)
             + config.daemon.poll_interval * 2
             + config.daemon.lease;
-        let metrics = Arc::new(crate::metrics::Metrics::new(&config.node_name, window));
+        let metrics = Arc::new(crate::service::metrics::Metrics::new(
+            &config.node_name,
+            window,
+        ));
         Daemon {
             shared: Arc::new(Shared {
                 store,
@@ -164,7 +168,8 @@ impl Daemon {
     pub async fn apply_config(&self) -> Result<(), StoreError> {
         let config = self.config();
         self.shared.store.apply_pools(&config.pools).await?;
-        let actor = Actor::this_process(Some(&format!("daemon {}", config.node_name)));
+        let actor =
+            crate::exec::account::this_process(Some(&format!("daemon {}", config.node_name)));
         let report = self
             .shared
             .store
@@ -219,7 +224,8 @@ impl Daemon {
 
     /// Writes this node's drain flag (a signal asked for it); the next peek acts on it.
     async fn set_drain(&self, drain: bool) {
-        let actor = Actor::this_process(Some(&format!("daemon {}", self.shared.node)));
+        let actor =
+            crate::exec::account::this_process(Some(&format!("daemon {}", self.shared.node)));
         let what = if drain { "drain" } else { "undrain" };
         match self
             .shared
@@ -313,7 +319,7 @@ impl Daemon {
                     let running = self.running_count();
                     let offset = report.now - chrono::Utc::now().timestamp_millis();
                     self.shared.metrics.pass(true, running, Some(offset));
-                    crate::systemd::status(&status_line(running, &report));
+                    crate::service::systemd::status(&status_line(running, &report));
                     sleep_after(&report, poll, config.daemon.poll_interval)
                 }
                 Err(e) => {
@@ -326,7 +332,7 @@ impl Daemon {
                         tracing::error!(error = %e, "database unreachable; retrying with backoff");
                     }
                     let down = outage_since.map(|s| s.elapsed().as_secs()).unwrap_or(0);
-                    crate::systemd::status(&format!(
+                    crate::service::systemd::status(&format!(
                         "database unreachable for {down}s, retrying; {} running",
                         self.running_count()
                     ));
@@ -343,12 +349,12 @@ impl Daemon {
             // Under a systemd watchdog the loop looks at the table at least every third of its
             // timeout: the ping below follows a pass that reached the database, so a wedged
             // loop or a database that stopped answering lets systemd restart the daemon.
-            let sleep_for =
-                crate::systemd::watchdog_interval().map_or(sleep_for, |w| sleep_for.min(w));
+            let sleep_for = crate::service::systemd::watchdog_interval()
+                .map_or(sleep_for, |w| sleep_for.min(w));
             next_tick = Instant::now() + sleep_for;
             woken = false;
             // The loop completed a pass: tell the watchdog (never from a timer of its own).
-            crate::systemd::watchdog();
+            crate::service::systemd::watchdog();
             if self
                 .sleep(
                     wake_at(next_tick, errors),
@@ -431,7 +437,7 @@ impl Daemon {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 tracing::info!(listen = %addr, "serving /metrics and /healthz");
-                Some(tokio::spawn(crate::metrics::serve(
+                Some(tokio::spawn(crate::service::metrics::serve(
                     listener,
                     self.shared.metrics.clone(),
                 )))
@@ -448,7 +454,7 @@ impl Daemon {
     }
 
     async fn reload(&self, config: Config) {
-        crate::systemd::reloading();
+        crate::service::systemd::reloading();
         let old = self.config();
         if config.database_url != old.database_url || config.node_name != old.node_name {
             tracing::warn!(
@@ -467,7 +473,7 @@ impl Daemon {
             Ok(()) => tracing::info!("configuration reloaded"),
             Err(e) => tracing::error!(error = %e, "reload: applying the TOML jobs failed"),
         }
-        crate::systemd::ready();
+        crate::service::systemd::ready();
     }
 
     async fn shutdown(
@@ -477,7 +483,7 @@ impl Daemon {
         mut stop_now: bool,
     ) {
         let shared = &self.shared;
-        crate::systemd::stopping();
+        crate::service::systemd::stopping();
         shared
             .stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -490,14 +496,14 @@ impl Daemon {
             tokio::pin!(deadline);
             let mut ping = tokio::time::interval(Duration::from_secs(1));
             loop {
-                crate::systemd::status(&format!(
+                crate::service::systemd::status(&format!(
                     "stopping: waiting for {} running job(s)",
                     self.running_count()
                 ));
                 tokio::select! {
                     next = tasks.join_next() => if next.is_none() { break },
                     // Still making progress: keep the watchdog fed while jobs finish.
-                    _ = ping.tick() => crate::systemd::watchdog(),
+                    _ = ping.tick() => crate::service::systemd::watchdog(),
                     _ = &mut deadline => { stop_now = true; break }
                     msg = control.recv() => if matches!(msg, Some(Control::Stop | Control::StopNow)) {
                         stop_now = true;

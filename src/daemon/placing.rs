@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Shared;
 use crate::config::Config;
-use crate::placement::matching_values;
+use crate::model::placement::matching_values;
 use crate::store::{Peek, StoreError};
 
 /// What the node last learnt of the placement values in use.

@@ -9,12 +9,13 @@ use tokio::task::JoinSet;
 
 use super::claimed::{Claim, Route, claimed_state};
 use super::decode::resolve;
-use super::lease::{Supervised, SupervisionGuard, trusted_until};
+use super::lease::{Supervised, SupervisionGuard};
 use super::{Daemon, Shared, TickReport, fmt_ms};
 use crate::config::Config;
-use crate::job::{OnLeaseLost, Policy};
-use crate::policy::{self, ClaimAction, jitter_ms, plan_claim};
-use crate::runner::StopRequest;
+use crate::exec::runner::StopRequest;
+use crate::model::job::{OnLeaseLost, Policy};
+use crate::model::lease::trusted_until;
+use crate::model::policy::{self, ClaimAction, jitter_ms, plan_claim};
 use crate::schedule::Schedule;
 use crate::store::{JobRow, PoolWait, RunKey, StoreError};
 

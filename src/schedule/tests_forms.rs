@@ -98,7 +98,7 @@ fn at_fires_once_and_reads_local_times_in_the_zone() {
     );
     assert_eq!(s.next_after(at("2026-12-24T17:00:00Z")), None);
     assert_eq!(
-        crate::policy::first_slot(&s, at("2027-01-01T00:00:00Z").timestamp_millis()),
+        crate::model::policy::first_slot(&s, at("2027-01-01T00:00:00Z").timestamp_millis()),
         at("2026-12-24T17:00:00Z").timestamp_millis(),
         "a one-off's slot stays its instant when it has passed"
     );

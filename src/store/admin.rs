@@ -155,7 +155,7 @@ impl Store {
                 .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
         ))
         .bind(i64::from(enabled))
-        .bind(actor.marker())
+        .bind(audit::marker(actor))
         .bind(name.to_string())
         .execute(&mut *tx)
         .await

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
-use crate::job::JobSpec;
+use crate::model::job::JobSpec;
 
 impl Store {
     /// Applies the TOML's jobs: creates and updates `source = 'toml'` rows, removes TOML rows no
@@ -73,7 +73,7 @@ impl Store {
                         }
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
-                            .bind(actor.marker())
+                            .bind(audit::marker(actor))
                             .bind(job.name.clone())
                             .execute(&mut *tx)
                             .await
@@ -102,7 +102,7 @@ impl Store {
                         }
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
-                            .bind(actor.marker())
+                            .bind(audit::marker(actor))
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "create TOML job"))?;
@@ -119,7 +119,7 @@ impl Store {
                 report.removed.push(name.clone());
                 if !dry_run {
                     // Marked first, so that the delete trigger knows it is not a plain SQL one.
-                    let marker = format!("removing {}", actor.marker());
+                    let marker = format!("removing {}", audit::marker(actor));
                     sqlx::query(AssertSqlSafe(self.dialect.render(
                         "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
                     )))
@@ -195,7 +195,7 @@ fn bind_value<'q>(
 }
 
 fn job_values(job: &JobSpec) -> Vec<Value> {
-    use crate::job::format_duration as fd;
+    use crate::model::duration::format_duration as fd;
     let o = &job.overrides;
     let env = (!job.env.is_empty()).then(|| serde_json::to_string(&job.env).unwrap_or_default());
     vec![
@@ -210,7 +210,7 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
         Value::Text(
             job.http
                 .as_ref()
-                .map(crate::http_target::HttpTarget::to_json),
+                .map(crate::model::http_target::HttpTarget::to_json),
         ),
         Value::Text(env),
         Value::Text(job.workdir.clone()),
@@ -243,7 +243,7 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
         Value::Text(
             job.placement
                 .as_ref()
-                .map(crate::placement::Placement::to_json),
+                .map(crate::model::placement::Placement::to_json),
         ),
         Value::Text(job.every_node.then(|| "every_node".to_string())),
         Value::Text(None),

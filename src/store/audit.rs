@@ -3,7 +3,7 @@
 //! change made with plain SQL, written by the schema's triggers.
 //!
 //! How the triggers tell the two apart: every change made through sqlcron sets
-//! `cron_table.changed_by` to a fresh value ([`Actor::marker`]); a trigger records an insert or
+//! `cron_table.changed_by` to a fresh value ([`marker`]); a trigger records an insert or
 //! an update only when `changed_by` did not change (plain SQL), and a delete unless the row was
 //! marked `removing ...` first (a TOML apply). The database clock times every row.
 
@@ -11,52 +11,15 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
 
-/// Who acted, for the audit trail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor {
-    /// The Unix user (with the `sudo` caller when there is one), or a daemon's description.
-    pub who: String,
-    pub host: Option<String>,
-    pub pid: Option<i64>,
-}
-
-impl Actor {
-    /// This process: its real Unix user (with `$SUDO_USER` when run through sudo), host name
-    /// and pid; `role` is added after the user (`"root (daemon web-1)"`).
-    pub fn this_process(role: Option<&str>) -> Actor {
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
-        let mut who = crate::account::lookup(&uid.to_string(), None)
-            .map(|a| a.name)
-            .unwrap_or_else(|_| uid.to_string());
-        if let Ok(sudo) = std::env::var("SUDO_USER")
-            && !sudo.is_empty()
-        {
-            who = format!("{who} (sudo by {sudo})");
-        }
-        if let Some(role) = role {
-            who = format!("{who} ({role})");
-        }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|h| h.trim().to_string());
-        Actor {
-            who,
-            host,
-            pid: Some(i64::from(std::process::id())),
-        }
-    }
-
-    /// A value of `changed_by` no earlier change used.
-    pub(super) fn marker(&self) -> String {
-        format!(
-            "{}@{} pid {} #{:016x}",
-            self.who,
-            self.host.as_deref().unwrap_or("?"),
-            self.pid.unwrap_or(0),
-            rand::random::<u64>()
-        )
-    }
+/// A value of `changed_by` no earlier change used.
+pub(super) fn marker(actor: &Actor) -> String {
+    format!(
+        "{}@{} pid {} #{:016x}",
+        actor.who,
+        actor.host.as_deref().unwrap_or("?"),
+        actor.pid.unwrap_or(0),
+        rand::random::<u64>()
+    )
 }
 
 /// One row of `cron_audit`.

@@ -113,7 +113,7 @@ impl Store {
         .bind(name.clone())
         .bind(schedule.to_string())
         .bind(pool)
-        .bind(actor.marker())
+        .bind(audit::marker(actor))
         .bind(job.to_string())
         .execute(&mut *tx)
         .await

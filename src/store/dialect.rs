@@ -7,33 +7,9 @@
 
 use super::rows::NODE_ALIVE_WINDOW_MS;
 
-/// Which database a store talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Sqlite,
-    Postgres,
-    Mysql,
-}
+pub use crate::model::database_url::Dialect;
 
 impl Dialect {
-    pub fn from_url(url: &str) -> Option<Dialect> {
-        let scheme = url.split(':').next()?;
-        match scheme {
-            "sqlite" => Some(Dialect::Sqlite),
-            "postgres" | "postgresql" => Some(Dialect::Postgres),
-            "mysql" | "mariadb" => Some(Dialect::Mysql),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "sqlite",
-            Dialect::Postgres => "postgres",
-            Dialect::Mysql => "mysql",
-        }
-    }
-
     /// The database clock, in milliseconds since the Unix epoch. Constant within a statement.
     fn now(self) -> &'static str {
         match self {

@@ -11,7 +11,7 @@
 use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
-use crate::alerts::Record;
+use crate::model::alerts::Record;
 
 /// An event to record.
 #[derive(Debug, Clone, PartialEq, Eq)]

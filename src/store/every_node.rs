@@ -55,7 +55,7 @@ impl Store {
         ))))
         .bind(copy.to_string())
         .bind(placement.to_string())
-        .bind(actor.marker())
+        .bind(audit::marker(actor))
         .bind(template.to_string())
         .execute(&self.db)
         .await
@@ -92,10 +92,10 @@ impl Store {
         let q = match self.dialect {
             Dialect::Mysql => q
                 .bind(template.to_string())
-                .bind(actor.marker())
+                .bind(audit::marker(actor))
                 .bind(copy.to_string()),
             _ => q
-                .bind(actor.marker())
+                .bind(audit::marker(actor))
                 .bind(template.to_string())
                 .bind(copy.to_string()),
         };

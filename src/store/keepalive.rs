@@ -61,52 +61,9 @@ pub fn enable_for_peer_port(port: u16) -> usize {
     changed
 }
 
-/// The server ports of a database URL (each host of a PostgreSQL host list), with the
-/// dialect's default port where none is given; none for SQLite.
-pub fn server_ports(url: &str) -> Vec<u16> {
-    let default = if url.starts_with("postgres") {
-        5432
-    } else if url.starts_with("mysql") || url.starts_with("mariadb") {
-        3306
-    } else {
-        return vec![];
-    };
-    let Some((_, rest)) = url.split_once("://") else {
-        return vec![];
-    };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let mut ports: Vec<u16> = hosts
-        .split(',')
-        .map(|h| {
-            let port = match h.rsplit_once(':') {
-                // `[::1]` alone: the colon is the address's.
-                Some((_, p)) if !p.ends_with(']') => p.parse().ok(),
-                _ => None,
-            };
-            port.unwrap_or(default)
-        })
-        .collect();
-    ports.sort_unstable();
-    ports.dedup();
-    ports
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_server_ports_of_a_url() {
-        assert_eq!(server_ports("postgres://u:p@db1/x"), vec![5432]);
-        assert_eq!(
-            server_ports("postgres://u@h1:5433,h2,[::1]:6432/x?target_session_attrs=read-write"),
-            vec![5432, 5433, 6432]
-        );
-        assert_eq!(server_ports("postgres://u@[::1]/x"), vec![5432]);
-        assert_eq!(server_ports("mysql://root@127.0.0.1:3307/db"), vec![3307]);
-        assert_eq!(server_ports("sqlite:///var/lib/x.db"), Vec::<u16>::new());
-    }
 
     #[test]
     fn keepalive_is_set_on_sockets_to_the_port_only() {

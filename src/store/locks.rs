@@ -216,7 +216,7 @@ impl Store {
         &self,
         name: &str,
         token: Option<i64>,
-        actor: &super::Actor,
+        actor: &crate::model::actor::Actor,
     ) -> Result<Vec<LockRow>> {
         let mut tx = self.begin_write().await.map_err(err!(self, "begin"))?;
         let select = "SELECT id, name, owner, host, pid, acquired_at, lease_until \

@@ -76,7 +76,7 @@ impl Store {
                 result
             }
             Dialect::Sqlite => {
-                let lock = match sqlite_path(&self.url) {
+                let lock = match self.url.sqlite_path().map(std::path::Path::to_path_buf) {
                     Some(path) => Some(
                         tokio::task::spawn_blocking(move || lock_file(&path))
                             .await
@@ -91,18 +91,6 @@ impl Store {
             }
         }
     }
-}
-
-/// The database file of a `sqlite://PATH?options` URL; `None` for in-memory databases.
-pub(super) fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))?;
-    let path = rest.split('?').next()?;
-    if path.is_empty() || path.contains(":memory:") {
-        return None;
-    }
-    Some(std::path::PathBuf::from(path))
 }
 
 /// Creates the SQLite database file (and its directory) readable by its owner only, whatever

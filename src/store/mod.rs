@@ -20,7 +20,7 @@ use std::time::Duration;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Executor, Row};
 
-pub use dialect::Dialect;
+pub use crate::model::database_url::{DatabaseUrl, Dialect};
 use dialect::{JOB_COLUMNS, claim_sql, peek_sql};
 pub use rows::*;
 
@@ -128,8 +128,10 @@ pub struct Store {
     /// LISTEN.
     direct: Option<std::sync::Arc<Store>>,
     dialect: Dialect,
-    /// The URL as given (for the SQLite file path).
-    url: String,
+    /// The URL as configured (the SQLite file path, messages).
+    url: DatabaseUrl,
+    /// The URL handed to the driver (SQLite: `mode=rwc` added; MariaDB: the `mysql:` scheme).
+    driver_url: String,
     sql: std::sync::Arc<Statements>,
     /// PostgreSQL: the hosts of the URL and the one in use (see `topology.rs`).
     topology: Option<std::sync::Arc<topology::Topology>>,
@@ -295,8 +297,9 @@ mod retention;
 pub mod topology;
 pub mod wake;
 
+use crate::model::actor::Actor;
 pub use apply::job_hash;
-pub use audit::{Actor, AuditRow};
+pub use audit::AuditRow;
 pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
 pub use locks::{LockRow, LockState};
 pub use retention::{Duty, DutyRow, Pruned};
@@ -304,7 +307,7 @@ pub use retention::{Duty, DutyRow, Pruned};
 impl Store {
     /// Connects (lazily: the first statement opens the first connection, so a daemon can start
     /// while the database is down), with no statement timeout: for the command line and tests.
-    pub fn connect(url: &str, max_connections: u32) -> Result<Store> {
+    pub fn connect(url: &DatabaseUrl, max_connections: u32) -> Result<Store> {
         Self::connect_with(url, max_connections, None)
     }
 
@@ -314,7 +317,7 @@ impl Store {
     /// `busy_timeout`. The daemon sets it below its trust window, so that a stalled statement
     /// returns an error while its claim is still trusted. Migrations run without it.
     pub fn connect_with(
-        url: &str,
+        url: &DatabaseUrl,
         max_connections: u32,
         statement_timeout: Option<Duration>,
     ) -> Result<Store> {
@@ -331,8 +334,8 @@ impl Store {
     /// transaction`), with `direct_url` (the server itself) for migrations and LISTEN: see
     /// `pooler.rs` and docs/databases.md. PostgreSQL only.
     pub fn connect_pooled(
-        url: &str,
-        direct_url: &str,
+        url: &DatabaseUrl,
+        direct_url: &DatabaseUrl,
         max_connections: u32,
         statement_timeout: Option<Duration>,
     ) -> Result<Store> {
@@ -343,11 +346,9 @@ impl Store {
             topology::Target::ReadWrite,
             true,
         )?;
-        if store.dialect != Dialect::Postgres
-            || Dialect::from_url(direct_url) != Some(Dialect::Postgres)
-        {
+        if store.dialect != Dialect::Postgres || direct_url.dialect() != Dialect::Postgres {
             return Err(StoreError::Hosts {
-                url: crate::secrets::redact_url(direct_url),
+                url: direct_url.redacted(),
                 why: "[database] direct_url is for PostgreSQL behind a transaction-mode pooler"
                     .into(),
             });
@@ -365,12 +366,12 @@ impl Store {
 
     /// Connects for reading only (`[database] read_url`): on PostgreSQL any server that
     /// answers will do, a standby too, unless the URL's `target_session_attrs` says otherwise.
-    pub fn connect_reader(url: &str, max_connections: u32) -> Result<Store> {
+    pub fn connect_reader(url: &DatabaseUrl, max_connections: u32) -> Result<Store> {
         Self::open(url, max_connections, None, topology::Target::Any, false)
     }
 
     fn open(
-        url: &str,
+        configured: &DatabaseUrl,
         max_connections: u32,
         statement_timeout: Option<Duration>,
         default_target: topology::Target,
@@ -378,15 +379,12 @@ impl Store {
     ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
-        let dialect = Dialect::from_url(url)
-            .ok_or_else(|| StoreError::Url(crate::secrets::redact_url(url)))?;
-        let mut url = url.to_string();
-        if dialect == Dialect::Sqlite
-            && let Some(path) = migrate::sqlite_path(&url)
-        {
-            migrate::create_private(&path)
+        let dialect = configured.dialect();
+        if let Some(path) = configured.sqlite_path() {
+            migrate::create_private(path)
                 .map_err(|e| StoreError::Lock(format!("creating {}: {e}", path.display())))?;
         }
+        let mut url = configured.secret_text().to_string();
         if dialect == Dialect::Sqlite && !url.contains("mode=") {
             url.push_str(if url.contains('?') {
                 "&mode=rwc"
@@ -396,16 +394,6 @@ impl Store {
         }
         if dialect == Dialect::Mysql && url.starts_with("mariadb:") {
             url = url.replacen("mariadb:", "mysql:", 1);
-        }
-        if dialect == Dialect::Mysql && topology::split_hosts(&url).is_ok_and(|h| h.urls.len() > 1)
-        {
-            return Err(StoreError::Hosts {
-                url: crate::secrets::redact_url(&url),
-                why: "several hosts are a PostgreSQL form; for MySQL/MariaDB point sqlcron at \
-                      one address (a proxy, a virtual IP or a Galera node; see \
-                      docs/databases.md)"
-                    .into(),
-            });
         }
         let parse = |url: &str| {
             AnyConnectOptions::from_str(url)
@@ -423,11 +411,7 @@ impl Store {
                 })
         };
         let topology = if dialect == Dialect::Postgres {
-            let hosts = topology::split_hosts(&url).map_err(|why| StoreError::Hosts {
-                url: crate::secrets::redact_url(&url),
-                why,
-            })?;
-            let mut hosts = hosts;
+            let mut hosts = configured.hosts().clone();
             if pooled {
                 for u in &mut hosts.urls {
                     *u = pooler::without_statement_cache(u);
@@ -453,7 +437,7 @@ impl Store {
             .as_ref()
             .is_some_and(|t| t.target == topology::Target::ReadWrite);
         let stale = topology.clone();
-        let ports = std::sync::Arc::new(keepalive::server_ports(&url));
+        let ports = std::sync::Arc::new(configured.server_ports().to_vec());
         // SQLite serialises writes anyway; more connections only cost memory.
         let max_connections = if dialect == Dialect::Sqlite {
             max_connections.min(4)
@@ -511,7 +495,8 @@ impl Store {
             },
             direct: None,
             dialect,
-            url: url.clone(),
+            url: configured.clone(),
+            driver_url: url,
             sql: std::sync::Arc::new(statements(dialect)),
             topology,
         })
@@ -536,7 +521,7 @@ impl Store {
     fn current_url(&self) -> &str {
         self.topology
             .as_ref()
-            .map_or(self.url.as_str(), |t| t.current_url())
+            .map_or(self.driver_url.as_str(), |t| t.current_url())
     }
 
     /// `host:port` of the PostgreSQL server in use, for logs; `None` on the other databases.

@@ -37,7 +37,7 @@ impl Store {
         .bind(job.argv.clone())
         .bind(job.run_user.clone())
         .bind(job.workdir.clone())
-        .bind(actor.marker())
+        .bind(audit::marker(actor))
         .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "add one-off"));

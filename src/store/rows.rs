@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-pub use crate::job::{Outcome, PreviousRun};
+pub use crate::model::history::HistoryRow;
+pub use crate::model::job::{Outcome, PreviousRun};
 
 /// A row of `cron_table` as a node sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -336,25 +337,6 @@ pub struct RunKey {
     pub job: String,
     pub slot: i64,
     pub attempt: u32,
-}
-
-/// One row of `cron_runs`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct HistoryRow {
-    pub job: String,
-    pub slot: i64,
-    pub attempt: i64,
-    pub node: Option<String>,
-    pub token: Option<i64>,
-    pub started: Option<i64>,
-    pub ended: Option<i64>,
-    pub outcome: String,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub output: Option<String>,
-    pub skipped_count: Option<i64>,
-    pub skipped_last: Option<i64>,
-    pub message: Option<String>,
 }
 
 /// One row of `cron_nodes`.

@@ -11,102 +11,10 @@ use std::time::{Duration, Instant};
 use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, AnyPool, Connection, Row};
 
-/// What a connection's server must be (libpq's `target_session_attrs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// Any server that answers (`any`).
-    Any,
-    /// A server that accepts writes: not in recovery, `transaction_read_only` off
-    /// (`read-write`, `primary`). The daemon's default.
-    ReadWrite,
-}
-
-/// A URL's hosts as single-host URLs, in the order given, and the target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hosts {
-    /// One URL per host, otherwise the URL as given (without `target_session_attrs`).
-    pub urls: Vec<String>,
-    /// `host:port` of each, for logs.
-    pub names: Vec<String>,
-    /// `None` when the URL does not say (the caller decides).
-    pub target: Option<Target>,
-}
+pub use crate::model::database_url::{Hosts, Target};
 
 /// How long a node waits for one host of a list before trying the next.
 pub const HOST_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Splits a PostgreSQL URL into one URL per host. A URL with one host comes back as given
-/// (less `target_session_attrs`). Errors name what is wrong.
-pub fn split_hosts(url: &str) -> Result<Hosts, String> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| "not a URL (scheme://...)".to_string())?;
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (userinfo, hostlist) = match authority.rfind('@') {
-        Some(at) => (&authority[..=at], &authority[at + 1..]),
-        None => ("", authority),
-    };
-    let (tail, target) = take_target(tail)?;
-    let mut urls = Vec::new();
-    let mut names = Vec::new();
-    for host in hostlist.split(',') {
-        if host.is_empty() {
-            return Err(format!("an empty host in \"{hostlist}\""));
-        }
-        let name = if has_port(host) {
-            host.to_string()
-        } else {
-            format!("{host}:5432")
-        };
-        urls.push(format!("{scheme}://{userinfo}{host}{tail}"));
-        names.push(name);
-    }
-    Ok(Hosts {
-        urls,
-        names,
-        target,
-    })
-}
-
-/// Whether `host` ends with `:port` (an IPv6 address is bracketed: `[::1]:5432`).
-fn has_port(host: &str) -> bool {
-    match host.rfind(':') {
-        Some(i) => !host.starts_with('[') || host[..i].ends_with(']'),
-        None => false,
-    }
-}
-
-/// Takes `target_session_attrs` out of the path-and-query part of a URL.
-fn take_target(tail: &str) -> Result<(String, Option<Target>), String> {
-    let Some((path, query)) = tail.split_once('?') else {
-        return Ok((tail.to_string(), None));
-    };
-    let mut target = None;
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("target_session_attrs", value)) => {
-                target = Some(match value {
-                    "any" => Target::Any,
-                    "read-write" | "primary" => Target::ReadWrite,
-                    other => {
-                        return Err(format!(
-                            "target_session_attrs={other} is not supported (any, read-write, primary)"
-                        ));
-                    }
-                });
-            }
-            _ => kept.push(pair),
-        }
-    }
-    let tail = if kept.is_empty() {
-        path.to_string()
-    } else {
-        format!("{path}?{}", kept.join("&"))
-    };
-    Ok((tail, target))
-}
 
 /// The statement that tells whether the server accepts writes (one row, one integer column:
 /// 1 when it does not).
@@ -296,49 +204,4 @@ async fn probe(options: &AnyConnectOptions, target: Target) -> Result<(), String
     tokio::time::timeout(HOST_CONNECT_TIMEOUT, attempt)
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {HOST_CONNECT_TIMEOUT:?}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_host_list_becomes_one_url_per_host_in_order() {
-        let h = split_hosts(
-            "postgres://u:p%40ss@db1:5432,db2:6432,db3/jobs?sslmode=require&target_session_attrs=read-write",
-        )
-        .unwrap();
-        assert_eq!(
-            h.urls,
-            vec![
-                "postgres://u:p%40ss@db1:5432/jobs?sslmode=require",
-                "postgres://u:p%40ss@db2:6432/jobs?sslmode=require",
-                "postgres://u:p%40ss@db3/jobs?sslmode=require",
-            ]
-        );
-        assert_eq!(h.names, vec!["db1:5432", "db2:6432", "db3:5432"]);
-        assert_eq!(h.target, Some(Target::ReadWrite));
-    }
-
-    #[test]
-    fn one_host_comes_back_as_given() {
-        let h = split_hosts("postgres://postgres@127.0.0.1:5432/db").unwrap();
-        assert_eq!(h.urls, vec!["postgres://postgres@127.0.0.1:5432/db"]);
-        assert_eq!(h.target, None);
-        let h = split_hosts("postgresql://[::1]:5433,[::1]/db?target_session_attrs=any").unwrap();
-        assert_eq!(h.names, vec!["[::1]:5433", "[::1]:5432"]);
-        assert_eq!(h.urls[1], "postgresql://[::1]/db");
-        assert_eq!(h.target, Some(Target::Any));
-    }
-
-    #[test]
-    fn unsupported_targets_and_empty_hosts_are_refused() {
-        assert!(
-            split_hosts("postgres://h1,h2/db?target_session_attrs=standby")
-                .unwrap_err()
-                .contains("standby")
-        );
-        assert!(split_hosts("postgres://h1,,h2/db").is_err());
-        assert!(split_hosts("h1,h2").is_err());
-    }
 }

@@ -122,7 +122,11 @@ impl Store {
             .await
             .map_err(err)?;
         listener.listen(channel).await.map_err(err)?;
-        for port in super::keepalive::server_ports(url) {
+        let ports = match &self.direct {
+            Some(direct) => direct.url.server_ports(),
+            None => self.url.server_ports(),
+        };
+        for &port in ports {
             super::keepalive::enable_for_peer_port(port);
         }
         Ok(listener)
@@ -143,8 +147,11 @@ impl Store {
                 }))
             }
             Dialect::Sqlite => {
-                let path = migrate::sqlite_path(&self.url)
-                    .ok_or_else(|| StoreError::Url(crate::secrets::redact_url(&self.url)))?;
+                let path = self
+                    .url
+                    .sqlite_path()
+                    .map(std::path::Path::to_path_buf)
+                    .ok_or_else(|| StoreError::Url(self.url.redacted()))?;
                 let watch = Inotify::new(&path)
                     .map_err(|e| StoreError::Lock(format!("watching {}: {e}", path.display())))?;
                 Ok(Some(Wakeups {

@@ -8,7 +8,7 @@ use crate::util::{sqlcron, stderr, stdout};
 
 #[test]
 fn crontab_files_round_trip_into_checked_toml() {
-    let me = sqlcron::account::current().unwrap().name;
+    let me = sqlcron::exec::account::current().unwrap().name;
     let dir = tempfile::tempdir().unwrap();
     let user_tab = dir.path().join("alice.crontab");
     std::fs::write(

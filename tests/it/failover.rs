@@ -54,7 +54,7 @@ async fn postgres_failover_to_a_promoted_standby_runs_every_slot_once() {
     let primary = ThrowawayPostgres::start();
     let standby = primary.standby();
     // Synchronous replication: a commit the old primary acknowledged is on the standby.
-    let admin = Store::connect(&primary.url(), 1).unwrap();
+    let admin = Store::connect(&crate::util::db_url(&primary.url()), 1).unwrap();
     admin
         .execute_raw("ALTER SYSTEM SET synchronous_standby_names = '*'")
         .await
@@ -138,7 +138,7 @@ async fn postgres_failover_to_a_promoted_standby_runs_every_slot_once() {
         assert_eq!(*n, 1, "slot {slot} attempt {attempt} started {n} times");
     }
     // The history on the new primary holds every run that ended before the failover, once.
-    let store = Store::connect(&standby.url(), 2).unwrap();
+    let store = Store::connect(&crate::util::db_url(&standby.url()), 2).unwrap();
     let history = store.history(Some("every2"), 1000).await.unwrap();
     let mut recorded: BTreeMap<i64, usize> = BTreeMap::new();
     for r in history.iter().filter(|r| r.outcome == "ok") {
@@ -317,7 +317,7 @@ async fn reading_commands_use_the_read_url_and_outlive_the_primary() {
     let cfg = cfg.to_str().unwrap();
     let applied = sqlcron(&["--config", cfg, "apply"]);
     assert!(applied.status.success(), "{}", stderr(&applied));
-    let primary_store = Store::connect(&primary.url(), 1).unwrap();
+    let primary_store = Store::connect(&crate::util::db_url(&primary.url()), 1).unwrap();
     primary_store
         .execute_raw(
             "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, outcome) \

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sqlcron::config::{Environment, parse};
 use sqlcron::daemon::{Control, Daemon};
-use sqlcron::job::Outcome;
+use sqlcron::model::job::Outcome;
 use sqlcron::store::{Dialect, HistoryRow, RunKey, Store};
 use tokio::task::JoinSet;
 
@@ -190,7 +190,7 @@ async fn manual_run_during_a_takeover_waits_for_the_rerun(dialect: Dialect) {
         .unwrap();
     assert!(
         store
-            .request_run("m", &sqlcron::store::Actor::this_process(None))
+            .request_run("m", &sqlcron::exec::account::this_process(None))
             .await
             .unwrap()
     );
@@ -500,7 +500,7 @@ async fn a_run_of_a_later_slot_is_found_when_its_node_dies(dialect: Dialect) {
     })
     .await;
     // Missed slots: the job is paused for three seconds, then resumed with the go file there.
-    let actor = sqlcron::store::Actor::this_process(None);
+    let actor = sqlcron::exec::account::this_process(None);
     store.set_enabled("later", false, &actor).await.unwrap();
     let paused_at = store.now().await.unwrap();
     eventually(Duration::from_secs(10), "three slots missed", || async {

@@ -285,7 +285,7 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
     // later attempt (the lease rules), never as the same one.
     assert_each_run_started_once(&out);
     // The surviving nodes' history holds each slot's success at most once.
-    let store = Store::connect(&galera.url((victim + 1) % 3), 2).unwrap();
+    let store = Store::connect(&crate::util::db_url(&galera.url((victim + 1) % 3)), 2).unwrap();
     let history = store.history(None, 10_000).await.unwrap();
     let mut recorded: BTreeMap<(String, i64), usize> = BTreeMap::new();
     for r in history.iter().filter(|r| r.outcome == "ok") {
@@ -304,7 +304,7 @@ async fn claims_racing_on_three_galera_nodes_take_each_row_once() {
     galera
         .sql(0, "CREATE DATABASE sqlcron")
         .expect("creating the database");
-    let admin = Store::connect(&galera.url(0), 1).unwrap();
+    let admin = Store::connect(&crate::util::db_url(&galera.url(0)), 1).unwrap();
     admin.migrate().await.unwrap();
     let rows = 90;
     let values: Vec<String> = (0..rows)
@@ -330,7 +330,7 @@ async fn claims_racing_on_three_galera_nodes_take_each_row_once() {
     // rows on different nodes conflict at commit (certification), and the loser's claim fails.
     let mut handles = Vec::new();
     for c in 0..6 {
-        let store = Store::connect(&galera.url(c % 3), 2).unwrap();
+        let store = Store::connect(&crate::util::db_url(&galera.url(c % 3)), 2).unwrap();
         handles.push(tokio::spawn(async move {
             let (mut got, mut conflicts) = (Vec::new(), 0);
             let deadline = Instant::now() + Duration::from_secs(60);

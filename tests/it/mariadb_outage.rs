@@ -126,7 +126,7 @@ impl Drop for ThrowawayMariadb {
 async fn mariadb_restart_daemon_keeps_running_reports_and_resumes() {
     let mut db = ThrowawayMariadb::start();
     // A database of our own on the throwaway server.
-    let admin = sqlcron::store::Store::connect(&db.url(), 1).unwrap();
+    let admin = sqlcron::store::Store::connect(&crate::util::db_url(&db.url()), 1).unwrap();
     admin.execute_raw("CREATE DATABASE sqlcron").await.unwrap();
     admin.close().await;
     let url = db.url().replace("/mysql", "/sqlcron");

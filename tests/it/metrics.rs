@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use sqlcron::store::{Actor, Dialect, Store};
+use sqlcron::store::{Dialect, Store};
 
 use crate::proxy::Proxy;
 use crate::util::{DaemonProcess, TestDb, eventually, free_port, node_config};
@@ -75,7 +75,7 @@ async fn metrics_match_the_history(dialect: Dialect) {
             .then_some(())
     })
     .await;
-    let actor = Actor::this_process(None);
+    let actor = sqlcron::exec::account::this_process(None);
     store.set_enabled("good", false, &actor).await.unwrap();
     store.set_enabled("bad", false, &actor).await.unwrap();
     // Once nothing runs any more, the node's counters equal the history exactly.

@@ -236,7 +236,7 @@ async fn two_nodes_through_pgbouncer_in_transaction_mode_run_every_slot_once() {
 
     // Every (job, slot, attempt) started once; every run that ended is in the history once.
     let ended_count = assert_each_run_started_once(&out);
-    let store = Store::connect(&pg.url(), 2).unwrap();
+    let store = Store::connect(&crate::util::db_url(&pg.url()), 2).unwrap();
     let history = store.history(None, 10_000).await.unwrap();
     let mut recorded: BTreeMap<(String, i64), usize> = BTreeMap::new();
     for r in history.iter().filter(|r| r.outcome == "ok") {

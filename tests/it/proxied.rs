@@ -62,9 +62,9 @@ async fn daemon(url: &str, name: &str, keys: &str, jobs: &str) -> Daemon {
     let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
     let lease = config.daemon.lease;
     let store = Store::connect_with(
-        url,
+        &crate::util::db_url(url),
         4,
-        Some(sqlcron::daemon::lease::statement_timeout(lease)),
+        Some(sqlcron::model::lease::statement_timeout(lease)),
     )
     .unwrap();
     store.migrate().await.unwrap();

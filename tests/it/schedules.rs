@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sqlcron::store::{Actor, Dialect};
+use sqlcron::store::Dialect;
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
 
@@ -134,7 +134,7 @@ async fn one_off_killed_mid_run_reruns_once_then_never(dialect: Dialect) {
     // Retention removes it once past [history] keep, and audits the removal.
     let now = store.now().await.unwrap();
     let removed = store
-        .remove_done_one_offs(now + 1, &Actor::this_process(Some("test")))
+        .remove_done_one_offs(now + 1, &sqlcron::exec::account::this_process(Some("test")))
         .await
         .unwrap();
     assert_eq!(removed, ["once"]);

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use sqlcron::store::{Actor, Dialect, Store};
+use sqlcron::model::actor::Actor;
+use sqlcron::store::{Dialect, Store};
 
 use crate::util::{DaemonProcess, TestDb, eventually, stderr, stdout};
 
@@ -76,7 +77,7 @@ async fn job_environment_is_cron_like(dialect: Dialect) {
     let run = first_run(&store, "printenv").await;
     assert_eq!(run.outcome, "ok", "{run:?}");
     let env = env_of(run.output.as_deref().unwrap_or_default());
-    let me = sqlcron::account::current().unwrap();
+    let me = sqlcron::exec::account::current().unwrap();
     assert_eq!(env.get("USER"), Some(&me.name));
     assert_eq!(env.get("LOGNAME"), Some(&me.name));
     assert_eq!(env.get("HOME"), Some(&me.home));
@@ -172,8 +173,8 @@ async fn run_as_switches_to_the_named_user() {
         return;
     }
     let user = TestUser::create();
-    let account = sqlcron::account::lookup(&user.name, None).unwrap();
-    let group = sqlcron::account::lookup(&user.name, Some(&user.group)).unwrap();
+    let account = sqlcron::exec::account::lookup(&user.name, None).unwrap();
+    let group = sqlcron::exec::account::lookup(&user.name, Some(&user.group)).unwrap();
     let db = TestDb::new(Dialect::Sqlite).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
@@ -310,7 +311,11 @@ async fn files_are_private_and_check_warns_about_readable_passwords() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let db = state.join("sqlcron.db");
-    let store = Store::connect(&format!("sqlite://{}", db.display()), 2).unwrap();
+    let store = Store::connect(
+        &crate::util::db_url(&format!("sqlite://{}", db.display())),
+        2,
+    )
+    .unwrap();
     store.migrate().await.unwrap();
     store
         .execute_raw(
@@ -428,7 +433,7 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         host: Some("ops-1".into()),
         pid: Some(42),
     };
-    let job = |name: &str, command: &str| sqlcron::job::JobSpec {
+    let job = |name: &str, command: &str| sqlcron::model::job::JobSpec {
         name: name.into(),
         schedule: "@daily".into(),
         command: Some(command.into()),
@@ -558,7 +563,7 @@ async fn cli_actions_are_audited() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
     let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["pause", "run", "apply_create"]);
-    let me = sqlcron::account::current().unwrap().name;
+    let me = sqlcron::exec::account::current().unwrap().name;
     assert_eq!(rows[0]["who"], me.as_str());
     let out = cli(&["audit"]);
     assert!(stdout(&out).lines().next().unwrap().starts_with("WHEN"));

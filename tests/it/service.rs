@@ -60,7 +60,7 @@ fn unit_gives_the_daemon_time_to_release_before_killing() {
     assert_eq!(value("KillMode"), "mixed");
     let stop = humantime::parse_duration(&value("TimeoutStopSec")).unwrap();
     let defaults = sqlcron::config::DaemonConfig::default();
-    let policy = sqlcron::job::Policy::default();
+    let policy = sqlcron::model::job::Policy::default();
     assert!(
         stop > defaults.shutdown_grace + policy.kill_grace + Duration::from_secs(10),
         "TimeoutStopSec {stop:?} must exceed shutdown_grace + kill_grace with room to release"

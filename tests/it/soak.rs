@@ -74,7 +74,7 @@ impl Server {
             Dialect::Postgres => Server::Postgres(ThrowawayPostgres::start()),
             Dialect::Mysql => {
                 let my = ThrowawayMariadb::start();
-                let admin = Store::connect(&my.url(), 1).unwrap();
+                let admin = Store::connect(&crate::util::db_url(&my.url()), 1).unwrap();
                 admin.execute_raw("CREATE DATABASE soak").await.unwrap();
                 admin.close().await;
                 Server::Mysql(my)
@@ -256,7 +256,7 @@ async fn soak(dialect: Dialect) {
     for node in &mut nodes {
         node.start(dir.path());
     }
-    let store = Store::connect(&server.url(None), 2).unwrap();
+    let store = Store::connect(&crate::util::db_url(&server.url(None)), 2).unwrap();
     eventually(
         Duration::from_secs(30),
         "the jobs to be scheduled",

@@ -52,7 +52,7 @@ async fn make_due(store: &Store, name: &str) {
 async fn concurrent_migrations_do_not_collide(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let stores: Vec<Store> = (0..3)
-        .map(|_| Store::connect(&db.url, 2).unwrap())
+        .map(|_| Store::connect(&crate::util::db_url(&db.url), 2).unwrap())
         .collect();
     let results = futures_join_all(stores.iter().map(|s| s.migrate())).await;
     for r in results {
@@ -155,7 +155,7 @@ async fn claims_race_without_duplicates(dialect: Dialect) {
     // Four claimers, each taking up to 7 rows per round, until nothing is left.
     let mut handles = Vec::new();
     for c in 0..4 {
-        let store = Store::connect(&db.url, 2).unwrap();
+        let store = Store::connect(&crate::util::db_url(&db.url), 2).unwrap();
         handles.push(tokio::spawn(async move {
             let mut got = Vec::new();
             for _ in 0..40 {
@@ -280,7 +280,7 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
         next_exec: 61_000,
         clear_run_now: false,
         outcome: Some(RunResult {
-            outcome: sqlcron::job::Outcome::Ok,
+            outcome: sqlcron::model::job::Outcome::Ok,
             exit_code: Some(0),
             signal: None,
             started: 1_000,
@@ -506,7 +506,7 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     )
     .unwrap();
     let dry = store
-        .apply_toml(&v1.jobs, true, &sqlcron::store::Actor::this_process(None))
+        .apply_toml(&v1.jobs, true, &sqlcron::exec::account::this_process(None))
         .await
         .unwrap();
     assert_eq!(dry.created, vec!["a", "b"]);
@@ -516,7 +516,7 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
         "dry run changes nothing"
     );
     let r = store
-        .apply_toml(&v1.jobs, false, &sqlcron::store::Actor::this_process(None))
+        .apply_toml(&v1.jobs, false, &sqlcron::exec::account::this_process(None))
         .await
         .unwrap();
     assert_eq!(r.created, vec!["a", "b"]);
@@ -532,7 +532,7 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     assert_eq!(b.env.as_deref(), Some("{\"K\":\"v\"}"));
     // Unchanged: nothing to do.
     let again = store
-        .apply_toml(&v1.jobs, false, &sqlcron::store::Actor::this_process(None))
+        .apply_toml(&v1.jobs, false, &sqlcron::exec::account::this_process(None))
         .await
         .unwrap();
     assert!(again.created.is_empty() && again.updated.is_empty() && again.removed.is_empty());
@@ -543,7 +543,7 @@ async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect)
     )
     .unwrap();
     let r = store
-        .apply_toml(&v2.jobs, false, &sqlcron::store::Actor::this_process(None))
+        .apply_toml(&v2.jobs, false, &sqlcron::exec::account::this_process(None))
         .await
         .unwrap();
     assert_eq!(r.updated, vec!["a"]);
@@ -765,7 +765,7 @@ async fn output_the_database_cannot_store_is_made_storable(dialect: Dialect) {
         next_exec: 61_000,
         clear_run_now: false,
         outcome: Some(RunResult {
-            outcome: sqlcron::job::Outcome::Ok,
+            outcome: sqlcron::model::job::Outcome::Ok,
             exit_code: Some(0),
             signal: None,
             started: 1_000,
@@ -825,7 +825,7 @@ async fn previous_run_is_found_by_token_order_across_a_takeover_chain(dialect: D
         (prev.slot, prev.attempt, prev.token),
         (1_000, 1, a[0].token)
     );
-    assert_eq!(prev.outcome, Ok(sqlcron::job::Outcome::Running));
+    assert_eq!(prev.outcome, Ok(sqlcron::model::job::Outcome::Running));
     assert_eq!(store.previous_run("c", a[0].token).await.unwrap(), None);
 }
 
@@ -855,7 +855,7 @@ async fn fencing_token_never_decreases_when_a_row_is_recreated(dialect: Dialect)
 async fn toml_update_keeps_a_pause(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
-    let job = |command: &str, enabled: bool| sqlcron::job::JobSpec {
+    let job = |command: &str, enabled: bool| sqlcron::model::job::JobSpec {
         name: "k".into(),
         schedule: "@daily".into(),
         timezone: None,
@@ -872,13 +872,13 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
         .apply_toml(
             &[job("true", true)],
             false,
-            &sqlcron::store::Actor::this_process(None),
+            &sqlcron::exec::account::this_process(None),
         )
         .await
         .unwrap();
     assert!(
         store
-            .set_enabled("k", false, &sqlcron::store::Actor::this_process(None))
+            .set_enabled("k", false, &sqlcron::exec::account::this_process(None))
             .await
             .unwrap()
     );
@@ -886,7 +886,7 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
         .apply_toml(
             &[job("echo changed", true)],
             false,
-            &sqlcron::store::Actor::this_process(None),
+            &sqlcron::exec::account::this_process(None),
         )
         .await
         .unwrap();
@@ -898,7 +898,7 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
         .apply_toml(
             &[job("echo changed", false)],
             false,
-            &sqlcron::store::Actor::this_process(None),
+            &sqlcron::exec::account::this_process(None),
         )
         .await
         .unwrap();
@@ -906,7 +906,7 @@ async fn toml_update_keeps_a_pause(dialect: Dialect) {
         .apply_toml(
             &[job("echo changed", true)],
             false,
-            &sqlcron::store::Actor::this_process(None),
+            &sqlcron::exec::account::this_process(None),
         )
         .await
         .unwrap();
@@ -922,7 +922,7 @@ async fn statement_timeout_bounds_every_statement_and_says_so(dialect: Dialect) 
     let db = TestDb::new(dialect).await;
     db.store().await;
     let timeout = Duration::from_millis(800);
-    let store = Store::connect_with(&db.url, 2, Some(timeout)).unwrap();
+    let store = Store::connect_with(&crate::util::db_url(&db.url), 2, Some(timeout)).unwrap();
     insert(&store, "t", "* * * * *", "true").await;
     // Another connection holds the row (SQLite: the database) in an open transaction.
     let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
@@ -960,10 +960,10 @@ async fn statement_timeout_bounds_every_statement_and_says_so(dialect: Dialect) 
     }
     // No server at all: unreachable.
     let gone = Store::connect(
-        &format!(
+        &crate::util::db_url(&format!(
             "postgres://postgres@127.0.0.1:{}/x",
             crate::util::free_port()
-        ),
+        )),
         1,
     )
     .unwrap();

@@ -87,7 +87,7 @@ pub fn make_certs(dir: &Path) {
 
 /// Connects and reads the clock; the error text otherwise.
 async fn try_connect(url: &str) -> Result<Store, String> {
-    let store = Store::connect(url, 1).map_err(|e| e.to_string())?;
+    let store = Store::connect(&crate::util::db_url(url), 1).map_err(|e| e.to_string())?;
     match store.now().await {
         Ok(_) => Ok(store),
         Err(e) => Err(e.to_string()),

@@ -50,7 +50,7 @@ pub struct TestDb {
 }
 
 async fn admin_exec(admin: &str, sql: &str) -> Result<(), String> {
-    let store = Store::connect(admin, 1).map_err(|e| e.to_string())?;
+    let store = Store::connect(&crate::util::db_url(admin), 1).map_err(|e| e.to_string())?;
     let r = store
         .execute_raw(sql)
         .await
@@ -102,7 +102,7 @@ impl TestDb {
 
     /// A migrated store on this database.
     pub async fn store(&self) -> Store {
-        let store = Store::connect(&self.url, 4).unwrap();
+        let store = Store::connect(&crate::util::db_url(&self.url), 4).unwrap();
         store.migrate().await.unwrap();
         store
     }
@@ -236,7 +236,7 @@ pub fn node_config(url: &str, name: &str, extra: &str) -> String {
 /// `default_user = "<the user running the tests>"`: a daemon running as root needs a user for
 /// its jobs, and any other daemon may name only itself.
 pub fn default_user() -> String {
-    let me = sqlcron::account::current().expect("the test user's account");
+    let me = sqlcron::exec::account::current().expect("the test user's account");
     format!("default_user = \"{}\"", me.name)
 }
 
@@ -321,4 +321,9 @@ pub fn chown_if_root(path: &std::path::Path, user: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "chown {user} {}", path.display());
+}
+
+/// A database URL as the store takes it (parsed as `config` parses it).
+pub fn db_url(text: &str) -> sqlcron::store::DatabaseUrl {
+    sqlcron::store::DatabaseUrl::parse(text).unwrap()
 }

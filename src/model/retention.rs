@@ -44,7 +44,7 @@ pub fn parse_keep(text: &str) -> Result<Option<Duration>, String> {
     if text.trim().eq_ignore_ascii_case("forever") {
         return Ok(None);
     }
-    match crate::config::parse_duration(text) {
+    match crate::model::duration::parse_duration(text) {
         Ok(d) if d >= Duration::from_secs(60) => Ok(Some(d)),
         Ok(_) => Err(format!(
             "\"{text}\" is shorter than a minute; use e.g. \"90d\", or \"forever\""

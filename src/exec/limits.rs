@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::job::Limits;
+use crate::model::job::Limits;
 
 /// Seconds between SIGXCPU (the soft CPU limit) and SIGKILL (the hard one).
 const CPU_KILL_GRACE_SECS: u64 = 5;
@@ -34,7 +34,7 @@ pub fn rlimits(limits: &Limits) -> Result<Vec<Rlimit>, String> {
         };
         // SAFETY: cur is a valid out-parameter.
         unsafe { libc::getrlimit(resource, &mut cur) };
-        if hard > cur.rlim_max && !crate::account::is_root() {
+        if hard > cur.rlim_max && !crate::exec::account::is_root() {
             return Err(format!(
                 "limits.{name}: {soft} is above this daemon's own hard limit ({})",
                 cur.rlim_max

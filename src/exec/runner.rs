@@ -20,6 +20,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
 
+pub use crate::exec::outcome::{RunOutcome, StopRequest};
+
 /// Longest output line written to the log; longer lines are cut (the tail keeps every byte).
 const MAX_LOG_LINE: usize = 4096;
 /// How long the output pipes may stay open after the main process exited before the rest of
@@ -34,7 +36,7 @@ pub enum Program {
     /// A program and its arguments, without a shell.
     Argv(Vec<String>),
     /// An HTTP request instead of a process (`http_target.rs`).
-    Http(Box<crate::http_target::HttpCall>),
+    Http(Box<crate::model::http_target::HttpCall>),
 }
 
 #[derive(Debug, Clone)]
@@ -62,49 +64,13 @@ pub struct RunSpec {
     /// /dev/null and captured, logged output (jobs).
     pub inherit_io: bool,
     /// Start from an empty environment, so the command gets `env` and nothing else (jobs); else
-    /// this process's environment less `secrets::SECRET_VARS`, plus `env` (`sqlcron lock`).
+    /// this process's environment less `crate::model::job::SECRET_VARS`, plus `env` (`sqlcron lock`).
     pub clear_env: bool,
     /// The account to switch to (uid, gid, supplementary groups) before `exec`; `None`: this
     /// process's own.
-    pub account: Option<crate::account::Account>,
+    pub account: Option<crate::exec::account::Account>,
     /// Resource limits of the run.
-    pub limits: crate::job::Limits,
-}
-
-/// Why a run was stopped from outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopRequest {
-    None,
-    /// Stop now (lease lost, or the shutdown grace ran out): SIGTERM, then SIGKILL.
-    Kill,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunOutcome {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    /// Stopped on request (see [`StopRequest`]).
-    pub stopped: bool,
-    /// The last `output_tail` bytes of stdout and stderr, interleaved as read.
-    pub output: String,
-    /// For the run's history: a limit that ended the run, a limit not applied, or how much
-    /// output was left out of the log.
-    pub note: Option<String>,
-    /// An HTTP job's answer: whether its status is one of the job's `success` statuses
-    /// (`exit_code` holds the status). `None` for a process.
-    pub http_ok: Option<bool>,
-}
-
-impl RunOutcome {
-    pub fn success(&self) -> bool {
-        let answered = match self.http_ok {
-            Some(ok) => ok,
-            None => self.exit_code == Some(0),
-        };
-        answered && !self.timed_out && !self.stopped
-    }
+    pub limits: crate::model::job::Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +153,7 @@ pub async fn run(
     let (mut cmd, what) = match &spec.program {
         Program::Http(call) => {
             let stop = stop.clone();
-            return Ok(crate::http_target::call(call, spec.timeout, spec.output_tail, stop).await);
+            return Ok(crate::exec::http::call(call, spec.timeout, spec.output_tail, stop).await);
         }
         Program::Shell(text) => {
             let mut c = Command::new("/bin/sh");
@@ -213,7 +179,7 @@ pub async fn run(
     if spec.clear_env {
         cmd.env_clear();
     } else {
-        for k in crate::secrets::SECRET_VARS {
+        for k in crate::model::job::SECRET_VARS {
             cmd.env_remove(k);
         }
     }
@@ -229,12 +195,13 @@ pub async fn run(
         source,
     };
     let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
-    let rlimits = crate::limits::rlimits(&spec.limits).map_err(|m| spawn_err(&what, invalid(m)))?;
+    let rlimits =
+        crate::exec::limits::rlimits(&spec.limits).map_err(|m| spawn_err(&what, invalid(m)))?;
     let mut notes = Vec::new();
     let cgroup = if spec.limits.needs_cgroup() {
-        match crate::limits::cgroup_base() {
+        match crate::exec::limits::cgroup_base() {
             Ok(base) => Some(
-                crate::limits::RunCgroup::create(base, &spec.job, &spec.limits)
+                crate::exec::limits::RunCgroup::create(base, &spec.job, &spec.limits)
                     .map_err(|m| spawn_err(&what, invalid(m)))?,
             ),
             Err(why) => {
@@ -256,7 +223,7 @@ pub async fn run(
     }
     let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    crate::reaper::register(pgid, spec.reaper_deadline);
+    crate::exec::reaper::register(pgid, spec.reaper_deadline);
     spec.pgid.store(pgid, Ordering::SeqCst);
     tracing::debug!(job = %spec.job, pgid, "job process started");
     let tail = Arc::new(Mutex::new(Tail {
@@ -318,7 +285,7 @@ pub async fn run(
     }
     // Done with the group: from here on its id may be reused by an unrelated process.
     spec.pgid.store(0, Ordering::SeqCst);
-    crate::reaper::unregister(pgid);
+    crate::exec::reaper::unregister(pgid);
     let output = {
         let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
@@ -336,13 +303,13 @@ pub async fn run(
     };
     let oom_killed = cgroup.as_ref().is_some_and(|c| c.oom_killed());
     drop(cgroup);
-    if let Some(reason) = crate::limits::signal_reason(&spec.limits, signal, oom_killed) {
+    if let Some(reason) = crate::exec::limits::signal_reason(&spec.limits, signal, oom_killed) {
         tracing::warn!(job = %spec.job, "{reason}");
         notes.insert(0, reason);
     }
     let log_note = budget.lock().unwrap_or_else(|e| e.into_inner()).note();
     if let Some(note) = log_note {
-        tracing::warn!(target: "sqlcron::job", job = %spec.job, "{note}");
+        tracing::warn!(target: "sqlcron::model::job", job = %spec.job, "{note}");
         notes.push(note);
     }
     Ok(RunOutcome {
@@ -360,8 +327,8 @@ pub async fn run(
 /// job's account (groups first, then gid, then uid: after setuid nothing else may change).
 fn setup_child(
     cgroup_procs: Option<&std::ffi::CString>,
-    rlimits: &[crate::limits::Rlimit],
-    account: Option<&crate::account::Account>,
+    rlimits: &[crate::exec::limits::Rlimit],
+    account: Option<&crate::exec::account::Account>,
 ) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
@@ -441,9 +408,9 @@ impl Sink {
         let text = text.trim_end_matches('\r');
         let (job, stream) = (&self.job, self.stream);
         if cut {
-            tracing::info!(target: "sqlcron::job", job = %job, stream, "{text} [line cut]");
+            tracing::info!(target: "sqlcron::model::job", job = %job, stream, "{text} [line cut]");
         } else {
-            tracing::info!(target: "sqlcron::job", job = %job, stream, "{text}");
+            tracing::info!(target: "sqlcron::model::job", job = %job, stream, "{text}");
         }
     }
 }

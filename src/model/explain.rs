@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, LocalResult, SecondsFormat, TimeZone, Utc};
 
+use crate::model::history::HistoryRow;
 use crate::schedule::Schedule;
-use crate::store::HistoryRow;
 
 /// The row's state as `explain` needs it.
 #[derive(Debug, Clone, Default)]

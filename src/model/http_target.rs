@@ -4,15 +4,11 @@
 //! of the TOML table, so that TOML and SQL write the same thing. A run sends one request
 //! ([`HttpCall`]): the job's body or a JSON body naming the run, an `Idempotency-Key` and the
 //! fencing token in headers. The status decides the outcome; the status line and the first
-//! bytes of the body are the run's output. Knows nothing about the database.
+//! bytes of the body are the run's output. This file is the definition; sending it is
+//! `exec/http.rs`.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
 use std::time::Duration;
-
-use tokio::sync::watch;
-
-use crate::runner::{RunOutcome, StopRequest};
 
 /// Redirects followed at most when a job asks for them.
 pub const MAX_REDIRECTS: u64 = 10;
@@ -63,7 +59,9 @@ fn is_zero(n: &u64) -> bool {
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&crate::job::format_duration(d.unwrap_or_default()))
+    s.serialize_str(&crate::model::duration::format_duration(
+        d.unwrap_or_default(),
+    ))
 }
 
 impl HttpTarget {
@@ -244,169 +242,6 @@ impl HttpCall {
             ("Sqlcron-Node", self.id.node.clone()),
         ]
     }
-}
-
-/// What every HTTP client of the daemon shares (HTTP jobs, webhooks, pings): sqlcron's user
-/// agent, a 10 s connect timeout, and `redirects` redirects followed (0: none).
-pub fn client_builder(redirects: u64) -> reqwest::ClientBuilder {
-    let policy = if redirects == 0 {
-        reqwest::redirect::Policy::none()
-    } else {
-        reqwest::redirect::Policy::limited(redirects as usize)
-    };
-    reqwest::Client::builder()
-        .redirect(policy)
-        .user_agent(concat!("sqlcron/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(10))
-}
-
-/// Clients by (CA file, redirects): each holds its connection pool and its root store, so a
-/// burst of requests to one service reuses connections and reads no certificate twice.
-fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, String> {
-    type Clients = HashMap<(Option<String>, u64), reqwest::Client>;
-    static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
-    let key = (ca_file.map(str::to_string), redirects);
-    let mut clients = CLIENTS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = clients.get(&key) {
-        return Ok(c.clone());
-    }
-    let mut builder = client_builder(redirects).tcp_keepalive(Duration::from_secs(30));
-    if let Some(f) = ca_file {
-        let pem = std::fs::read(f).map_err(|e| format!("ca_file \"{f}\": {e}"))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("ca_file \"{f}\": {e}"))?;
-        if certs.is_empty() {
-            return Err(format!("ca_file \"{f}\": no certificate in it"));
-        }
-        builder = builder.tls_built_in_root_certs(false);
-        for c in certs {
-            builder = builder.add_root_certificate(c);
-        }
-    }
-    let c = builder
-        .build()
-        .map_err(|e| format!("HTTP client: {}", error_chain(&e)))?;
-    clients.insert(key, c.clone());
-    Ok(c)
-}
-
-/// An error with its causes ("error sending request: connection refused").
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
-}
-
-/// Sends the request and reads its answer, within `timeout` (the smaller of the job's and the
-/// target's), keeping the first `tail` bytes of the body. `stop` cancels it (a lost lease, or
-/// the shutdown grace run out): the connection is dropped mid-request.
-pub async fn call(
-    req: &HttpCall,
-    timeout: Duration,
-    tail: usize,
-    mut stop: watch::Receiver<StopRequest>,
-) -> RunOutcome {
-    let timeout = req.target.timeout.map_or(timeout, |t| t.min(timeout));
-    let mut outcome = RunOutcome {
-        exit_code: None,
-        signal: None,
-        timed_out: false,
-        stopped: false,
-        output: String::new(),
-        note: None,
-        http_ok: Some(false),
-    };
-    let send = send(req, tail);
-    tokio::pin!(send);
-    let stopped = async {
-        loop {
-            if *stop.borrow_and_update() == StopRequest::Kill {
-                return;
-            }
-            if stop.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        r = &mut send => match r {
-            Ok((status, text)) => {
-                outcome.exit_code = Some(i32::from(status));
-                outcome.http_ok =
-                    Some((req.target.success[0]..=req.target.success[1]).contains(&status));
-                outcome.output = text;
-            }
-            Err(message) => outcome.note = Some(message),
-        },
-        _ = tokio::time::sleep(timeout) => {
-            outcome.timed_out = true;
-            outcome.note = Some(format!(
-                "no complete answer within {}; request cancelled",
-                crate::job::format_duration(timeout)
-            ));
-        }
-        _ = stopped => {
-            outcome.stopped = true;
-            outcome.note = Some("request cancelled: the run was stopped".into());
-        }
-    }
-    outcome
-}
-
-/// The request and its answer: the status and "HTTP status reason" followed by the first
-/// `tail` bytes of the body.
-async fn send(req: &HttpCall, tail: usize) -> Result<(u16, String), String> {
-    let t = &req.target;
-    let client = client(t.ca_file.as_deref(), t.redirects)?;
-    let method = reqwest::Method::from_bytes(t.method.as_bytes()).map_err(|e| e.to_string())?;
-    let mut builder = client.request(method, &t.url);
-    for (name, value) in &t.headers {
-        builder = builder.header(name, value);
-    }
-    for (name, value) in req.run_headers() {
-        builder = builder.header(name, value);
-    }
-    builder = match &t.body {
-        Some(b) => builder.body(b.clone()),
-        None => builder
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(default_body(&req.id)),
-    };
-    let mut response = builder
-        .send()
-        .await
-        .map_err(|e| format!("request to {} failed: {}", redact(&t.url), error_chain(&e)))?;
-    let status = response.status();
-    let mut text = format!(
-        "HTTP {} {}\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("")
-    );
-    let mut body = Vec::new();
-    while body.len() < tail {
-        match response.chunk().await {
-            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            Ok(None) => break,
-            Err(e) => {
-                text.push_str(&format!("(body cut short: {})\n", error_chain(&e)));
-                break;
-            }
-        }
-    }
-    body.truncate(tail);
-    text.push_str(&String::from_utf8_lossy(&body));
-    Ok((status.as_u16(), text))
 }
 
 /// A URL without its userinfo and query, for messages.

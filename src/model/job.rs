@@ -260,7 +260,7 @@ pub struct JobSpec {
     /// Run without a shell; exclusive with `command`.
     pub argv: Option<Vec<String>>,
     /// Send an HTTP request instead of running a process; exclusive with both.
-    pub http: Option<crate::http_target::HttpTarget>,
+    pub http: Option<crate::model::http_target::HttpTarget>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub enabled: bool,
@@ -277,11 +277,20 @@ pub struct JobSpec {
     /// Resource limits of each run.
     pub limits: Limits,
     /// Hooks, the dead-man's switch and pings (`None`s inherit `[defaults]`).
-    pub alerts: crate::alerts::AlertSettings,
+    pub alerts: crate::model::alerts::AlertSettings,
     /// Which nodes may run it (`None`: any).
-    pub placement: Option<crate::placement::Placement>,
+    pub placement: Option<crate::model::placement::Placement>,
     /// `run_on = "every_node"`: every matching node runs each slot (its own copy `job@node`).
     pub every_node: bool,
+}
+
+/// The account the daemon itself runs as, as far as [`run_as`] needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Daemon {
+    /// The user name (`root`, `sqlcron`).
+    pub name: String,
+    /// The numeric user id: 0 is root, who may switch users.
+    pub uid: u32,
 }
 
 /// Which account a job runs as: `(user, group)` to switch to, or `None` to run as the daemon.
@@ -292,7 +301,7 @@ pub fn run_as(
     user: Option<&str>,
     group: Option<&str>,
     default_user: Option<&str>,
-    daemon: &crate::account::Account,
+    daemon: &Daemon,
 ) -> Result<Option<(String, Option<String>)>, String> {
     let user = user.or(default_user);
     if daemon.uid == 0 {
@@ -463,10 +472,17 @@ fn size(key: &str, v: &serde_json::Value) -> Result<u64, String> {
     }
 }
 
-/// Formats a duration the way the configuration accepts it back (`"1h 30m"`).
-pub fn format_duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
-}
+/// Variables of the daemon's own environment no command ever inherits: the database URL (it may
+/// hold the password) and systemd's notification, socket and credential handles.
+pub const SECRET_VARS: [&str; 7] = [
+    "SQLCRON_DATABASE_URL",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "CREDENTIALS_DIRECTORY",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+];
 
 #[cfg(test)]
 mod tests {
@@ -486,14 +502,10 @@ mod tests {
         assert_eq!(Outcome::parse("replaced"), Ok(Outcome::Replaced));
     }
 
-    fn account(name: &str, uid: u32) -> crate::account::Account {
-        crate::account::Account {
+    fn account(name: &str, uid: u32) -> Daemon {
+        Daemon {
             name: name.into(),
             uid,
-            gid: uid,
-            groups: vec![uid],
-            home: "/".into(),
-            shell: "/bin/sh".into(),
         }
     }
 

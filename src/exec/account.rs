@@ -2,6 +2,8 @@
 //! supplementary groups, home and shell. I/O through the C library's name service (so LDAP and
 //! other NSS sources work as they do for cron); no database, no processes.
 
+use crate::model::actor::Actor;
+
 use std::ffi::{CStr, CString};
 
 /// An account a job's process can run as.
@@ -21,6 +23,14 @@ pub struct Account {
 }
 
 impl Account {
+    /// This account as the daemon's identity in [`crate::model::job::run_as`].
+    pub fn as_daemon(&self) -> crate::model::job::Daemon {
+        crate::model::job::Daemon {
+            name: self.name.clone(),
+            uid: self.uid,
+        }
+    }
+
     /// Whether a process running as `other` already has this account's identity (user,
     /// primary group and groups): then nothing needs switching.
     pub fn same_identity(&self, other: &Account) -> bool {
@@ -189,6 +199,32 @@ fn group_list(user: &str, gid: u32) -> Result<Vec<u32>, String> {
             return Err(format!("cannot list the groups of user \"{user}\""));
         }
         n = count;
+    }
+}
+
+/// This process as an [`Actor`] of the audit trail: its real Unix user (with `$SUDO_USER` when
+/// run through sudo), host name and pid; `role` is added after the user (`"root (daemon web-1)"`).
+pub fn this_process(role: Option<&str>) -> Actor {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut who = lookup(&uid.to_string(), None)
+        .map(|a| a.name)
+        .unwrap_or_else(|_| uid.to_string());
+    if let Ok(sudo) = std::env::var("SUDO_USER")
+        && !sudo.is_empty()
+    {
+        who = format!("{who} (sudo by {sudo})");
+    }
+    if let Some(role) = role {
+        who = format!("{who} ({role})");
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string());
+    Actor {
+        who,
+        host,
+        pid: Some(i64::from(std::process::id())),
     }
 }
 

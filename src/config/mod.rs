@@ -5,6 +5,8 @@
 //! Validation reports every problem at once, each naming the file, the job and the key at fault.
 //! Nothing after validation re-checks configuration.
 
+pub mod secrets;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -12,8 +14,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::alerts::AlertSettings;
-use crate::job::{JobSpec, Misfire, OnLeaseLost, Overlap, Policy, PolicyOverrides};
+use crate::model::alerts::AlertSettings;
+use crate::model::database_url::{DatabaseUrl, Dialect};
+use crate::model::job::{JobSpec, Misfire, OnLeaseLost, Overlap, Policy, PolicyOverrides};
 use crate::schedule::{Schedule, parse_zone};
 
 /// Where the configuration is read from when neither `--config` nor `$SQLCRON_CONFIG` is given.
@@ -208,7 +211,7 @@ pub struct RawJob {
     pub inherit_env: Vec<String>,
     pub limits: Option<serde_json::Value>,
     /// Which nodes may run it: `on = { tags = [...], nodes = [...] }`.
-    pub on: Option<crate::placement::Placement>,
+    pub on: Option<crate::model::placement::Placement>,
     /// `any` (one node per slot, the default) or `every_node` (each matching node, each slot).
     pub run_on: Option<String>,
     #[serde(flatten)]
@@ -222,17 +225,17 @@ pub struct Config {
     pub path: PathBuf,
     /// Database URL, with `$SQLCRON_DATABASE_URL` and the SQLite default already applied, and
     /// (after [`load`]) the URL and password files read.
-    pub database_url: String,
-    /// Where the URL and the password are read from by [`load`] (see [`crate::secrets`]).
-    pub database_secrets: crate::secrets::DatabaseSecrets,
+    pub database_url: DatabaseUrl,
+    /// Where the URL and the password are read from by [`load`] (see [`crate::config::secrets`]).
+    pub database_secrets: crate::config::secrets::DatabaseSecrets,
     /// `[database] read_url`: a replica for the reading commands (`status`, `history`,
     /// `explain`); the daemon and every writing command use `database_url`.
-    pub database_read_url: Option<String>,
+    pub database_read_url: Option<DatabaseUrl>,
     /// `[database] pool_size`: the most connections the daemon's pool holds.
     pub database_pool_size: u32,
     /// `[database] direct_url`: set when `database_url` is a transaction-mode pooler; the
     /// server itself, for migrations and LISTEN (with the password file applied by [`load`]).
-    pub database_direct_url: Option<String>,
+    pub database_direct_url: Option<DatabaseUrl>,
     /// This daemon's name in `exec_by`, history and `cron_nodes`.
     pub node_name: String,
     /// `[node] tags`: what jobs' placement (`on = { tags = [...] }`) matches.
@@ -246,11 +249,11 @@ pub struct Config {
     /// Where `/metrics` and `/healthz` are served (`[metrics] listen`); none by default.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// `[history]`: how long runs and audit rows are kept.
-    pub history: crate::retention::HistoryConfig,
+    pub history: crate::model::retention::HistoryConfig,
     /// The alert keys of `[defaults]`: every job's unless it says otherwise.
     pub alert_defaults: AlertSettings,
     /// `[alerts]`: how hooks are delivered.
-    pub delivery: crate::alerts::DeliveryConfig,
+    pub delivery: crate::model::alerts::DeliveryConfig,
     /// `[[job]]` tables, in file order.
     pub jobs: Vec<JobSpec>,
 }
@@ -398,32 +401,54 @@ pub fn load(path: &Path, explicit: bool, env: &Environment) -> Result<Config, Co
         }
     };
     let mut config = parse(&text, path, env)?;
+    let refused = |location: &str, message: String| ConfigError {
+        path: path.to_path_buf(),
+        problems: vec![Problem {
+            location: location.into(),
+            message,
+        }],
+    };
     if let Some(url) = config
         .database_secrets
-        .resolve(&config.database_url)
+        .resolve(config.database_url.secret_text())
         .map_err(|p| ConfigError {
             path: path.to_path_buf(),
             problems: vec![p],
         })?
     {
-        config.database_url = url;
+        config.database_url = DatabaseUrl::parse(&url).map_err(|m| refused("[database] url", m))?;
+        if config.database_direct_url.is_some()
+            && config.database_url.dialect() != Dialect::Postgres
+        {
+            return Err(refused(
+                "[database] direct_url",
+                "direct_url is the PostgreSQL server behind a transaction-mode pooler, and \
+                 [database] url must be a postgres:// URL too"
+                    .into(),
+            ));
+        }
     }
-    if let (Some(direct), Some(path)) = (
+    if let (Some(direct), Some(password_file)) = (
         &config.database_direct_url,
         &config.database_secrets.password_file,
-    ) && !crate::secrets::has_password(direct)
+    ) && !crate::config::secrets::has_password(direct.secret_text())
     {
-        let password = std::fs::read_to_string(path)
+        let with_password = std::fs::read_to_string(password_file)
             .map(|t| t.trim_end_matches(['\n', '\r']).to_string())
-            .and_then(|p| crate::secrets::with_password(direct, &p).map_err(std::io::Error::other))
+            .and_then(|p| {
+                crate::config::secrets::with_password(direct.secret_text(), &p)
+                    .map_err(std::io::Error::other)
+            })
             .map_err(|e| ConfigError {
-                path: path.to_path_buf(),
+                path: password_file.to_path_buf(),
                 problems: vec![Problem {
                     location: "[database] direct_url".into(),
                     message: format!("cannot apply password_file: {e}"),
                 }],
             })?;
-        config.database_direct_url = Some(password);
+        config.database_direct_url = Some(
+            DatabaseUrl::parse(&with_password).map_err(|m| refused("[database] direct_url", m))?,
+        );
     }
     Ok(config)
 }
@@ -450,12 +475,7 @@ fn toml_location(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-/// Parses a duration such as `"500ms"`, `"30s"`, `"5m"`, `"1h"`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        format!("\"{text}\" is not a duration ({e}); use e.g. \"500ms\", \"30s\", \"5m\", \"1h\"")
-    })
-}
+use crate::model::duration::parse_duration;
 
 struct Collector {
     problems: Vec<Problem>,
@@ -484,7 +504,7 @@ impl Collector {
 pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config, ConfigError> {
     let mut c = Collector { problems: vec![] };
 
-    let database_secrets = crate::secrets::DatabaseSecrets::from_raw(
+    let database_secrets = crate::config::secrets::DatabaseSecrets::from_raw(
         &raw.database,
         env,
         path,
@@ -502,49 +522,66 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                 .unwrap_or_else(|| STATE_DIR_DEFAULT.to_string());
             format!("sqlite://{}/sqlcron.db", dir.trim_end_matches('/'))
         });
-    if !url_from_file
-        && !["sqlite:", "postgres:", "postgresql:", "mysql:", "mariadb:"]
-            .iter()
-            .any(|p| database_url.starts_with(p))
-    {
-        c.push(
-            "[database] url",
-            format!(
-                "\"{}\" is not a sqlite://, postgres:// or mysql:// URL",
-                redact_url(&database_url)
-            ),
-        );
-    }
-
-    let database_read_url = raw.database.read_url.clone();
-    if let Some(read) = &database_read_url
-        && !url_from_file
-        && crate::store::Dialect::from_url(read) != crate::store::Dialect::from_url(&database_url)
-    {
-        c.push(
-            "[database] read_url",
-            format!(
-                "\"{}\" must be the same kind of database as [database] url (a replica of it)",
-                redact_url(read)
-            ),
-        );
-    }
-
-    let database_direct_url = raw.database.direct_url.clone();
-    if let Some(direct) = &database_direct_url {
-        let pg =
-            |u: &str| crate::store::Dialect::from_url(u) == Some(crate::store::Dialect::Postgres);
-        if !pg(direct) || (!url_from_file && !pg(&database_url)) {
-            c.push(
-                "[database] direct_url",
-                format!(
-                    "\"{}\": direct_url is the PostgreSQL server behind a transaction-mode \
-                     pooler, and [database] url must be a postgres:// URL too",
-                    redact_url(direct)
-                ),
-            );
+    // A URL read from url_file is known only in `load`, which parses it then.
+    let sqlite_default = DatabaseUrl::parse(&format!(
+        "sqlite://{}/sqlcron.db",
+        env.state_directory
+            .as_deref()
+            .unwrap_or(STATE_DIR_DEFAULT)
+            .trim_end_matches('/')
+    ));
+    let database_url = match DatabaseUrl::parse(&database_url) {
+        Ok(url) => url,
+        Err(m) => {
+            if !url_from_file {
+                c.push("[database] url", m);
+            }
+            sqlite_default
+                .clone()
+                .expect("the default SQLite URL parses")
         }
-    }
+    };
+
+    let database_read_url = match raw.database.read_url.as_deref().map(DatabaseUrl::parse) {
+        None => None,
+        Some(Err(m)) => {
+            c.push("[database] read_url", m);
+            None
+        }
+        Some(Ok(read)) => {
+            if !url_from_file && read.dialect() != database_url.dialect() {
+                c.push(
+                    "[database] read_url",
+                    format!(
+                        "\"{read}\" must be the same kind of database as [database] url (a replica of it)"
+                    ),
+                );
+            }
+            Some(read)
+        }
+    };
+
+    let database_direct_url = match raw.database.direct_url.as_deref().map(DatabaseUrl::parse) {
+        None => None,
+        Some(Err(m)) => {
+            c.push("[database] direct_url", m);
+            None
+        }
+        Some(Ok(direct)) => {
+            if direct.dialect() != Dialect::Postgres
+                || (!url_from_file && database_url.dialect() != Dialect::Postgres)
+            {
+                c.push(
+                    "[database] direct_url",
+                    format!(
+                        "\"{direct}\": direct_url is the PostgreSQL server behind a transaction-mode \
+                         pooler, and [database] url must be a postgres:// URL too"
+                    ),
+                );
+            }
+            Some(direct)
+        }
+    };
 
     let node_name = raw
         .node
@@ -552,7 +589,7 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         .clone()
         .or(env.hostname.clone())
         .unwrap_or_else(|| "localhost".into());
-    let name_max = name_max_chars(&database_url);
+    let name_max = name_max_chars(database_url.dialect());
     if node_name.trim().is_empty() || node_name.chars().count() > name_max {
         c.push(
             "[node] name",
@@ -715,8 +752,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
             c.push(format!("[defaults] {key}"), message);
             AlertSettings::default()
         });
-    let delivery_default = crate::alerts::DeliveryConfig::default();
-    let delivery = crate::alerts::DeliveryConfig {
+    let delivery_default = crate::model::alerts::DeliveryConfig::default();
+    let delivery = crate::model::alerts::DeliveryConfig {
         timeout: c.duration(
             "[alerts] timeout",
             &raw.alerts.timeout,
@@ -788,8 +825,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     })
 }
 
-fn history_config(raw: &RawHistory, c: &mut Collector) -> crate::retention::HistoryConfig {
-    use crate::retention::{HistoryConfig, parse_keep};
+fn history_config(raw: &RawHistory, c: &mut Collector) -> crate::model::retention::HistoryConfig {
+    use crate::model::retention::{HistoryConfig, parse_keep};
     let defaults = HistoryConfig::default();
     let mut keep = |key: &str, value: &Option<String>, default| match value {
         None => default,
@@ -830,12 +867,8 @@ fn history_config(raw: &RawHistory, c: &mut Collector) -> crate::retention::Hist
 
 /// Longest job or node name the database in `url` stores: 191 characters on MySQL/MariaDB
 /// (`VARCHAR(191)`, the most a utf8mb4 unique index allows), else 200.
-fn name_max_chars(url: &str) -> usize {
-    if url.starts_with("mysql:") || url.starts_with("mariadb:") {
-        191
-    } else {
-        200
-    }
+fn name_max_chars(dialect: Dialect) -> usize {
+    if dialect == Dialect::Mysql { 191 } else { 200 }
 }
 
 fn name_limit_reason(max: usize) -> &'static str {
@@ -871,7 +904,7 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
     };
     let http = match &job.http {
         None => None,
-        Some(v) => match crate::http_target::HttpTarget::from_json(v) {
+        Some(v) => match crate::model::http_target::HttpTarget::from_json(v) {
             Ok(t) => Some(t),
             Err(m) => {
                 problems.push(("http".into(), m));
@@ -922,10 +955,10 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
             AlertSettings::default()
         });
     let limits = match &job.limits {
-        None => crate::job::Limits::default(),
-        Some(v) => crate::job::Limits::from_json(v).unwrap_or_else(|m| {
+        None => crate::model::job::Limits::default(),
+        Some(v) => crate::model::job::Limits::from_json(v).unwrap_or_else(|m| {
             problems.push(("limits".into(), m));
-            crate::job::Limits::default()
+            crate::model::job::Limits::default()
         }),
     };
     for name in &job.inherit_env {
@@ -949,7 +982,11 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
             format!("\"{f}\" must be an absolute path"),
         ));
     }
-    if let Some(Err(m)) = job.on.as_ref().map(crate::placement::Placement::validate) {
+    if let Some(Err(m)) = job
+        .on
+        .as_ref()
+        .map(crate::model::placement::Placement::validate)
+    {
         problems.push(("on".into(), m));
     }
     let every_node = match job.run_on.as_deref() {
@@ -998,7 +1035,7 @@ fn job_spec(job: &RawJob, pools: &BTreeMap<String, u32>) -> Result<JobSpec, Vec<
 
 /// A name in `inherit_env`: never one of the variables a job must not see.
 fn check_inherit_name(name: &str) -> Result<(), String> {
-    if crate::secrets::SECRET_VARS.contains(&name) {
+    if crate::model::job::SECRET_VARS.contains(&name) {
         Err(format!("\"{name}\" is never passed to jobs"))
     } else if name.is_empty() || name.contains('=') {
         Err(format!("\"{name}\" is not a variable name"))
@@ -1007,7 +1044,7 @@ fn check_inherit_name(name: &str) -> Result<(), String> {
     }
 }
 
-pub use crate::secrets::redact_url;
+use crate::model::database_url::redact_url;
 
 /// A warning when the configuration file holds a password (in `[database] url`) and other
 /// users can read it.
@@ -1106,7 +1143,10 @@ mod tests {
             "[database]\nurl = \"postgres://a@db1/x\"\npool_size = 3\nread_url = \"postgres://r@db2/x\"\n",
         );
         assert_eq!(c.database_pool_size, 3);
-        assert_eq!(c.database_read_url.as_deref(), Some("postgres://r@db2/x"));
+        assert_eq!(
+            c.database_read_url.as_ref().map(|u| u.secret_text()),
+            Some("postgres://r@db2/x")
+        );
         assert!(parse_err("[database]\npool_size = 0\n").contains("pool_size"));
         assert!(
             parse_err("[database]\nurl = \"postgres://a@db1/x\"\nread_url = \"mysql://r@db2/x\"\n")
@@ -1119,7 +1159,10 @@ mod tests {
         let c = parse_ok(
             "[database]\nurl = \"postgres://a@bouncer:6432/x\"\ndirect_url = \"postgres://a@db1/x\"\n",
         );
-        assert_eq!(c.database_direct_url.as_deref(), Some("postgres://a@db1/x"));
+        assert_eq!(
+            c.database_direct_url.as_ref().map(|u| u.secret_text()),
+            Some("postgres://a@db1/x")
+        );
         assert_eq!(parse_ok("").database_direct_url, None);
         for bad in [
             "[database]\nurl = \"mysql://a@db/x\"\ndirect_url = \"postgres://a@db1/x\"\n",
@@ -1138,7 +1181,10 @@ mod tests {
     #[test]
     fn empty_file_gives_defaults() {
         let c = parse_ok("");
-        assert_eq!(c.database_url, "sqlite:///var/lib/sqlcron/sqlcron.db");
+        assert_eq!(
+            c.database_url.secret_text(),
+            "sqlite:///var/lib/sqlcron/sqlcron.db"
+        );
         assert_eq!(c.node_name, "host-a");
         assert_eq!(c.daemon, DaemonConfig::default());
         assert_eq!(c.defaults, Policy::default());
@@ -1150,15 +1196,18 @@ mod tests {
         let mut e = env();
         e.state_directory = Some("/var/lib/sqlcron-x/".into());
         let c = parse("", Path::new("x.toml"), &e).unwrap();
-        assert_eq!(c.database_url, "sqlite:///var/lib/sqlcron-x/sqlcron.db");
+        assert_eq!(
+            c.database_url.secret_text(),
+            "sqlite:///var/lib/sqlcron-x/sqlcron.db"
+        );
         e.database_url = Some("postgres://db/x".into());
         let c = parse("[database]\nurl = \"mysql://y\"", Path::new("x.toml"), &e).unwrap();
-        assert_eq!(c.database_url, "postgres://db/x");
+        assert_eq!(c.database_url.secret_text(), "postgres://db/x");
     }
 
     #[test]
     fn the_documented_example_parses() {
-        let c = parse_ok(include_str!("../config/sqlcron.example.toml"));
+        let c = parse_ok(include_str!("../../config/sqlcron.example.toml"));
         assert_eq!(c.node_name, "web-1");
         // MySQL/MariaDB store at most 191 characters of a name: refused at check, not at run.
         let long = "j".repeat(195);

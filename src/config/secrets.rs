@@ -12,18 +12,6 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{Environment, Problem, RawDatabase};
 
-/// Variables of the daemon's own environment no command ever inherits: the database URL (it may
-/// hold the password) and systemd's notification, socket and credential handles.
-pub const SECRET_VARS: [&str; 7] = [
-    "SQLCRON_DATABASE_URL",
-    "NOTIFY_SOCKET",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-    "CREDENTIALS_DIRECTORY",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-];
-
 /// Name of the systemd credential holding the whole URL.
 pub const CREDENTIAL_URL: &str = "database-url";
 /// Name of the systemd credential holding the password.
@@ -157,91 +145,15 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-/// Query parameters whose value is a secret.
-fn secret_param(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    k.contains("password")
-        || k.contains("passwd")
-        || k == "pwd"
-        || k.contains("secret")
-        || k.contains("token")
-}
-
-/// A URL fit for messages and logs: the user information loses everything after the user name
-/// (whatever characters the password holds, even unencoded `@`, `:` or `/`), and every
-/// password-like query parameter its value. When in doubt it hides more, never less.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (userinfo, rest) = match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    };
-    let mut out = format!("{scheme}://");
-    if let Some(info) = userinfo {
-        match info.find(':') {
-            Some(colon) => {
-                out.push_str(&info[..colon]);
-                out.push_str(":***");
-            }
-            // A '/' or '?' before the '@' means the '@' was not the user information's end
-            // (or the password held it unencoded): hide it all.
-            None if info.contains(['/', '?', '#']) => out.push_str("***"),
-            None => out.push_str(info),
-        }
-        out.push('@');
-    }
-    match rest.split_once('?') {
-        None => out.push_str(rest),
-        Some((path, query)) => {
-            out.push_str(path);
-            out.push('?');
-            let params: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if secret_param(k) => format!("{k}=***"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn redaction_hides_nasty_passwords() {
-        let cases = [
-            ("postgres://u:secret@db/x", "postgres://u:***@db/x"),
-            ("postgres://u:p@ss@db:5432/x", "postgres://u:***@db:5432/x"),
-            ("postgres://u:p:a:ss@db/x", "postgres://u:***@db/x"),
-            ("postgres://u:pa/ss@db/x", "postgres://u:***@db/x"),
-            ("postgres://u:p%40ss@db/x", "postgres://u:***@db/x"),
-            (
-                "mysql://root@127.0.0.1:3306/t",
-                "mysql://root@127.0.0.1:3306/t",
-            ),
-            (
-                "postgres://u@db/x?sslmode=require&password=hunter2&sslpassword=k",
-                "postgres://u@db/x?sslmode=require&password=***&sslpassword=***",
-            ),
-            ("postgres://db/x?user=u&PASSWORD=a@b", "postgres://***@b"),
-            (
-                "sqlite:///var/lib/sqlcron/sqlcron.db",
-                "sqlite:///var/lib/sqlcron/sqlcron.db",
-            ),
-        ];
-        for (url, want) in cases {
-            assert_eq!(redact_url(url), want, "{url}");
-        }
+    fn a_password_never_shows_in_a_redacted_url() {
         for pw in ["se@cret", "a:b", "x/y", "%40", "p@ss:w/rd?#&="] {
             let url = with_password("postgres://u@db/x?sslmode=require", pw).unwrap();
-            let shown = redact_url(&url);
+            let shown = crate::model::database_url::redact_url(&url);
             assert!(!shown.contains(pw), "{shown}");
             assert_eq!(shown, "postgres://u:***@db/x?sslmode=require");
         }

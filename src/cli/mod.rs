@@ -15,11 +15,11 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Parser, Subcommand};
 use tokio::sync::mpsc;
 
-use sqlcron::config::{self, Config, Environment};
-use sqlcron::daemon::{self, Control, Daemon};
-use sqlcron::job::Outcome;
-use sqlcron::schedule::Schedule;
-use sqlcron::store::{Actor, PARKED, Store};
+use crate::config::{self, Config, Environment};
+use crate::daemon::{self, Control, Daemon};
+use crate::model::job::Outcome;
+use crate::schedule::Schedule;
+use crate::store::{PARKED, Store};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -188,7 +188,7 @@ enum Command {
     #[command(hide = true)]
     Man,
     /// The daemon's job reaper (started by `sqlcron daemon` outside systemd).
-    #[command(name = sqlcron::reaper::SUBCOMMAND, hide = true)]
+    #[command(name = crate::exec::reaper::SUBCOMMAND, hide = true)]
     Reaper,
     /// Turn crontab files into [[job]] TOML on stdout (notes on stderr).
     #[command(subcommand)]
@@ -267,7 +267,7 @@ fn visible_command() -> clap::Command {
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     match &cli.command {
-        Command::Reaper => return Ok(sqlcron::reaper::serve()),
+        Command::Reaper => return Ok(crate::exec::reaper::serve()),
         Command::Completions { shell } => {
             let mut cmd = visible_command();
             clap_complete::generate(*shell, &mut cmd, "sqlcron", &mut std::io::stdout());
@@ -313,7 +313,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             "{}: ok ({} job(s), database {})",
             path.display(),
             config.jobs.len(),
-            config::redact_url(&config.database_url)
+            config.database_url
         );
         return Ok(0);
     }
@@ -334,7 +334,11 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 let store = connect(&config).await?;
                 store.migrate().await.map_err(Failure::runtime)?;
                 let report = store
-                    .apply_toml(&config.jobs, dry_run, &Actor::this_process(None))
+                    .apply_toml(
+                        &config.jobs,
+                        dry_run,
+                        &crate::exec::account::this_process(None),
+                    )
                     .await
                     .map_err(Failure::runtime)?;
                 let verb = if dry_run { "would " } else { "" };
@@ -449,7 +453,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 found(
                     &job,
                     store
-                        .request_run(&job, &Actor::this_process(None))
+                        .request_run(&job, &crate::exec::account::this_process(None))
                         .await
                         .map_err(Failure::runtime)?,
                 )?;
@@ -488,13 +492,13 @@ async fn guarded(
     wait: Option<&str>,
     command: &[String],
 ) -> Result<u8, Failure> {
-    let lease =
-        config::parse_duration(lease).map_err(|m| Failure::usage(format!("--lease: {m}")))?;
+    let lease = crate::model::duration::parse_duration(lease)
+        .map_err(|m| Failure::usage(format!("--lease: {m}")))?;
     if lease < Duration::from_secs(1) {
         return Err(Failure::usage("--lease: must be at least 1s"));
     }
     let wait = wait
-        .map(config::parse_duration)
+        .map(crate::model::duration::parse_duration)
         .transpose()
         .map_err(|m| Failure::usage(format!("--wait: {m}")))?;
     if size == 0 {
@@ -511,13 +515,13 @@ async fn guarded(
     store.migrate().await.map_err(Failure::runtime)?;
     // The command runs in its own process group under the reaper, as a job does: a SIGKILL or a
     // freeze of this holder must not leave its pipeline running once the lock could pass on.
-    if let Err(e) = sqlcron::reaper::start() {
+    if let Err(e) = crate::exec::reaper::start() {
         tracing::warn!(error = %e, "could not start the reaper: the command will not be stopped if this process is killed");
     }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let params = sqlcron::guard::GuardParams {
+    let params = crate::daemon::guard::GuardParams {
         name,
         size,
         lease,
@@ -526,7 +530,7 @@ async fn guarded(
         host,
         pid: std::process::id(),
     };
-    let code = sqlcron::guard::run_guarded(&store, &params, command)
+    let code = crate::daemon::guard::run_guarded(&store, &params, command)
         .await
         .map_err(Failure::runtime)?;
     store.close().await;
@@ -563,7 +567,7 @@ async fn locks(store: &Store, json: bool) -> Result<u8, Failure> {
 
 async fn unlock(store: &Store, name: &str, token: Option<i64>) -> Result<u8, Failure> {
     let broken = store
-        .lock_break(name, token, &Actor::this_process(None))
+        .lock_break(name, token, &crate::exec::account::this_process(None))
         .await
         .map_err(Failure::runtime)?;
     if broken.is_empty() {
@@ -591,7 +595,7 @@ async fn unlock(store: &Store, name: &str, token: Option<i64>) -> Result<u8, Fai
 async fn set_enabled(config: &Config, job: &str, enabled: bool) -> Result<u8, Failure> {
     let store = connect(config).await?;
     let changed = store
-        .set_enabled(job, enabled, &Actor::this_process(None))
+        .set_enabled(job, enabled, &crate::exec::account::this_process(None))
         .await
         .map_err(Failure::runtime)?;
     found(job, changed)?;
@@ -609,17 +613,17 @@ fn found(job: &str, ok: bool) -> Result<(), Failure> {
 
 /// `check` on this host: every job's account exists and this daemon may switch to it.
 fn check_accounts(config: &Config) -> Result<(), Failure> {
-    let me = sqlcron::account::current().map_err(Failure::runtime)?;
+    let me = crate::exec::account::current().map_err(Failure::runtime)?;
     let mut problems = Vec::new();
     for job in &config.jobs {
-        let account = sqlcron::job::run_as(
+        let account = crate::model::job::run_as(
             job.user.as_deref(),
             job.group.as_deref(),
             config.daemon.default_user.as_deref(),
-            &me,
+            &me.as_daemon(),
         )
         .and_then(|who| match who {
-            Some((user, group)) => sqlcron::account::lookup(&user, group.as_deref())
+            Some((user, group)) => crate::exec::account::lookup(&user, group.as_deref())
                 .map(|_| ())
                 .map_err(|e| format!("user: {e}")),
             None => Ok(()),
@@ -653,7 +657,7 @@ fn connect_with(
     config: &Config,
     pool_size: u32,
     statement_timeout: Option<Duration>,
-) -> Result<Store, sqlcron::store::StoreError> {
+) -> Result<Store, crate::store::StoreError> {
     match &config.database_direct_url {
         Some(direct) => {
             Store::connect_pooled(&config.database_url, direct, pool_size, statement_timeout)
@@ -717,7 +721,7 @@ async fn run_daemon(
     // Under systemd too: the unit's control group ends a dead daemon's jobs, but only the reaper
     // ends those of a daemon that is stopped (SIGSTOP, a stalled thread) once their lease
     // could have passed to another node.
-    match sqlcron::reaper::start() {
+    match crate::exec::reaper::start() {
         Ok(pid) => tracing::debug!(pid, "job reaper started"),
         Err(e) => {
             tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed or frozen")
@@ -726,12 +730,10 @@ async fn run_daemon(
     let store = connect_with(
         &config,
         config.database_pool_size,
-        Some(sqlcron::daemon::lease::statement_timeout(
-            config.daemon.lease,
-        )),
+        Some(crate::model::lease::statement_timeout(config.daemon.lease)),
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
-    tracing::info!(node = %config.node_name, database = %config::redact_url(&config.database_url), jobs = config.jobs.len(), "starting");
+    tracing::info!(node = %config.node_name, database = %config.database_url, jobs = config.jobs.len(), "starting");
     let (tx, mut rx) = mpsc::unbounded_channel();
     spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
 
@@ -779,7 +781,7 @@ async fn run_daemon(
             }
         }
     }
-    sqlcron::systemd::ready();
+    crate::service::systemd::ready();
     tracing::info!("ready");
     daemon.run(rx).await;
     store.close().await;
@@ -818,7 +820,7 @@ fn spawn_signal_thread(
                     }
                     _ => {
                         stops += 1;
-                        sqlcron::systemd::stopping();
+                        crate::service::systemd::stopping();
                         let msg = if stops == 1 { Control::Stop } else { Control::StopNow };
                         if tx.send(msg).is_err() {
                             break;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::job::{Outcome, Policy};
+use crate::model::job::{Outcome, Policy};
 
 /// Where an event goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,7 +196,7 @@ impl AlertSettings {
                     let text = v
                         .as_str()
                         .ok_or("alert_after: must be a duration such as \"26h\"")?;
-                    let d = crate::config::parse_duration(text)
+                    let d = crate::model::duration::parse_duration(text)
                         .map_err(|e| format!("alert_after: {e}"))?;
                     if d.is_zero() {
                         return Err("alert_after: must be more than zero".into());
@@ -227,7 +227,10 @@ impl AlertSettings {
             }
         }
         if let Some(d) = self.alert_after {
-            m.insert("alert_after".into(), crate::job::format_duration(d).into());
+            m.insert(
+                "alert_after".into(),
+                crate::model::duration::format_duration(d).into(),
+            );
         }
         if let Some(u) = &self.ping_url {
             m.insert("ping_url".into(), u.clone().into());
@@ -447,7 +450,7 @@ pub fn record_payload(kind: EventKind, r: &Record) -> Value {
 
 /// The body of a dead-man's switch alert (`missed`, outcome `overdue`).
 pub fn overdue_payload(job: &str, last_success: Option<i64>, alert_after: Duration) -> Value {
-    let after = crate::job::format_duration(alert_after);
+    let after = crate::model::duration::format_duration(alert_after);
     let since = match last_success {
         Some(t) => format!("last success {}", fmt_time(t)),
         None => "no success recorded".into(),

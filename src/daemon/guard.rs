@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::daemon::lease;
-use crate::reaper;
-use crate::runner::{self, Program, RunSpec, StopRequest};
+use crate::exec::reaper;
+use crate::exec::runner::{self, Program, RunSpec, StopRequest};
 use crate::store::{LockState, Store, StoreError};
 
 /// Exit status when the lock is busy and `--wait` ran out (sysexits EX_TEMPFAIL).
@@ -265,7 +264,7 @@ async fn hold_and_run(
     interrupts: &mut Interrupts,
 ) -> Result<i32, GuardError> {
     let attempt = Instant::now();
-    let mut trusted_until = lease::trusted_until(attempt, p.lease);
+    let mut trusted_until = crate::model::lease::trusted_until(attempt, p.lease);
     let pgid = Arc::new(AtomicI32::new(0));
     let spec = RunSpec {
         job: format!("lock {}", p.name),
@@ -280,7 +279,7 @@ async fn hold_and_run(
         output_tail: 0,
         log_lines: 0,
         log_bytes: 0,
-        reaper_deadline: Some(lease::reaper_deadline(trusted_until, p.lease)),
+        reaper_deadline: Some(crate::model::lease::reaper_deadline(trusted_until, p.lease)),
         pgid: pgid.clone(),
         inherit_io: true,
         // The caller's environment, as flock(1) passes it, less the daemon's secrets.
@@ -291,7 +290,7 @@ async fn hold_and_run(
     let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
     let run = runner::run(&spec, stop_rx);
     tokio::pin!(run);
-    let mut extend = tokio::time::interval(lease::extend_interval(p.lease));
+    let mut extend = tokio::time::interval(crate::model::lease::extend_interval(p.lease));
     extend.tick().await;
     let mut lost = false;
     loop {
@@ -312,10 +311,10 @@ async fn hold_and_run(
                 let attempt = Instant::now();
                 match store.lock_extend(id, p.lease).await {
                     Ok(true) => {
-                        trusted_until = lease::trusted_until(attempt, p.lease);
+                        trusted_until = crate::model::lease::trusted_until(attempt, p.lease);
                         let group = pgid.load(Ordering::SeqCst);
                         if group > 0 {
-                            reaper::refresh(group, lease::reaper_deadline(trusted_until, p.lease));
+                            reaper::refresh(group, crate::model::lease::reaper_deadline(trusted_until, p.lease));
                         }
                     }
                     Ok(false) => {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::job::{Misfire, Outcome, Policy, PreviousRun};
+use crate::model::job::{Misfire, Outcome, Policy, PreviousRun};
 use crate::schedule::{Kind, Schedule};
 
 /// Lateness after which a slot counts as missed when the job sets no `starting_deadline`.

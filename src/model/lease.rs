@@ -1,0 +1,53 @@
+//! The lease's timing rules, shared by the daemon's claims and `sqlcron lock`/`sem`: how often a
+//! lease is extended, how long a node trusts it after an extension, when the job reaper steps
+//! in, and the timeout of every statement. Pure arithmetic on the node's monotonic clock; the
+//! lease itself is decided by the database clock (see `daemon/lease.rs` for the state machine).
+
+use std::time::{Duration, Instant};
+
+/// Part of the lease a node trusts after a successful extension.
+pub const TRUST_FRACTION: f64 = 0.8;
+/// How often leases are extended.
+pub fn extend_interval(lease: Duration) -> Duration {
+    lease / 3
+}
+
+/// Until when a claim may be trusted, given when the extension (or the claim) was attempted.
+pub fn trusted_until(attempt_started: Instant, lease: Duration) -> Instant {
+    attempt_started + lease.mul_f64(TRUST_FRACTION)
+}
+
+/// When the job reaper kills a run's process group if the daemon has not refreshed it: a tenth
+/// of the lease after the trust window, still before the lease ends. The daemon's own stop
+/// (SIGTERM, then SIGKILL after `kill_grace`) comes first when its event loop is alive; this
+/// is for when it is not (SIGSTOP, a stalled thread), see `reaper.rs`.
+pub fn reaper_deadline(trusted_until: Instant, lease: Duration) -> Instant {
+    trusted_until + lease / 10
+}
+
+/// The timeout of every statement: half the trust window (at least 500 ms), so a hung
+/// statement returns an error while the claim is still trusted.
+pub fn statement_timeout(lease: Duration) -> Duration {
+    lease
+        .mul_f64(TRUST_FRACTION / 2.0)
+        .max(Duration::from_millis(500))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trust_window_ends_before_the_lease() {
+        let t0 = Instant::now();
+        let lease = Duration::from_secs(10);
+        assert_eq!(trusted_until(t0, lease), t0 + Duration::from_secs(8));
+        assert_eq!(extend_interval(lease), Duration::from_nanos(3_333_333_333));
+        assert!(extend_interval(lease) * 2 < lease.mul_f64(TRUST_FRACTION));
+        assert_eq!(statement_timeout(lease), Duration::from_secs(4));
+        assert_eq!(
+            statement_timeout(Duration::from_millis(600)),
+            Duration::from_millis(500)
+        );
+    }
+}

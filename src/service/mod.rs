@@ -1,0 +1,3 @@
+//! What the host sees.
+pub mod metrics;
+pub mod systemd;
