@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use super::decode::{resolve, row_alerts};
-use crate::model::alerts::{self, Alerts, EventKind, Record};
+use crate::model::alerts::{self, EventKind, Record};
+use crate::model::hooks::Alerts;
 use crate::model::job::Policy;
 use crate::store::{Duty, NewEvent, StoreError};
 

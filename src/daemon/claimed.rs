@@ -23,17 +23,17 @@ use super::lease::{Interrupt, SupervisionGuard};
 use super::{Shared, fmt_ms};
 use crate::config::Config;
 use crate::exec::runner::{self, StopRequest};
-use crate::model::job::{OnLeaseLost, Outcome, Overlap, Policy};
+use crate::model::job::{OnLeaseLost, Outcome, Policy};
 use crate::model::lease::reaper_deadline;
 use crate::model::policy::{
     ClaimAction, ClaimedState, Finished, Previous, account_previous, after_run, jitter_ms,
-    plan_claim,
+    plan_claim, replace_delay,
 };
 use crate::schedule::Schedule;
-use crate::store::{Fenced, JobRow, PoolWait, Release, RunKey, RunResult, StoreError};
+use crate::store::{Fenced, JobRow, PoolWait, Release, RunKey, RunResult};
 
 /// Longest pause between two tries of a write that must land (start, release).
-const RETRY_MAX: Duration = Duration::from_secs(1);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// One claim, as its task holds it.
 pub(super) struct Claim {
@@ -81,14 +81,14 @@ struct Run<'a> {
 }
 
 impl Shared {
-    fn interrupted(&self, key: (i64, i64)) -> Option<Interrupt> {
+    pub(super) fn interrupted(&self, key: (i64, i64)) -> Option<Interrupt> {
         self.supervision()
             .get(&key)
             .map(|r| r.interrupted)
             .unwrap_or(Some(Interrupt::LeaseLost))
     }
 
-    fn trusted(&self, key: (i64, i64)) -> bool {
+    pub(super) fn trusted(&self, key: (i64, i64)) -> bool {
         self.supervision()
             .get(&key)
             .is_some_and(|r| r.interrupted.is_none() && r.trusted_until > Instant::now())
@@ -544,93 +544,6 @@ impl Shared {
         }
     }
 
-    async fn finish(
-        &self,
-        claim: &Claim,
-        key: &RunKey,
-        manual: bool,
-        policy: &Policy,
-        schedule: &Schedule,
-        result: RunResult,
-    ) {
-        let row = &claim.row;
-        // A replaced run is not retried: the slot that replaced it runs now.
-        let failed = !matches!(result.outcome, Outcome::Ok | Outcome::Replaced);
-        let waiting = row.slot.unwrap_or(key.slot);
-        let next = after_run(
-            &row.name,
-            &Finished {
-                slot: key.slot,
-                attempt: key.attempt,
-                manual,
-                failed,
-                now: db_time(claim),
-                waiting_slot: waiting,
-            },
-            policy,
-            schedule,
-        );
-        self.metrics
-            .run_ended(&row.name, result.outcome.as_str(), db_time(claim));
-        self.ping(
-            row,
-            if result.outcome == Outcome::Ok {
-                Ping::Success
-            } else {
-                Ping::Failure
-            },
-        );
-        if failed && next.slot == key.slot {
-            self.metrics.retry(&row.name);
-            tracing::warn!(job = %row.name, slot = %fmt_ms(key.slot), attempt = key.attempt, retry_at = %fmt_ms(next.next_exec), "will retry");
-        }
-        if let Some((slot, attempt)) = next.abandoned
-            && !self
-                .record_abandoned(
-                    claim,
-                    slot,
-                    attempt,
-                    "retry abandoned: it would pass the next regular slot",
-                )
-                .await
-        {
-            return;
-        }
-        let release = Release {
-            slot: next.slot,
-            attempts: next.attempts,
-            next_exec: next.next_exec,
-            clear_run_now: manual,
-            outcome: Some(result),
-        };
-        self.release_with_retry(claim, &release, Some(key)).await;
-        if let Some(pool) = &row.pool {
-            self.pool_place_freed(pool).await;
-        }
-    }
-
-    /// A run of `pool` ended: the job waiting longest for a place may start now rather than at
-    /// the end of its wait. Best effort: should it fail, it starts when its wait ends.
-    async fn pool_place_freed(&self, pool: &str) {
-        match self.store.pool_place_freed(pool).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::debug!(
-                    pool,
-                    waiting = n,
-                    "pool place freed; the longest waiting job due now"
-                );
-                self.wake.notify_one();
-            }
-            Err(e) => {
-                tracing::debug!(pool, error = %e, "waiting jobs not brought forward; they start when their wait ends")
-            }
-        }
-    }
-
-    /// An HTTP job's `Idempotency-Key` attempt (see `Store::key_attempt`). The history is read
-    /// only for a later attempt; should the read fail, the attempt itself is used (a new key:
-    /// the receiver may then see a lost delivery twice, never miss one).
     async fn key_attempt(&self, row: &JobRow, slot: i64, attempt: u32) -> u32 {
         if row.http.is_none() || attempt <= 1 {
             return attempt;
@@ -643,210 +556,11 @@ impl Shared {
             }
         }
     }
-
-    /// The account a run switches to and its `env_file`, looked up now (users and files change
-    /// between runs).
-    pub(super) fn resolve_process<'a>(
-        &'a self,
-        row: &JobRow,
-        config: &Config,
-    ) -> Result<Resolved<'a>, String> {
-        if row.http.is_some() {
-            // No process: no account to switch to, no environment.
-            return Ok(Resolved {
-                host: &self.host,
-                account: None,
-                file_env: vec![],
-                key_attempt: 1,
-            });
-        }
-        let account = match super::decode::run_as(row, config, &self.host.account)? {
-            Some((user, group)) => Some(
-                crate::exec::account::lookup(&user, group.as_deref())
-                    .map_err(|e| format!("user: {e}"))?,
-            ),
-            None => None,
-        }
-        // A job running as the daemon's own identity (root's jobs under a root daemon) switches
-        // nothing: no `pre_exec` hook, so it is started with posix_spawn, not a fork.
-        .filter(|a| !a.same_identity(&self.host.account));
-        let file_env = match &row.env_file {
-            Some(path) => crate::exec::envfile::read(std::path::Path::new(path))?,
-            None => vec![],
-        };
-        Ok(Resolved {
-            host: &self.host,
-            account,
-            file_env,
-            key_attempt: 1,
-        })
-    }
-
-    /// Releases a claimed row that cannot run and parks it with the reason in `error`, in one
-    /// fenced write. A change to the row's definition or policy columns un-parks it.
-    async fn park_claimed(&self, claim: &Claim, message: &str) {
-        let row = &claim.row;
-        tracing::error!(job = %row.name, error = %message, "claimed job row is invalid; parked until fixed");
-        match self
-            .store
-            .park(row.id, &self.node, row.token, message)
-            .await
-        {
-            Ok(Fenced::Done) => {}
-            Ok(_) => {
-                tracing::warn!(job = %row.name, "the invalid row was taken over before it was parked")
-            }
-            Err(e) => {
-                tracing::warn!(job = %row.name, error = %e, "could not park the invalid row; its lease will expire")
-            }
-        }
-    }
-
-    /// Logs and records retries given up: the history line `abandoned` for `(slot, attempt)`.
-    /// False if the claim was lost before it could be written.
-    async fn record_abandoned(&self, claim: &Claim, slot: i64, attempt: u32, why: &str) -> bool {
-        let job = &claim.row.name;
-        tracing::warn!(job = %job, slot = %fmt_ms(slot), attempt, "{why}");
-        self.until_written(claim, "the abandoned retries", || {
-            self.store.record_summary(
-                job,
-                slot,
-                attempt,
-                &self.node,
-                Outcome::Abandoned,
-                None,
-                None,
-                why,
-            )
-        })
-        .await
-    }
-
-    /// Writes a history line a release depends on (lost, skipped, abandoned: each idempotent),
-    /// retrying while the claim is trusted. False if the claim was lost first: then nothing more
-    /// is written, the row is not released, and the next holder makes the same decision again.
-    /// A release never moves a row past a slot whose fate is not on record.
-    async fn until_written<F, Fut>(&self, claim: &Claim, what: &str, mut write: F) -> bool
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<(), StoreError>>,
-    {
-        let row = &claim.row;
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match write().await {
-                Ok(()) => return true,
-                Err(e) => {
-                    if self.interrupted((row.id, row.token)).is_some() {
-                        tracing::error!(job = %row.name, error = %e, "claim lost before {what} was recorded; the next holder decides again");
-                        return false;
-                    }
-                    tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "recording {what} failed; retrying");
-                    self.metrics.database_error(e.kind());
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_MAX);
-                }
-            }
-        }
-    }
-
-    /// Releases a row. The claim stays supervised meanwhile, so its lease is still extended:
-    /// the release is retried until it lands or the claim is truly lost. A value the database
-    /// refuses (not a connection problem) is retried once without the run's output, with the
-    /// reason in its message, so a run is never repeated for what it printed.
-    async fn release_with_retry(&self, claim: &Claim, release: &Release, key: Option<&RunKey>) {
-        let began = Instant::now();
-        self.release_attempts(claim, release, key).await;
-        self.metrics.release_took(began.elapsed());
-    }
-
-    async fn release_attempts(&self, claim: &Claim, release: &Release, key: Option<&RunKey>) {
-        let row = &claim.row;
-        let sup_key = (row.id, row.token);
-        let mut release = release.clone();
-        let mut delay = Duration::from_millis(100);
-        let mut first = true;
-        loop {
-            // Retries go in two statements, so that a wait for the history row never holds the
-            // job's row (and with it the lease extensions).
-            let written = if first {
-                self.store
-                    .release(row.id, &self.node, row.token, &release, key)
-                    .await
-            } else {
-                self.store
-                    .release_in_steps(row.id, &self.node, row.token, &release, key)
-                    .await
-            };
-            first = false;
-            match written {
-                Ok(Fenced::Done) => {
-                    if let Some(key) = key
-                        && release.outcome.is_some()
-                    {
-                        self.recent_runs.remember(
-                            super::recorded::Recorded {
-                                key: key.clone(),
-                                token: row.token,
-                            },
-                            Instant::now(),
-                        );
-                    }
-                    return;
-                }
-                Ok(_) => {
-                    tracing::warn!(job = %row.name, "release found the row taken over; nothing written");
-                    return;
-                }
-                Err(e) => {
-                    if self.interrupted(sup_key) == Some(Interrupt::LeaseLost) {
-                        tracing::error!(job = %row.name, error = %e, "release not written before the claim was lost; the next holder accounts for the run");
-                        return;
-                    }
-                    if e.is_refused()
-                        && let Some(outcome) = release.outcome.as_mut()
-                        && !outcome.output.is_empty()
-                    {
-                        tracing::error!(job = %row.name, error = %e, "the database refused the run's output; recording the run without it");
-                        outcome.output.clear();
-                        outcome.message = Some(format!("output not stored: {e}"));
-                        continue;
-                    }
-                    tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "release failed; retrying while the lease is kept");
-                    self.metrics.database_error(e.kind());
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_MAX);
-                }
-            }
-        }
-    }
 }
 
 /// The database clock now, as known from the claim: its `now` plus the monotonic time since.
 /// No record carries the node's wall clock.
-/// With `overlap = "replace"`, how long a run may go on: until its next regular slot is due
-/// (database clock, `now`). `None` for other policies, manual runs and a schedule with no next
-/// slot.
-fn replace_delay(
-    policy: &Policy,
-    schedule: &Schedule,
-    job: &str,
-    slot: i64,
-    manual: bool,
-    now: i64,
-) -> Option<Duration> {
-    if policy.overlap != Overlap::Replace || manual {
-        return None;
-    }
-    let next = crate::model::policy::next_slot(schedule, slot);
-    if next == i64::MAX {
-        return None;
-    }
-    let due = next.saturating_add(crate::model::policy::jitter_ms(job, next, policy.jitter));
-    Some(Duration::from_millis(due.saturating_sub(now).max(0) as u64))
-}
-
-fn db_time(claim: &Claim) -> i64 {
+pub(super) fn db_time(claim: &Claim) -> i64 {
     claim
         .now
         .saturating_add(claim.claimed_at.elapsed().as_millis() as i64)

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::config::Config;
 use crate::exec::account::Account;
 use crate::exec::runner::{Program, RunSpec};
-use crate::model::alerts::AlertSettings;
+use crate::model::hooks::AlertSettings;
 use crate::model::job::{Limits, Policy, PolicyOverrides};
 use crate::schedule::{Schedule, parse_zone};
 use crate::store::JobRow;
@@ -288,4 +288,43 @@ pub(super) fn run_spec(
         account: resolved.account,
         limits: row_limits(row)?,
     })
+}
+impl super::Shared {
+    /// The account a run switches to and its `env_file`, looked up now (users and files change
+    /// between runs).
+    pub(super) fn resolve_process<'a>(
+        &'a self,
+        row: &JobRow,
+        config: &Config,
+    ) -> Result<Resolved<'a>, String> {
+        if row.http.is_some() {
+            // No process: no account to switch to, no environment.
+            return Ok(Resolved {
+                host: &self.host,
+                account: None,
+                file_env: vec![],
+                key_attempt: 1,
+            });
+        }
+        let account = match run_as(row, config, &self.host.account)? {
+            Some((user, group)) => Some(
+                crate::exec::account::lookup(&user, group.as_deref())
+                    .map_err(|e| format!("user: {e}"))?,
+            ),
+            None => None,
+        }
+        // A job running as the daemon's own identity (root's jobs under a root daemon) switches
+        // nothing: no `pre_exec` hook, so it is started with posix_spawn, not a fork.
+        .filter(|a| !a.same_identity(&self.host.account));
+        let file_env = match &row.env_file {
+            Some(path) => crate::exec::envfile::read(std::path::Path::new(path))?,
+            None => vec![],
+        };
+        Ok(Resolved {
+            host: &self.host,
+            account,
+            file_env,
+            key_attempt: 1,
+        })
+    }
 }

@@ -15,7 +15,8 @@ use super::Shared;
 use super::decode::{resolve, row_alerts, run_spec};
 use crate::exec::http::error_chain;
 use crate::exec::runner::{self, StopRequest};
-use crate::model::alerts::{self, Hook};
+use crate::model::alerts;
+use crate::model::hooks::Hook;
 use crate::store::{Delivered, EventClaim, JobRow};
 
 /// Deliveries one node runs at once.

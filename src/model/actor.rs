@@ -1,5 +1,5 @@
 //! Who acted: the Unix user, host and process behind a change, as the audit trail records it.
-//! What this process is made of is read by [`crate::exec::account::this_process`].
+//! The executing side fills one in for this process (`exec/account.rs`).
 
 /// Who acted, for the audit trail.
 #[derive(Debug, Clone, PartialEq, Eq)]

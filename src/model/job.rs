@@ -277,7 +277,7 @@ pub struct JobSpec {
     /// Resource limits of each run.
     pub limits: Limits,
     /// Hooks, the dead-man's switch and pings (`None`s inherit `[defaults]`).
-    pub alerts: crate::model::alerts::AlertSettings,
+    pub alerts: crate::model::hooks::AlertSettings,
     /// Which nodes may run it (`None`: any).
     pub placement: Option<crate::model::placement::Placement>,
     /// `run_on = "every_node"`: every matching node runs each slot (its own copy `job@node`).

@@ -6,6 +6,7 @@ pub mod database_url;
 pub mod duration;
 pub mod explain;
 pub mod history;
+pub mod hooks;
 pub mod http_target;
 pub mod job;
 pub mod lease;

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::job::{Misfire, Outcome, Policy, PreviousRun};
+use crate::model::job::{Misfire, Outcome, Overlap, Policy, PreviousRun};
 use crate::schedule::{Kind, Schedule};
 
 /// Lateness after which a slot counts as missed when the job sets no `starting_deadline`.
@@ -474,9 +474,41 @@ pub fn backoff(policy: &Policy, attempt: u32) -> Duration {
         .min(policy.retry_backoff_max)
 }
 
+/// With `overlap = "replace"`, how long a run may go on: until its next regular slot is due
+/// (database clock, `now`). `None` for other policies, manual runs and a schedule with no next
+/// slot.
+pub fn replace_delay(
+    policy: &Policy,
+    schedule: &Schedule,
+    job: &str,
+    slot: i64,
+    manual: bool,
+    now: i64,
+) -> Option<Duration> {
+    if policy.overlap != Overlap::Replace || manual {
+        return None;
+    }
+    let next = next_slot(schedule, slot);
+    if next == i64::MAX {
+        return None;
+    }
+    let due = next.saturating_add(jitter_ms(job, next, policy.jitter));
+    Some(Duration::from_millis(due.saturating_sub(now).max(0) as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_one_offs_slot_stays_its_instant_when_it_has_passed() {
+        let s = Schedule::parse("@at 2026-12-24T18:00:00+01:00", "UTC").unwrap();
+        let at = |t: &str| DateTime::parse_from_rfc3339(t).unwrap().timestamp_millis();
+        assert_eq!(
+            first_slot(&s, at("2027-01-01T00:00:00Z")),
+            at("2026-12-24T17:00:00Z")
+        );
+    }
 
     const MIN: i64 = 60_000;
     const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z

@@ -10,6 +10,7 @@ macro_rules! for_each_dialect {
 }
 
 mod alerts;
+mod architecture;
 mod behaviour;
 mod cli_import;
 mod cli_next;

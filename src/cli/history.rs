@@ -1,0 +1,93 @@
+//! `sqlcron history` and `sqlcron audit`: runs and changes, as a table or JSON.
+
+use super::*;
+
+pub(super) async fn history(
+    store: &Store,
+    job: Option<&str>,
+    limit: i64,
+    json: bool,
+) -> Result<u8, Failure> {
+    let rows = store
+        .history(job, limit.clamp(1, 100_000))
+        .await
+        .map_err(Failure::runtime)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?
+        );
+        return Ok(0);
+    }
+    println!(
+        "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} DETAIL",
+        "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED"
+    );
+    for r in rows {
+        let detail = match Outcome::parse(&r.outcome) {
+            Ok(Outcome::Skipped) => format!(
+                "{} slot(s) up to {}",
+                r.skipped_count.unwrap_or(0),
+                fmt_ms(r.skipped_last)
+            ),
+            _ => match (r.exit_code, r.signal) {
+                (Some(c), _) => format!("exit {c}"),
+                (None, Some(s)) => match &r.message {
+                    Some(m) => format!("signal {s}: {m}"),
+                    None => format!("signal {s}"),
+                },
+                _ => r.message.clone().unwrap_or_default(),
+            },
+        };
+        println!(
+            "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
+            r.job,
+            daemon::fmt_ms(r.slot),
+            r.attempt,
+            r.outcome,
+            r.node.unwrap_or_default(),
+            fmt_ms(r.ended),
+            detail
+        );
+    }
+    Ok(0)
+}
+
+pub(super) async fn audit(
+    store: &Store,
+    job: Option<&str>,
+    limit: i64,
+    json: bool,
+) -> Result<u8, Failure> {
+    let rows = store
+        .audit_log(job, limit.clamp(1, 100_000))
+        .await
+        .map_err(Failure::runtime)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(Failure::runtime)?
+        );
+        return Ok(0);
+    }
+    println!(
+        "{:<21} {:<13} {:<24} {:<32} DETAIL",
+        "WHEN", "ACTION", "JOB", "WHO"
+    );
+    for r in rows {
+        let who = match (&r.host, r.pid) {
+            (Some(h), Some(p)) => format!("{} @{h} pid {p}", r.who),
+            (Some(h), None) => format!("{} @{h}", r.who),
+            _ => r.who.clone(),
+        };
+        println!(
+            "{:<21} {:<13} {:<24} {:<32} {}",
+            daemon::fmt_ms(r.at),
+            r.action,
+            r.job.unwrap_or_default(),
+            who,
+            r.detail.unwrap_or_default()
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,161 @@
+//! `sqlcron daemon`: logging (journald or stderr), the daemon itself, and signals turned into
+//! control messages.
+
+use super::*;
+
+/// Logs natively to journald under systemd (`$JOURNAL_STREAM`) or with `[log] target =
+/// "journald"`, with fields `SQLCRON_JOB=`, `SQLCRON_SLOT=`, `SQLCRON_NODE=`, `SQLCRON_OUTCOME=`
+/// and the priority mapped from the level; otherwise human-readable lines on stderr.
+pub(super) fn init_logging(config: &Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let journald = match config.log.target.as_str() {
+        "journald" => true,
+        "stderr" => false,
+        _ => std::env::var_os("JOURNAL_STREAM").is_some(),
+    };
+    if journald {
+        match tracing_journald::layer() {
+            Ok(layer) => {
+                let layer = layer
+                    .with_field_prefix(Some("SQLCRON".into()))
+                    .with_syslog_identifier("sqlcron".into())
+                    .with_custom_fields([("SQLCRON_NODE", config.node_name.as_bytes())]);
+                let _ = tracing_subscriber::registry()
+                    .with(filter)
+                    .with(layer)
+                    .try_init();
+                return;
+            }
+            Err(e) => eprintln!("sqlcron: journald is not reachable ({e}); logging to stderr"),
+        }
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+pub(super) async fn run_daemon(
+    config: Config,
+    path: PathBuf,
+    explicit: bool,
+    env: Environment,
+) -> Result<u8, Failure> {
+    init_logging(&config);
+    // Under systemd too: the unit's control group ends a dead daemon's jobs, but only the reaper
+    // ends those of a daemon that is stopped (SIGSTOP, a stalled thread) once their lease
+    // could have passed to another node.
+    match crate::exec::reaper::start() {
+        Ok(pid) => tracing::debug!(pid, "job reaper started"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed or frozen")
+        }
+    }
+    let store = connect_with(
+        &config,
+        config.database_pool_size,
+        Some(crate::model::lease::statement_timeout(config.daemon.lease)),
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
+    tracing::info!(node = %config.node_name, database = %config.database_url, jobs = config.jobs.len(), "starting");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
+
+    // Migrate and apply, retrying while the database is unreachable: a node must be able to start
+    // before its database does.
+    let mut delay = Duration::from_millis(500);
+    let daemon = Daemon::new(store.clone(), config);
+    loop {
+        let attempt = async {
+            store.migrate().await?;
+            daemon.apply_config().await
+        };
+        // A stop signal ends the wait: a node that never got its database still obeys SIGTERM.
+        let outcome = tokio::select! {
+            r = attempt => Some(r),
+            msg = rx.recv() => match msg {
+                Some(Control::Stop | Control::StopNow) | None => None,
+                Some(Control::Reload(_)) => {
+                    tracing::warn!("reload ignored: the database is not ready yet");
+                    continue;
+                }
+                Some(Control::Drain(_)) => {
+                    tracing::warn!("drain signal ignored: the database is not ready yet; use sqlcron drain");
+                    continue;
+                }
+            },
+        };
+        match outcome {
+            Some(Ok(())) => break,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, kind = e.kind(), "database not ready; retrying");
+                let stop = tokio::select! {
+                    _ = tokio::time::sleep(delay) => false,
+                    msg = rx.recv() => matches!(msg, Some(Control::Stop | Control::StopNow) | None),
+                };
+                if stop {
+                    tracing::info!("stopped before the database was ready");
+                    return Ok(0);
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            None => {
+                tracing::info!("stopped before the database was ready");
+                return Ok(0);
+            }
+        }
+    }
+    crate::service::systemd::ready();
+    tracing::info!("ready");
+    daemon.run(rx).await;
+    store.close().await;
+    Ok(0)
+}
+
+/// signal-hook delivers signals on a plain thread; they become [`Control`] messages.
+pub(super) fn spawn_signal_thread(
+    tx: mpsc::UnboundedSender<Control>,
+    path: PathBuf,
+    explicit: bool,
+    env: Environment,
+) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut stops = 0;
+            for signal in signals.forever() {
+                match signal {
+                    SIGHUP => match config::load(&path, explicit, &env) {
+                        Ok(config) => {
+                            tracing::info!(path = %path.display(), "SIGHUP: reloading configuration");
+                            let _ = tx.send(Control::Reload(Box::new(config)));
+                        }
+                        Err(e) => {
+                            tracing::error!("SIGHUP: configuration not reloaded, keeping the running one: {e}");
+                        }
+                    },
+                    SIGUSR2 | SIGUSR1 => {
+                        if tx.send(Control::Drain(signal == SIGUSR2)).is_err() {
+                            break;
+                        }
+                    }
+                    _ => {
+                        stops += 1;
+                        crate::service::systemd::stopping();
+                        let msg = if stops == 1 { Control::Stop } else { Control::StopNow };
+                        if tx.send(msg).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
