@@ -68,7 +68,9 @@ pub(super) async fn run_daemon(
     // Migrate and apply, retrying while the database is unreachable: a node must be able to start
     // before its database does.
     let mut delay = Duration::from_millis(500);
-    let daemon = Daemon::new(store.clone(), config);
+    let metrics_listen = config.metrics_listen;
+    let daemon = Daemon::new(store.clone(), config)
+        .with_service_manager(std::sync::Arc::new(crate::service::systemd::Systemd));
     loop {
         let attempt = async {
             store.migrate().await?;
@@ -109,9 +111,16 @@ pub(super) async fn run_daemon(
             }
         }
     }
+    let metrics_server = match metrics_listen {
+        Some(addr) => crate::service::metrics::start(addr, daemon.metrics()).await,
+        None => None,
+    };
     crate::service::systemd::ready();
     tracing::info!("ready");
     daemon.run(rx).await;
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
     store.close().await;
     Ok(0)
 }

@@ -327,6 +327,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn database_urls_are_parsed_once_and_refused_at_check() {
+        let c = parse_ok("[database]\nurl = \"postgres://a:pw@db1:5433,db2/x\"\n");
+        assert_eq!(c.database_url.dialect(), Dialect::Postgres);
+        assert_eq!(c.database_url.hosts().urls.len(), 2);
+        assert_eq!(
+            c.database_url.to_string(),
+            "postgres://a:***@db1:5433,db2/x"
+        );
+        let e = parse_err("[database]\nurl = \"mysql://a:pw@h1,h2/x\"\n");
+        assert!(e.contains("[database] url"), "{e}");
+        assert!(e.contains("several hosts are a PostgreSQL form"), "{e}");
+        assert!(!e.contains("pw"), "{e}");
+        let e =
+            parse_err("[database]\nurl = \"postgres://a@db/x\"\nread_url = \"oracle://r@db2/x\"\n");
+        assert!(
+            e.contains("[database] read_url") && e.contains("is not a sqlite://"),
+            "{e}"
+        );
+    }
+
     fn parse_err(text: &str) -> String {
         parse(text, Path::new("/etc/sqlcron/sqlcron.toml"), &env())
             .unwrap_err()

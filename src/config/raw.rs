@@ -113,7 +113,7 @@ pub struct RawPolicy {
     pub on_lease_lost: Option<String>,
     pub rerun_lost: Option<bool>,
     pub overlap: Option<String>,
-    /// Alert keys (see `alerts.rs`): a hook is a command, a table with `command` or `url`, or
+    /// Alert keys (see `model/hooks.rs`): a hook is a command, a table with `command` or `url`, or
     /// `false`.
     pub on_failure: Option<serde_json::Value>,
     pub on_success: Option<serde_json::Value>,

@@ -35,7 +35,7 @@
 //! | the node dies | the lease expires; another node takes over by `rerun_lost` |
 //! | the node is stopped (SIGTERM) | after `shutdown_grace`, runs are stopped and their leases ended at once |
 
-use crate::service::metrics::Metrics;
+use super::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -17,6 +17,8 @@ mod every_node;
 pub mod guard;
 mod housekeeping;
 pub mod lease;
+pub mod metrics;
+pub mod notify;
 mod placing;
 mod recorded;
 mod release;
@@ -105,7 +107,9 @@ struct Shared {
     /// from (see `decode::run_spec`).
     host: decode::Host,
     /// What the node decided, for `/metrics`, and the loop's health, for `/healthz`.
-    metrics: Arc<crate::service::metrics::Metrics>,
+    metrics: Arc<metrics::Metrics>,
+    /// The service manager running this daemon (systemd), told of its life.
+    manager: Arc<dyn notify::ServiceManager>,
     /// The HTTP client of webhooks and pings.
     http: reqwest::Client,
     /// The placement values this node matches (see `placing.rs`).
@@ -134,10 +138,7 @@ impl Daemon {
         let window = idle_poll(config.daemon.poll_interval, wakeups)
             + config.daemon.poll_interval * 2
             + config.daemon.lease;
-        let metrics = Arc::new(crate::service::metrics::Metrics::new(
-            &config.node_name,
-            window,
-        ));
+        let metrics = Arc::new(metrics::Metrics::new(&config.node_name, window));
         Daemon {
             shared: Arc::new(Shared {
                 store,
@@ -152,6 +153,7 @@ impl Daemon {
                 stopping: false.into(),
                 host: decode::Host::from_process(),
                 metrics,
+                manager: Arc::new(notify::Silent),
                 http: delivery::http_client(),
                 placement: Mutex::new(placing::PlacementView::default()),
                 drained: false.into(),
@@ -160,6 +162,20 @@ impl Daemon {
                 recent_runs: recorded::RecentRuns::default(),
             }),
         }
+    }
+
+    /// Tells `manager` (systemd) of the daemon's life from now on. Call before sharing the
+    /// daemon; without it the daemon tells nobody.
+    pub fn with_service_manager(mut self, manager: Arc<dyn notify::ServiceManager>) -> Daemon {
+        Arc::get_mut(&mut self.shared)
+            .expect("with_service_manager is called before the daemon runs")
+            .manager = manager;
+        self
+    }
+
+    /// What the node counts, for a `/metrics` and `/healthz` listener (`service/metrics.rs`).
+    pub fn metrics(&self) -> Arc<metrics::Metrics> {
+        self.shared.metrics.clone()
     }
 
     fn config(&self) -> Arc<Config> {
@@ -251,7 +267,6 @@ impl Daemon {
         let housekeeping = tokio::spawn(housekeeping::housekeeping_loop(self.shared.clone()));
         let alerting = tokio::spawn(alerting::alerting_loop(self.shared.clone()));
         let delivery = tokio::spawn(delivery::delivery_loop(self.shared.clone()));
-        let metrics_server = self.serve_metrics().await;
         let wakeups = tokio::spawn(wakeups::wake_loop(self.shared.clone()));
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
@@ -321,7 +336,7 @@ impl Daemon {
                     let running = self.running_count();
                     let offset = report.now - chrono::Utc::now().timestamp_millis();
                     self.shared.metrics.pass(true, running, Some(offset));
-                    crate::service::systemd::status(&status_line(running, &report));
+                    self.shared.manager.status(&status_line(running, &report));
                     sleep_after(&report, poll, config.daemon.poll_interval)
                 }
                 Err(e) => {
@@ -334,7 +349,7 @@ impl Daemon {
                         tracing::error!(error = %e, "database unreachable; retrying with backoff");
                     }
                     let down = outage_since.map(|s| s.elapsed().as_secs()).unwrap_or(0);
-                    crate::service::systemd::status(&format!(
+                    self.shared.manager.status(&format!(
                         "database unreachable for {down}s, retrying; {} running",
                         self.running_count()
                     ));
@@ -351,12 +366,15 @@ impl Daemon {
             // Under a systemd watchdog the loop looks at the table at least every third of its
             // timeout: the ping below follows a pass that reached the database, so a wedged
             // loop or a database that stopped answering lets systemd restart the daemon.
-            let sleep_for = crate::service::systemd::watchdog_interval()
+            let sleep_for = self
+                .shared
+                .manager
+                .watchdog_interval()
                 .map_or(sleep_for, |w| sleep_for.min(w));
             next_tick = Instant::now() + sleep_for;
             woken = false;
             // The loop completed a pass: tell the watchdog (never from a timer of its own).
-            crate::service::systemd::watchdog();
+            self.shared.manager.watchdog();
             if self
                 .sleep(
                     wake_at(next_tick, errors),
@@ -382,9 +400,6 @@ impl Daemon {
         }
         lease_loop.abort();
         trust_watch.abort();
-        if let Some(server) = metrics_server {
-            server.abort();
-        }
     }
 
     /// Sleeps until `until`, a wake-up or a control message. Returns whether to stop.
@@ -431,32 +446,12 @@ impl Daemon {
         }
     }
 
-    /// Starts serving `/metrics` and `/healthz` when `[metrics] listen` is set. An address
-    /// that cannot be bound is logged and the node runs on without it: metrics are not worth
-    /// a missed run.
-    async fn serve_metrics(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let addr = self.config().metrics_listen?;
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => {
-                tracing::info!(listen = %addr, "serving /metrics and /healthz");
-                Some(tokio::spawn(crate::service::metrics::serve(
-                    listener,
-                    self.shared.metrics.clone(),
-                )))
-            }
-            Err(e) => {
-                tracing::error!(listen = %addr, error = %e, "cannot serve metrics; running without");
-                None
-            }
-        }
-    }
-
     fn running_count(&self) -> usize {
         self.shared.supervision().len()
     }
 
     async fn reload(&self, config: Config) {
-        crate::service::systemd::reloading();
+        self.shared.manager.reloading();
         let old = self.config();
         if config.database_url != old.database_url || config.node_name != old.node_name {
             tracing::warn!(
@@ -475,7 +470,7 @@ impl Daemon {
             Ok(()) => tracing::info!("configuration reloaded"),
             Err(e) => tracing::error!(error = %e, "reload: applying the TOML jobs failed"),
         }
-        crate::service::systemd::ready();
+        self.shared.manager.ready();
     }
 }
 

@@ -12,7 +12,7 @@ impl Daemon {
         mut stop_now: bool,
     ) {
         let shared = &self.shared;
-        crate::service::systemd::stopping();
+        shared.manager.stopping();
         shared
             .stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -25,14 +25,14 @@ impl Daemon {
             tokio::pin!(deadline);
             let mut ping = tokio::time::interval(Duration::from_secs(1));
             loop {
-                crate::service::systemd::status(&format!(
+                shared.manager.status(&format!(
                     "stopping: waiting for {} running job(s)",
                     self.running_count()
                 ));
                 tokio::select! {
                     next = tasks.join_next() => if next.is_none() { break },
                     // Still making progress: keep the watchdog fed while jobs finish.
-                    _ = ping.tick() => crate::service::systemd::watchdog(),
+                    _ = ping.tick() => shared.manager.watchdog(),
                     _ = &mut deadline => { stop_now = true; break }
                     msg = control.recv() => if matches!(msg, Some(Control::Stop | Control::StopNow)) {
                         stop_now = true;

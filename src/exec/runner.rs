@@ -35,7 +35,7 @@ pub enum Program {
     Shell(String),
     /// A program and its arguments, without a shell.
     Argv(Vec<String>),
-    /// An HTTP request instead of a process (`http_target.rs`).
+    /// An HTTP request instead of a process (`model/http_target.rs`, sent by `exec/http.rs`).
     Http(Box<crate::model::http_target::HttpCall>),
 }
 

@@ -20,7 +20,7 @@ pub fn trusted_until(attempt_started: Instant, lease: Duration) -> Instant {
 /// When the job reaper kills a run's process group if the daemon has not refreshed it: a tenth
 /// of the lease after the trust window, still before the lease ends. The daemon's own stop
 /// (SIGTERM, then SIGKILL after `kill_grace`) comes first when its event loop is alive; this
-/// is for when it is not (SIGSTOP, a stalled thread), see `reaper.rs`.
+/// is for when it is not (SIGSTOP, a stalled thread), see `exec/reaper.rs`.
 pub fn reaper_deadline(trusted_until: Instant, lease: Duration) -> Instant {
     trusted_until + lease / 10
 }

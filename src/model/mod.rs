@@ -1,4 +1,14 @@
-//! The nouns and the pure decisions.
+//! The nouns and the pure decisions. What a job is ([`job`]), how a run ended ([`job::Outcome`]),
+//! what a node does with a claimed row ([`policy`]), where a job may run ([`placement`]), which
+//! events a run raises ([`alerts`], with their settings in [`hooks`]), what pruning removes
+//! ([`retention`]), what happened to each slot ([`explain`]), crontab files as jobs
+//! ([`crontab`]), durations, an HTTP target as a definition, the lease's timing rules
+//! ([`lease`]), a run as the history holds it, who acted, and the database URL parsed once
+//! ([`database_url`]).
+//!
+//! No I/O: no database, no process, no clock (time comes in as a parameter). Imports only
+//! `schedule`.
+
 pub mod actor;
 pub mod alerts;
 pub mod crontab;

@@ -66,3 +66,27 @@ fn monotonic_usec() -> i128 {
 pub fn under_systemd() -> bool {
     std::env::var_os("INVOCATION_ID").is_some()
 }
+
+/// The daemon's service manager under systemd (a no-op elsewhere, as every call above).
+pub struct Systemd;
+
+impl crate::daemon::notify::ServiceManager for Systemd {
+    fn ready(&self) {
+        ready();
+    }
+    fn reloading(&self) {
+        reloading();
+    }
+    fn stopping(&self) {
+        stopping();
+    }
+    fn status(&self, line: &str) {
+        status(line);
+    }
+    fn watchdog(&self) {
+        watchdog();
+    }
+    fn watchdog_interval(&self) -> Option<std::time::Duration> {
+        watchdog_interval()
+    }
+}

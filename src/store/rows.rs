@@ -33,15 +33,15 @@ pub struct JobRow {
     pub inherit_env: Option<String>,
     /// JSON object of resource limits.
     pub limits: Option<String>,
-    /// JSON object of hooks, `alert_after` and `ping_url` (see `alerts.rs`).
+    /// JSON object of hooks, `alert_after` and `ping_url` (see `model/hooks.rs`).
     pub alerts: Option<String>,
-    /// JSON object `{"tags": [...], "nodes": [...]}` (see `placement.rs`); `None`: any node.
+    /// JSON object `{"tags": [...], "nodes": [...]}` (see `model/placement.rs`); `None`: any node.
     pub placement: Option<String>,
     /// `every_node` for a host-local job's template (never claimed itself).
     pub run_on: Option<String>,
     /// On a node's copy of a host-local job: the template's name.
     pub template: Option<String>,
-    /// JSON object: an HTTP job's request (see `http_target.rs`), instead of a command.
+    /// JSON object: an HTTP job's request (see `model/http_target.rs`), instead of a command.
     pub http: Option<String>,
     /// Policy columns as stored (NULL: the TOML default).
     pub policy: BTreeMap<&'static str, Option<String>>,

@@ -19,13 +19,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("store", &["model", "schedule"]),
     // Running one thing on this host; no database.
     ("exec", &["model"]),
-    // What the host sees: systemd, metrics and health, the web pages. The daemon reports into
-    // it; it never reaches back into the daemon.
-    ("service", &["model", "schedule", "config", "store"]),
-    // The one place where store, exec and the decisions meet.
+    // The one place where store, exec and the decisions meet. It tells the host what it does
+    // through its own interfaces (metrics, the service manager), never through `service`.
+    ("daemon", &["model", "schedule", "config", "store", "exec"]),
+    // What the host sees: systemd, the metrics and health listener, the web pages. On top of
+    // the daemon, beside the commands.
     (
-        "daemon",
-        &["model", "schedule", "config", "store", "exec", "service"],
+        "service",
+        &["model", "schedule", "config", "store", "daemon"],
     ),
     // The commands, on top of everything.
     (
