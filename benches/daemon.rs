@@ -671,7 +671,7 @@ async fn burst(dialect: Dialect, max_parallel: usize, systemd: bool) {
     let dir = tempfile::tempdir().unwrap();
     let me = sqlcron::exec::account::current().expect("the bench user's account");
     let extra = format!(
-        "[daemon]\nmax_parallel = {max_parallel}\ndefault_user = \"{}\"\n",
+        "[daemon]\nmax_parallel = {max_parallel}\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n",
         me.name
     );
     let mut nodes: Vec<Daemon> = (0..3)
@@ -798,7 +798,7 @@ async fn http_burst() {
         let dir = tempfile::tempdir().unwrap();
         let me = sqlcron::exec::account::current().expect("the bench user's account");
         let extra = format!(
-            "[daemon]\nmax_parallel = 16\ndefault_user = \"{}\"\n",
+            "[daemon]\nmax_parallel = 16\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n",
             me.name
         );
         let mut nodes: Vec<Daemon> = (0..3)

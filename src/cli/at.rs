@@ -48,9 +48,17 @@ pub struct Request<'a> {
     pub user: Option<&'a str>,
     pub command: &'a [String],
     pub zone: &'a str,
+    /// This node's `[daemon] allowed_users`: `--user` is refused here when the daemons would
+    /// refuse it (they check again before every run).
+    pub allowed: &'a crate::model::run_as::Allowed,
 }
 
 pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
+    if let Some(user) = req.user {
+        req.allowed
+            .check_names(user, None)
+            .map_err(|m| Failure::usage(format!("--{m}")))?;
+    }
     let db_now = store.now().await.map_err(Failure::runtime)?;
     let when = resolve_time(req.time, db_now, req.zone).map_err(Failure::usage)?;
     let stamp = when.to_rfc3339_opts(SecondsFormat::Secs, true);

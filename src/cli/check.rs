@@ -7,16 +7,18 @@ pub(super) fn check_accounts(config: &Config) -> Result<(), Failure> {
     let me = crate::exec::account::current().map_err(Failure::runtime)?;
     let mut problems = Vec::new();
     for job in &config.jobs {
-        let account = crate::model::job::run_as(
+        let account = crate::model::run_as::run_as(
             job.user.as_deref(),
             job.group.as_deref(),
             config.daemon.default_user.as_deref(),
             &me.as_daemon(),
         )
         .and_then(|who| match who {
-            Some((user, group)) => crate::exec::account::lookup(&user, group.as_deref())
-                .map(|_| ())
-                .map_err(|e| format!("user: {e}")),
+            Some((user, group)) => {
+                crate::exec::account::checked(&user, group.as_deref(), &config.daemon.allowed)
+                    .map(|_| ())
+                    .map_err(crate::exec::account::Refused::message)
+            }
             None => Ok(()),
         });
         if let Err(e) = account {

@@ -57,6 +57,18 @@ impl Failure {
 }
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
+    // A command whose output goes to a pipe that closes (`sqlcron history | head`) ends quietly,
+    // as Unix tools do, instead of failing on the write. The long-running ones keep ignoring
+    // SIGPIPE: a daemon whose log reader went away must go on running jobs.
+    if !matches!(
+        cli.command,
+        Command::Daemon | Command::Reaper | Command::Lock { .. } | Command::Sem { .. }
+    ) {
+        // SAFETY: setting a signal's disposition to the default has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match &cli.command {
         Command::Reaper => return Ok(crate::exec::reaper::serve()),
         Command::Completions { shell } => {
@@ -204,6 +216,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                         user: user.as_deref(),
                         command: &command,
                         zone: &config.defaults.timezone,
+                        allowed: &config.daemon.allowed,
                     },
                 )
                 .await

@@ -174,7 +174,7 @@ pub(super) fn job_spec(
 
 /// A name in `inherit_env`: never one of the variables a job must not see.
 pub(super) fn check_inherit_name(name: &str) -> Result<(), String> {
-    if crate::model::job::SECRET_VARS.contains(&name) {
+    if crate::model::job::never_inherited(name) {
         Err(format!("\"{name}\" is never passed to jobs"))
     } else if name.is_empty() || name.contains('=') {
         Err(format!("\"{name}\" is not a variable name"))

@@ -97,6 +97,10 @@ pub struct DaemonConfig {
     pub output_log_bytes: usize,
     /// The account jobs run as when they name none (required for a daemon running as root).
     pub default_user: Option<String>,
+    /// `[daemon] allowed_users` and `allowed_groups`: the accounts jobs may switch to on this
+    /// node, whatever wrote their row (default: `default_user` and the users the TOML's jobs
+    /// name; root only when listed).
+    pub allowed: crate::model::run_as::Allowed,
     /// Variables of the daemon's environment every job also gets.
     pub inherit_env: Vec<String>,
     /// Listen for changes (PostgreSQL LISTEN/NOTIFY, inotify on SQLite) instead of relying on
@@ -115,6 +119,7 @@ impl Default for DaemonConfig {
             output_log_lines: OUTPUT_LOG_LINES_DEFAULT,
             output_log_bytes: OUTPUT_LOG_BYTES_DEFAULT,
             default_user: None,
+            allowed: crate::model::run_as::Allowed::default(),
             inherit_env: Vec::new(),
             wakeups: true,
         }

@@ -70,6 +70,8 @@ pub struct RawDaemon {
     pub output_log_lines: Option<i64>,
     pub output_log_bytes: Option<i64>,
     pub default_user: Option<String>,
+    pub allowed_users: Option<Vec<String>>,
+    pub allowed_groups: Option<Vec<String>>,
     pub inherit_env: Option<Vec<String>>,
     pub wakeups: Option<bool>,
 }

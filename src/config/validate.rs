@@ -133,6 +133,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
             }
         },
         default_user: d.default_user.clone(),
+        // Set once the jobs are read (their users are the default list).
+        allowed: crate::model::run_as::Allowed::default(),
         inherit_env: d.inherit_env.clone().unwrap_or_default(),
         wakeups: d.wakeups.unwrap_or(true),
     };
@@ -265,6 +267,29 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
             }
         }
     }
+
+    let mut daemon = daemon;
+    for (key, list) in [
+        ("allowed_users", &raw.daemon.allowed_users),
+        ("allowed_groups", &raw.daemon.allowed_groups),
+    ] {
+        if let Some(bad) = list
+            .iter()
+            .flatten()
+            .find(|n| n.is_empty() || n.contains(char::is_whitespace))
+        {
+            c.push(
+                format!("[daemon] {key}"),
+                format!("\"{bad}\" is not an account name"),
+            );
+        }
+    }
+    daemon.allowed = crate::model::run_as::Allowed::new(
+        raw.daemon.allowed_users.as_deref(),
+        raw.daemon.allowed_groups.as_deref().unwrap_or_default(),
+        daemon.default_user.as_deref(),
+        jobs.iter().filter_map(|j| j.user.as_deref()),
+    );
 
     if !c.problems.is_empty() {
         return Err(ConfigError {

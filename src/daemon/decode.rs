@@ -58,6 +58,19 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
     Ok((schedule, policy))
 }
 
+/// [`resolve`], and whether this node lets the row run as the account it names
+/// ([`account_allowed`]): what the claim path and the preparation of new rows check before a row
+/// may be scheduled or run. An `Err` parks the row with the reason.
+pub fn resolve_here(
+    row: &JobRow,
+    config: &Config,
+    daemon: &Account,
+) -> Result<(Schedule, Policy), String> {
+    let resolved = resolve(row, &config.defaults)?;
+    account_allowed(row, config, daemon)?;
+    Ok(resolved)
+}
+
 /// The `http` column: an HTTP job's request, or `None` for a process.
 fn row_http(row: &JobRow) -> Result<Option<crate::model::http_target::HttpTarget>, String> {
     row.http
@@ -135,18 +148,44 @@ impl Host {
 /// `PATH` of a job unless its `env` or `inherit_env` says otherwise.
 pub const JOB_PATH_DEFAULT: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Which account a row's run switches to (see [`crate::model::job::run_as`]).
+/// Which account a row's run switches to (see [`crate::model::run_as::run_as`]).
 pub fn run_as(
     row: &JobRow,
     config: &Config,
     daemon: &Account,
 ) -> Result<Option<(String, Option<String>)>, String> {
-    crate::model::job::run_as(
+    crate::model::run_as::run_as(
         row.run_user.as_deref(),
         row.run_group.as_deref(),
         config.daemon.default_user.as_deref(),
         &daemon.as_daemon(),
     )
+}
+
+/// Whether this node lets the row run as the account it names: a row refused here is parked
+/// with the reason. Judged by the names as written, and for a row naming a group by the
+/// accounts looked up (is it one of the user's groups); the look-up and every check come again
+/// before each run, where an account missing on this node fails the run instead.
+pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Result<(), String> {
+    if row.http.is_some() {
+        return Ok(());
+    }
+    let allowed = &config.daemon.allowed;
+    // A row that names no account under a root daemon fails each run with the reason, as
+    // before; only the allow-list parks.
+    let Ok(who) = run_as(row, config, daemon) else {
+        return Ok(());
+    };
+    match who {
+        Some((user, None)) => allowed.check_names(&user, None),
+        Some((user, Some(group))) => {
+            match crate::exec::account::checked(&user, Some(&group), allowed) {
+                Err(crate::exec::account::Refused::NotAllowed(m)) => Err(m),
+                Ok(_) | Err(crate::exec::account::Refused::Lookup(_)) => Ok(()),
+            }
+        }
+        None => Ok(()),
+    }
 }
 
 fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
@@ -252,7 +291,7 @@ pub(super) fn run_spec(
         env.insert("LANG".into(), lang.clone());
     }
     for name in config.daemon.inherit_env.iter().chain(&inherit_list(row)?) {
-        if crate::model::job::SECRET_VARS.contains(&name.as_str()) {
+        if crate::model::job::never_inherited(name) {
             continue;
         }
         if let Some(v) = host.env.get(name) {
@@ -308,8 +347,8 @@ impl super::Shared {
         }
         let account = match run_as(row, config, &self.host.account)? {
             Some((user, group)) => Some(
-                crate::exec::account::lookup(&user, group.as_deref())
-                    .map_err(|e| format!("user: {e}"))?,
+                crate::exec::account::checked(&user, group.as_deref(), &config.daemon.allowed)
+                    .map_err(crate::exec::account::Refused::message)?,
             ),
             None => None,
         }

@@ -229,22 +229,16 @@ async fn run_hook_command(
         .and_then(|resolved| run_spec(&hook_row, 0, 0, &shared.node, &policy, &config, resolved))
         .map_err(permanent)?;
     spec.timeout = config.delivery.timeout;
-    // The output tail goes in a file of its own, readable by the hook's account only.
-    let output = std::env::temp_dir().join(format!(
-        "sqlcron-event-{}-{}.out",
+    // The output tail goes in a file of its own, in a directory of its own with a name no
+    // other user can guess (or pre-create), readable by the hook's account only.
+    let (dir, output) = private_output(
         claim.id,
-        std::process::id()
-    ));
-    write_private(
-        &output,
         field(&payload, "output").as_bytes(),
         spec.account.as_ref(),
     )
-    .map_err(|e| {
-        permanent(format!(
-            "cannot write the output file {}: {e}",
-            output.display()
-        ))
+    .map_err(|e| Failure {
+        error: format!("cannot write the hook's output file: {e}"),
+        retry: true,
     })?;
     spec.env.retain(|(k, _)| !k.starts_with("SQLCRON_"));
     for (k, v) in [
@@ -266,7 +260,7 @@ async fn run_hook_command(
     spec.job = format!("{} ({} hook)", claim.job, claim.kind);
     let (_stop, stop) = watch::channel(StopRequest::None);
     let result = runner::run(&spec, stop).await;
-    let _ = std::fs::remove_file(&output);
+    let _ = std::fs::remove_dir_all(&dir);
     match result {
         Ok(out) if out.success() => Ok(()),
         Ok(out) => {
@@ -298,25 +292,51 @@ async fn run_hook_command(
     }
 }
 
-/// Writes `data` to a new file with mode 0600, owned by `account` when the hook switches to it.
-fn write_private(
-    path: &std::path::Path,
+/// Writes `data` to `output` in a new directory of the temporary directory, named with the
+/// event's id and 64 random bits, mode 0700 (and 0600 for the file), owned by `account` when the
+/// hook switches to it. Returns the directory (removed after the hook) and the file.
+fn private_output(
+    event: i64,
     data: &[u8],
     account: Option<&crate::exec::account::Account>,
-) -> std::io::Result<()> {
+) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(data)?;
-    if let Some(a) = account {
-        std::os::unix::fs::chown(path, Some(a.uid), Some(a.gid))?;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let base = std::env::temp_dir();
+    let mut tries = 0;
+    let dir = loop {
+        let dir = base.join(format!(
+            "sqlcron-event-{event}-{:016x}",
+            rand::random::<u64>()
+        ));
+        // `create` fails on a name that exists, whoever made it: never reuse one.
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let output = dir.join("output");
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&output)?;
+        f.write_all(data)?;
+        if let Some(a) = account {
+            std::os::unix::fs::chown(&output, Some(a.uid), Some(a.gid))?;
+            std::os::unix::fs::chown(&dir, Some(a.uid), Some(a.gid))?;
+        }
+        Ok(())
+    })();
+    match written {
+        Ok(()) => Ok((dir, output)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
+        }
     }
-    Ok(())
 }
 
 /// A webhook: `POST` of the event's JSON body (with its `event_id`), the event's id as the
@@ -352,8 +372,14 @@ async fn post(
     if status.is_success() {
         return Ok(());
     }
-    let text = resp.text().await.unwrap_or_default();
-    let text: String = text.chars().take(REPLY_BYTES).collect();
+    // The reply is read up to what the message keeps: a receiver answering with an endless
+    // body costs nothing more.
+    let mut resp = resp;
+    let (reply, _) = crate::exec::http::read_bounded(&mut resp, REPLY_BYTES * 4).await;
+    let text: String = String::from_utf8_lossy(&reply)
+        .chars()
+        .take(REPLY_BYTES)
+        .collect();
     Err(failure(format!("webhook: HTTP {status}: {}", text.trim())))
 }
 

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::claimed::{Claim, Route, claimed_state};
-use super::decode::resolve;
+use super::decode::resolve_here;
 use super::lease::{Supervised, SupervisionGuard};
 use super::{Daemon, Shared, TickReport, fmt_ms};
 use crate::config::Config;
@@ -134,7 +134,7 @@ impl Daemon {
                 tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");
                 continue;
             };
-            let resolved = resolve(&row, &config.defaults);
+            let resolved = resolve_here(&row, &config, &shared.host.account);
             let on_lease_lost = resolved
                 .as_ref()
                 .map(|(_, p)| p.on_lease_lost)
@@ -244,7 +244,7 @@ impl Shared {
         let rows = self.store.rows_to_prepare(PREPARE_BATCH).await?;
         let (mut ok, mut bad) = (0, 0);
         for row in rows {
-            match resolve(&row, &config.defaults) {
+            match resolve_here(&row, config, &self.host.account) {
                 Ok((schedule, policy)) => {
                     let slot = policy::first_slot(&schedule, now);
                     // A host-local job's template is never due: its copies run (every_node.rs).

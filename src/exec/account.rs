@@ -3,6 +3,7 @@
 //! other NSS sources work as they do for cron); no database, no processes.
 
 use crate::model::actor::Actor;
+use crate::model::run_as::{Allowed, Target};
 
 use std::ffi::{CStr, CString};
 
@@ -23,9 +24,9 @@ pub struct Account {
 }
 
 impl Account {
-    /// This account as the daemon's identity in [`crate::model::job::run_as`].
-    pub fn as_daemon(&self) -> crate::model::job::Daemon {
-        crate::model::job::Daemon {
+    /// This account as the daemon's identity in [`crate::model::run_as::run_as`].
+    pub fn as_daemon(&self) -> crate::model::run_as::Daemon {
+        crate::model::run_as::Daemon {
             name: self.name.clone(),
             uid: self.uid,
         }
@@ -84,6 +85,47 @@ pub fn lookup(user: &str, group: Option<&str>) -> Result<Account, String> {
         account.gid = group_id(g)?;
     }
     account.groups = group_list(&account.name, account.gid)?;
+    Ok(account)
+}
+
+/// Why [`checked`] refused an account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// This node's allow-list does not let jobs run as it (the row is parked).
+    NotAllowed(String),
+    /// The account or group could not be looked up on this node (the run fails).
+    Lookup(String),
+}
+
+impl Refused {
+    /// The message, starting with the key it concerns (`user: `, `group: `).
+    pub fn message(self) -> String {
+        match self {
+            Refused::NotAllowed(m) | Refused::Lookup(m) => m,
+        }
+    }
+}
+
+/// The account a job switches to, looked up and checked against this node's allow-list
+/// ([`Allowed`]): the name as written, then the account found (root by uid, a group among the
+/// user's own unless listed).
+pub fn checked(user: &str, group: Option<&str>, allowed: &Allowed) -> Result<Account, Refused> {
+    allowed
+        .check_names(user, group)
+        .map_err(Refused::NotAllowed)?;
+    let own = lookup(user, None).map_err(|e| Refused::Lookup(format!("user: {e}")))?;
+    let account = match group {
+        Some(g) => lookup(user, Some(g)).map_err(|e| Refused::Lookup(format!("group: {e}")))?,
+        None => own.clone(),
+    };
+    allowed
+        .check(&Target {
+            user: &own.name,
+            uid: own.uid,
+            group: group.map(|g| (g, account.gid)),
+            user_groups: &own.groups,
+        })
+        .map_err(Refused::NotAllowed)?;
     Ok(account)
 }
 

@@ -25,7 +25,8 @@ pub fn parse(text: &str) -> Result<Vec<(String, String)>, String> {
             && !key.starts_with(|c: char| c.is_ascii_digit())
             && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid_key {
-            return Err(at(&format!("\"{key}\" is not a variable name")));
+            // The text is not quoted back: a mistyped line may hold a secret.
+            return Err(at("the name before = is not a variable name"));
         }
         let value = value.trim();
         let value = if let Some(inner) = value.strip_prefix('\'') {
@@ -66,10 +67,90 @@ fn unescape(s: &str) -> String {
 }
 
 /// Reads and parses an environment file. Errors name the file (never a value from it).
+///
+/// The daemon (often root) reads it for a job that may run as another user, so the file must be
+/// one that only root or the daemon's own user could have written: it is opened without
+/// following a symbolic link, it must be a regular file owned by root or the daemon's user and
+/// writable by its owner only, and so must every directory above it be (a world-writable
+/// directory with the sticky bit, such as `/tmp`, is accepted: nobody else can replace a file
+/// in it). A job's user who controls the path can therefore not point it at a root-only file.
 pub fn read(path: &Path) -> Result<Vec<(String, String)>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("env_file {}: cannot read: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("env_file {}: {e}", path.display()))
+    let err = |m: String| format!("env_file {}: {m}", path.display());
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    check_parents(path, me).map_err(err)?;
+    let text = open_trusted(path, me).map_err(err)?;
+    parse(&text).map_err(err)
+}
+
+/// Who may have written a file or directory the daemon trusts: root or the daemon's user.
+fn trusted_owner(uid: u32, me: u32) -> bool {
+    uid == 0 || uid == me
+}
+
+/// Opens `path` without following a symbolic link and reads it, if it is a regular file that
+/// only root or `me` could have written.
+fn open_trusted(path: &Path, me: u32) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "is a symbolic link; name the file itself".to_string(),
+            _ => format!("cannot read: {e}"),
+        })?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err("is not a regular file".into());
+    }
+    if !trusted_owner(meta.uid(), me) {
+        return Err(format!(
+            "is owned by uid {}; it must belong to root or to the daemon's user",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "is writable by other users (mode {:o}); chmod go-w it",
+            meta.mode() & 0o777
+        ));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    Ok(text)
+}
+
+/// Every directory above `path` must be owned by root or `me` and writable by its owner only
+/// (or sticky), and a symbolic link among them must belong to root or `me`.
+fn check_parents(path: &Path, me: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !path.is_absolute() {
+        return Err("must be an absolute path".into());
+    }
+    for dir in path.ancestors().skip(1) {
+        let link = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if link.file_type().is_symlink() && !trusted_owner(link.uid(), me) {
+            return Err(format!(
+                "{} is a symbolic link of uid {}",
+                dir.display(),
+                link.uid()
+            ));
+        }
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !trusted_owner(meta.uid(), me) || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!(
+                "its directory {} can be changed by another user (owner uid {}, mode {:o})",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -100,14 +181,46 @@ mod tests {
             "line 2: not KEY=VALUE"
         );
         assert_eq!(
-            parse("1A=x").unwrap_err(),
-            "line 1: \"1A\" is not a variable name"
+            parse("hunter2 secret=x").unwrap_err(),
+            "line 1: the name before = is not a variable name"
         );
         assert_eq!(parse("A=\"open").unwrap_err(), "line 1: unterminated \"");
         let e = read(Path::new("/nonexistent/env")).unwrap_err();
+        assert!(e.starts_with("env_file /nonexistent/env: "), "{e}");
+    }
+
+    #[test]
+    fn only_files_no_other_user_could_have_written_are_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let me = unsafe { libc::geteuid() };
+        let good = dir.path().join("good.env");
+        std::fs::write(&good, "A=1\n").unwrap();
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read(&good).unwrap(), vec![("A".into(), "1".into())]);
+        // A symbolic link, even to a good file, is refused: its target is not checked.
+        let link = dir.path().join("link.env");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        let e = read(&link).unwrap_err();
         assert!(
-            e.starts_with("env_file /nonexistent/env: cannot read"),
+            e.ends_with("is a symbolic link; name the file itself"),
             "{e}"
         );
+        // Writable by others.
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(read(&good).unwrap_err().contains("writable by other users"));
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // A directory others may write (not sticky).
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(
+            read(&good)
+                .unwrap_err()
+                .contains("can be changed by another user")
+        );
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(read(&good).is_ok(), "a sticky directory is fine");
+        assert!(check_parents(Path::new("relative.env"), me).is_err());
+        // A directory is not an env file.
+        assert!(read(dir.path()).unwrap_err().contains("not a regular file"));
     }
 }

@@ -158,18 +158,31 @@ async fn send(req: &HttpCall, tail: usize) -> Result<(u16, String), String> {
         status.as_u16(),
         status.canonical_reason().unwrap_or("")
     );
-    let mut body = Vec::new();
-    while body.len() < tail {
-        match response.chunk().await {
-            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            Ok(None) => break,
-            Err(e) => {
-                text.push_str(&format!("(body cut short: {})\n", error_chain(&e)));
-                break;
-            }
-        }
+    let (body, error) = read_bounded(&mut response, tail).await;
+    if let Some(e) = error {
+        text.push_str(&format!("(body cut short: {e})\n"));
     }
-    body.truncate(tail);
     text.push_str(&String::from_utf8_lossy(&body));
     Ok((status.as_u16(), text))
+}
+
+/// Reads at most `limit` bytes of a response's body, chunk by chunk, and stops there: whatever
+/// the peer sends beyond is never buffered (the connection is dropped with the response). The
+/// error that cut the body short, if one did.
+pub async fn read_bounded(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> (Vec<u8>, Option<String>) {
+    let mut body = Vec::new();
+    while body.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = limit - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) => break,
+            Err(e) => return (body, Some(error_chain(&e))),
+        }
+    }
+    (body, None)
 }

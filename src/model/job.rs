@@ -284,54 +284,6 @@ pub struct JobSpec {
     pub every_node: bool,
 }
 
-/// The account the daemon itself runs as, as far as [`run_as`] needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Daemon {
-    /// The user name (`root`, `sqlcron`).
-    pub name: String,
-    /// The numeric user id: 0 is root, who may switch users.
-    pub uid: u32,
-}
-
-/// Which account a job runs as: `(user, group)` to switch to, or `None` to run as the daemon.
-/// A daemon running as root runs a job only as a named user (the job's `user`, else
-/// `[daemon] default_user`), as cron runs each crontab as its owner; any other daemon runs jobs
-/// only as itself.
-pub fn run_as(
-    user: Option<&str>,
-    group: Option<&str>,
-    default_user: Option<&str>,
-    daemon: &Daemon,
-) -> Result<Option<(String, Option<String>)>, String> {
-    let user = user.or(default_user);
-    if daemon.uid == 0 {
-        return match user {
-            Some(u) => Ok(Some((u.to_string(), group.map(str::to_string)))),
-            None => Err(
-                "user: a job must name the user it runs as when the daemon runs as \
-                 root (set user on the job, or [daemon] default_user)"
-                    .into(),
-            ),
-        };
-    }
-    if let Some(u) = user
-        && u != daemon.name
-        && u != daemon.uid.to_string()
-    {
-        return Err(format!(
-            "user: \"{u}\": this daemon runs as \"{}\" and can run jobs only as itself (a \
-             daemon running as root can switch users)",
-            daemon.name
-        ));
-    }
-    if let Some(g) = group {
-        return Err(format!(
-            "group: \"{g}\": only a daemon running as root can switch groups"
-        ));
-    }
-    Ok(None)
-}
-
 /// Resource limits of one run: `setrlimit` values (any system) and control-group values (under
 /// systemd with cgroup v2 and `Delegate=yes`). Stored as a JSON object in `cron_table.limits`;
 /// sizes are bytes and times seconds once parsed.
@@ -484,9 +436,44 @@ pub const SECRET_VARS: [&str; 7] = [
     "LISTEN_PID",
 ];
 
+/// Whether a variable of the daemon's environment is never passed to a job, even when
+/// `inherit_env` names it: [`SECRET_VARS`], sqlcron's own `SQLCRON_*` settings, and the database
+/// drivers' variables (libpq's `PG*` such as `PGPASSWORD`, `MYSQL_PWD` and the other `MYSQL_*`
+/// and `MARIADB_*`, `DATABASE_URL`), which may carry the daemon's database credentials.
+pub fn never_inherited(name: &str) -> bool {
+    SECRET_VARS.contains(&name)
+        || name.starts_with("SQLCRON_")
+        || name.starts_with("MYSQL_")
+        || name.starts_with("MARIADB_")
+        || name == "DATABASE_URL"
+        || name
+            .strip_prefix("PG")
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn database_driver_variables_are_never_inherited() {
+        for name in [
+            "PGPASSWORD",
+            "PGPASSFILE",
+            "PGSSLKEY",
+            "MYSQL_PWD",
+            "MARIADB_PASSWORD",
+            "DATABASE_URL",
+            "SQLCRON_DATABASE_URL",
+            "SQLCRON_CONFIG",
+            "CREDENTIALS_DIRECTORY",
+        ] {
+            assert!(never_inherited(name), "{name}");
+        }
+        for name in ["PATH", "TZ", "PAGER", "MY_TOKEN", "HTTP_PROXY"] {
+            assert!(!never_inherited(name), "{name}");
+        }
+    }
 
     #[test]
     fn overlap_is_forbid_or_replace_and_allow_is_explained() {
@@ -500,38 +487,6 @@ mod tests {
         );
         assert!(Outcome::Replaced.is_finished());
         assert_eq!(Outcome::parse("replaced"), Ok(Outcome::Replaced));
-    }
-
-    fn account(name: &str, uid: u32) -> Daemon {
-        Daemon {
-            name: name.into(),
-            uid,
-        }
-    }
-
-    #[test]
-    fn root_daemon_needs_a_user_and_others_run_as_themselves() {
-        let root = account("root", 0);
-        let e = run_as(None, None, None, &root).unwrap_err();
-        assert!(e.starts_with("user: a job must name the user"), "{e}");
-        assert_eq!(
-            run_as(None, None, Some("nobody"), &root).unwrap(),
-            Some(("nobody".into(), None))
-        );
-        assert_eq!(
-            run_as(Some("backup"), Some("disk"), Some("nobody"), &root).unwrap(),
-            Some(("backup".into(), Some("disk".into())))
-        );
-        let svc = account("sqlcron", 998);
-        assert_eq!(run_as(None, None, None, &svc).unwrap(), None);
-        assert_eq!(run_as(Some("sqlcron"), None, None, &svc).unwrap(), None);
-        assert_eq!(run_as(Some("998"), None, None, &svc).unwrap(), None);
-        let e = run_as(Some("postgres"), None, None, &svc).unwrap_err();
-        assert!(
-            e.starts_with("user: \"postgres\": this daemon runs as \"sqlcron\""),
-            "{e}"
-        );
-        assert!(run_as(None, Some("disk"), None, &svc).is_err());
     }
 
     #[test]

@@ -23,3 +23,4 @@ pub mod lease;
 pub mod placement;
 pub mod policy;
 pub mod retention;
+pub mod run_as;

@@ -500,3 +500,98 @@ fn distinct(qs: Vec<&Request>) -> Vec<&Request> {
         .filter(|q| seen.insert(q.body["event_id"].to_string()))
         .collect()
 }
+
+/// Issue 25 (5): a webhook receiver answering 500 with an endless body. The node reads a few
+/// hundred bytes of it for the event's error and drops the connection: the receiver sees the
+/// connection closed long before it could fill the daemon's memory, the daemon lives on, and the
+/// event stays due for a retry with the status in its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_answering_an_endless_body_is_read_no_further() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Bytes sent on each connection before the daemon closed it.
+    let closed_after: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let record = closed_after.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n\
+                            Transfer-Encoding: chunked\r\n\r\n";
+                if sock.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                let mut sent = 0usize;
+                // At most 1 GiB: far more than a daemon that reads it all could hold here.
+                while sent < 1 << 30 {
+                    if sock.write_all(chunk.as_bytes()).await.is_err() {
+                        break;
+                    }
+                    sent += chunk.len();
+                }
+                record.lock().unwrap().push(sent);
+            });
+        }
+    });
+
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!(
+            "[[job]]\nname = \"fails\"\nschedule = \"* * * * * *\"\ncommand = \"false\"\n\
+             on_failure = {{ url = \"http://127.0.0.1:{port}/hook\" }}\n"
+        ),
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    let error = eventually(Duration::from_secs(30), "a failed delivery", || async {
+        store
+            .events(Some("fails"), 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find_map(|e| e.error.filter(|m| m.contains("HTTP 500")))
+    })
+    .await;
+    assert!(error.contains("xxxx"), "{error}");
+    assert!(
+        error.len() < 1_000,
+        "the error keeps a short reply: {error}"
+    );
+    let sent = eventually(
+        Duration::from_secs(30),
+        "the daemon to close a reply",
+        || async { closed_after.lock().unwrap().first().copied() },
+    )
+    .await;
+    assert!(
+        sent < 64 << 20,
+        "the daemon read {sent} bytes of an endless reply"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", node.pid())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(rss_kib < 200 * 1024, "daemon RSS {rss_kib} KiB");
+    let mut node = node;
+    assert!(
+        matches!(node.child.try_wait(), Ok(None)),
+        "the daemon died:\n{}",
+        node.log_text()
+    );
+    store.close().await;
+}

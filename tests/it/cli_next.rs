@@ -68,3 +68,39 @@ fn bad_usage_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(stdout(&out), "");
 }
+
+/// Issue 25 (21): output into a pipe that closes early (`| head`) ends the command quietly, as
+/// for any Unix tool: no panic, nothing on stderr.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args(["next", "* * * * * *", "--count", "1000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(err, "", "stderr after the pipe closed");
+    assert!(
+        status.success() || status.signal() == Some(libc::SIGPIPE),
+        "{status:?}"
+    );
+}

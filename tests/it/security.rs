@@ -121,9 +121,112 @@ async fn job_environment_is_cron_like(dialect: Dialect) {
     store.close().await;
 }
 
+/// Issue 25 (1): a row is untrusted input. Under a root daemon whose only allowed user is
+/// `nobody`, rows inserted with SQL that would run as root (by name or as uid 0, on one node or
+/// on every node), as a user the node does not list, or with a group the user is not in, are
+/// parked with the reason and never run; an allowed row runs; a row turned to root later is
+/// parked at its next claim.
+async fn rows_run_only_as_allowed_accounts(dialect: Dialect) {
+    if !is_root() {
+        eprintln!("SKIPPED rows_run_only_as_allowed_accounts: needs a root daemon");
+        return;
+    }
+    let user = TestUser::create();
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"n\"\n[daemon]\npoll_interval = \"200ms\"\n\
+         default_user = \"nobody\"\n",
+        db.url
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    let insert = |name: &str, columns: &str, values: &str| {
+        format!(
+            "INSERT INTO cron_table (name, schedule, command{columns}) \
+             VALUES ('{name}', '* * * * * *', 'id -u'{values})"
+        )
+    };
+    for sql in [
+        insert("as-root", ", run_user", ", 'root'"),
+        insert("as-zero", ", run_user", ", '0'"),
+        insert(
+            "root-everywhere",
+            ", run_user, run_on",
+            ", 'root', 'every_node'",
+        ),
+        insert("stranger", ", run_user", &format!(", '{}'", user.name)),
+        insert("shadow", ", run_user, run_group", ", 'nobody', 'shadow'"),
+        insert("no-user-root-group", ", run_group", ", 'root'"),
+        insert("fine", "", ""),
+    ] {
+        store.execute_raw(&sql).await.unwrap();
+    }
+    let parked = |job: &'static str| {
+        let store = store.clone();
+        async move {
+            eventually(
+                Duration::from_secs(10),
+                &format!("{job} parked"),
+                || async { store.job(job).await.unwrap().and_then(|j| j.error) },
+            )
+            .await
+        }
+    };
+    for job in ["as-root", "as-zero", "root-everywhere"] {
+        let e = parked(job).await;
+        assert!(e.contains("allowed_users lists \"root\""), "{job}: {e}");
+    }
+    let e = parked("stranger").await;
+    assert!(
+        e.contains("is not in [daemon] allowed_users") && e.contains("nobody"),
+        "{e}"
+    );
+    let e = parked("shadow").await;
+    assert!(
+        e.starts_with("group: \"shadow\" is not a group of \"nobody\""),
+        "{e}"
+    );
+    let e = parked("no-user-root-group").await;
+    assert!(e.starts_with("group: \"root\""), "{e}");
+    let run = first_run(&store, "fine").await;
+    assert_eq!(run.outcome, "ok", "{run:?}");
+    let nobody = sqlcron::exec::account::lookup("nobody", None).unwrap();
+    assert_eq!(run.output.unwrap().trim(), nobody.uid.to_string());
+    // Turned to root after it ran: parked at its next claim, and no run as root ever.
+    store
+        .execute_raw("UPDATE cron_table SET run_user = 'root' WHERE name = 'fine'")
+        .await
+        .unwrap();
+    let e = parked("fine").await;
+    assert!(e.contains("allowed_users lists \"root\""), "{e}");
+    let history = store.history(None, 10_000).await.unwrap();
+    for r in &history {
+        assert!(
+            r.job == "fine" && r.output.as_deref().is_none_or(|o| o.trim() != "0"),
+            "a refused row ran: {r:?}"
+        );
+    }
+    drop(node);
+
+    // `sqlcron at --user root` is refused before it writes anything, naming the key to set.
+    let cfg = dir.path().join("at.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["at", "now", "--user", "root", "--", "id"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("allowed_users"), "{}", stderr(&out));
+    store.close().await;
+}
+
 for_each_dialect!(
     job_environment_is_cron_like,
-    audit_trail_records_who_changed_what
+    audit_trail_records_who_changed_what,
+    rows_run_only_as_allowed_accounts
 );
 
 /// A user and a group made for one test, removed after it.
@@ -256,6 +359,66 @@ async fn run_as_switches_to_the_named_user() {
         "{}",
         stderr(&out)
     );
+    store.close().await;
+}
+
+/// Issue 25 (6): a root daemon reads a job's `env_file` for it. A job user who controls the
+/// path links it to a root-only file: the run fails naming the file, and the job never sees the
+/// root-only variables. A file other users may write is refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_files_are_read_only_when_no_other_user_could_have_placed_them() {
+    if !is_root() {
+        eprintln!("SKIPPED env_files_are_read_only_when...: needs a root daemon");
+        return;
+    }
+    let user = TestUser::create();
+    let account = sqlcron::exec::account::lookup(&user.name, None).unwrap();
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = dir.path().join("root-only.env");
+    std::fs::write(&secret, "STOLEN=root-only-value\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The job user's own directory, with a link to the root-only file.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(account.uid), Some(account.gid)).unwrap();
+    let link = theirs.join("job.env");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    // A file every user may write, in a directory of root's.
+    let open = dir.path().join("open.env");
+    std::fs::write(&open, "X=1\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let config = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"n\"\n[daemon]\npoll_interval = \"200ms\"\n\
+         [[job]]\nname = \"linked\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\ncommand = \"env\"\n\
+         env_file = \"{}\"\n\
+         [[job]]\nname = \"open\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\ncommand = \"env\"\n\
+         env_file = \"{}\"\n",
+        db.url,
+        user.name,
+        link.display(),
+        user.name,
+        open.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    let run = first_run(&store, "linked").await;
+    assert_eq!(run.outcome, "failed", "{run:?}");
+    let message = run.message.unwrap_or_default();
+    assert!(message.contains("env_file"), "{message}");
+    assert!(!run.output.unwrap_or_default().contains("root-only-value"));
+    let run = first_run(&store, "open").await;
+    assert_eq!(run.outcome, "failed", "{run:?}");
+    assert!(
+        run.message
+            .unwrap_or_default()
+            .contains("writable by other users"),
+        "a world-writable env_file was read"
+    );
+    let log = node.log_text();
+    assert!(!log.contains("root-only-value"), "the secret is in the log");
+    drop(node);
     store.close().await;
 }
 

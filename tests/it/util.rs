@@ -234,10 +234,18 @@ pub fn node_config(url: &str, name: &str, extra: &str) -> String {
 }
 
 /// `default_user = "<the user running the tests>"`: a daemon running as root needs a user for
-/// its jobs, and any other daemon may name only itself.
+/// its jobs, and any other daemon may name only itself. Root must also be allowed explicitly
+/// (`allowed_users`).
 pub fn default_user() -> String {
     let me = sqlcron::exec::account::current().expect("the test user's account");
-    format!("default_user = \"{}\"", me.name)
+    if me.uid == 0 {
+        format!(
+            "default_user = \"{}\"\nallowed_users = [\"{}\"]",
+            me.name, me.name
+        )
+    } else {
+        format!("default_user = \"{}\"", me.name)
+    }
 }
 
 /// A TCP port free on 127.0.0.1 right now, for a throwaway server.
