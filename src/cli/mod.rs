@@ -120,6 +120,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         );
         return Ok(0);
     }
+    if let Command::Daemon = cli.command {
+        run_daemon::harden_process();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

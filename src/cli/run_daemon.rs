@@ -168,3 +168,23 @@ pub(super) fn spawn_signal_thread(
         })?;
     Ok(())
 }
+
+/// Keeps the daemon's secrets from jobs that run as the daemon's own user (a daemon not running
+/// as root runs every job as itself): the process is made non-dumpable, so that such a job can
+/// neither read `/proc/<daemon>/environ` or `/proc/<daemon>/mem` nor attach a debugger, and the
+/// database URL leaves the environment once read (`Environment` holds it for reloads). Called
+/// before any thread starts. What a same-user job can still reach is in docs/security.md.
+pub(super) fn harden_process() {
+    // SAFETY: prctl with PR_SET_DUMPABLE takes plain integers and has no other effect.
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if rc != 0 {
+        eprintln!(
+            "sqlcron: warning: cannot make the daemon non-dumpable: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: no other thread runs yet: the runtime and the signal thread start after this.
+    unsafe {
+        std::env::remove_var("SQLCRON_DATABASE_URL");
+    }
+}

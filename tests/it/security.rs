@@ -422,6 +422,66 @@ async fn env_files_are_read_only_when_no_other_user_could_have_placed_them() {
     store.close().await;
 }
 
+/// Issue 25 (11): a daemon that is not root runs its jobs as itself; such a job must not read
+/// the daemon's environment (the database URL) or memory through /proc. The daemon is made
+/// non-dumpable: its /proc files belong to root, and the URL is gone from its environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_user_job_cannot_read_the_daemons_environment() {
+    if !is_root() {
+        eprintln!("SKIPPED a_same_user_job_cannot_read...: needs root to create a user");
+        return;
+    }
+    let user = TestUser::create();
+    let account = sqlcron::exec::account::lookup(&user.name, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(account.uid), Some(account.gid)).unwrap();
+    let db = home.join("sqlcron.db");
+    let out = home.join("environ.txt");
+    let config = home.join("sqlcron.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nname = \"n\"\n[daemon]\npoll_interval = \"200ms\"\n\
+             [[job]]\nname = \"peek\"\nschedule = \"* * * * * *\"\n\
+             command = 'cat /proc/$PPID/environ > {0} 2>&1; echo \"exit $?\" >> {0}'\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&config, Some(account.uid), Some(account.gid)).unwrap();
+    let url = format!("sqlite://{}", db.display());
+    let log = std::fs::File::create(home.join("daemon.log")).unwrap();
+    // Started as the user directly (not through runuser), so that its PID is the daemon's.
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_sqlcron"));
+    std::os::unix::process::CommandExt::uid(&mut daemon, account.uid);
+    std::os::unix::process::CommandExt::gid(&mut daemon, account.gid);
+    let mut daemon = daemon
+        .arg("--config")
+        .arg(&config)
+        .arg("daemon")
+        .env("SQLCRON_DATABASE_URL", &url)
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("INVOCATION_ID")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let text = eventually(Duration::from_secs(30), "the job's try", || async {
+        std::fs::read_to_string(&out)
+            .ok()
+            .filter(|t| t.contains("exit "))
+    })
+    .await;
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(!text.contains("SQLCRON_DATABASE_URL"), "{text}");
+    assert!(!text.contains(&url), "{text}");
+    assert!(text.contains("Permission denied"), "{text}");
+}
+
 /// A CPU limit ends a runaway job with SIGXCPU and the history says which limit; the open-files
 /// limit is what the job sees; a cgroup limit where no delegated cgroup exists is reported, and
 /// the job still runs.
