@@ -77,8 +77,9 @@ fn crontab_files_round_trip_into_checked_toml() {
     // Both outputs together are a configuration `check` accepts.
     let config = dir.path().join("sqlcron.toml");
     let db = dir.path().join("x.db");
+    // The crontabs' jobs run as this user; root must be allowed in so many words.
     let text = format!(
-        "[database]\nurl = \"sqlite://{}\"\n{user_toml}\n{}",
+        "[database]\nurl = \"sqlite://{}\"\n[daemon]\nallowed_users = [\"{me}\"]\n{user_toml}\n{}",
         db.display(),
         system_toml.replace("name = \"cron-", "name = \"system-cron-")
     );
