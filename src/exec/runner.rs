@@ -186,15 +186,27 @@ pub async fn run(
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    if let Some(dir) = &spec.workdir {
-        cmd.current_dir(dir);
-    }
     let spawn_err = |what: &str, source| SpawnError {
         job: spec.job.clone(),
         what: what.to_string(),
         source,
     };
     let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+    // Without an account switch the standard library enters the directory; with one, the child
+    // enters it only after dropping to the job's account (`setup_child`), so a directory the job's
+    // user cannot enter is refused rather than entered with the daemon's rights.
+    let switch = spec.account.clone();
+    let workdir = match (&spec.workdir, &switch) {
+        (Some(dir), None) => {
+            cmd.current_dir(dir);
+            None
+        }
+        (Some(dir), Some(_)) => Some(
+            std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+                .map_err(|_| spawn_err(&what, invalid("workdir holds a NUL byte".into())))?,
+        ),
+        (None, _) => None,
+    };
     let rlimits =
         crate::exec::limits::rlimits(&spec.limits).map_err(|m| spawn_err(&what, invalid(m)))?;
     let mut notes = Vec::new();
@@ -212,13 +224,14 @@ pub async fn run(
     } else {
         None
     };
-    let switch = spec.account.clone();
     if switch.is_some() || !rlimits.is_empty() || cgroup.is_some() {
         let procs = cgroup.as_ref().map(|c| c.procs.clone());
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls on data prepared before the fork.
         unsafe {
-            cmd.pre_exec(move || setup_child(procs.as_ref(), &rlimits, switch.as_ref()));
+            cmd.pre_exec(move || {
+                setup_child(procs.as_ref(), &rlimits, switch.as_ref(), workdir.as_ref())
+            });
         }
     }
     let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
@@ -323,12 +336,14 @@ pub async fn run(
     })
 }
 
-/// In the child, before `exec`: join the run's control group, set the limits, then drop to the
-/// job's account (groups first, then gid, then uid: after setuid nothing else may change).
+/// In the child, before `exec`: join the run's control group, set the limits, drop to the job's
+/// account (groups first, then gid, then uid: after setuid nothing else may change), then enter
+/// the working directory as that account.
 fn setup_child(
     cgroup_procs: Option<&std::ffi::CString>,
     rlimits: &[crate::exec::limits::Rlimit],
     account: Option<&crate::exec::account::Account>,
+    workdir: Option<&std::ffi::CString>,
 ) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
@@ -361,6 +376,9 @@ fn setup_child(
             check(libc::setgroups(a.groups.len(), a.groups.as_ptr()))?;
             check(libc::setgid(a.gid))?;
             check(libc::setuid(a.uid))?;
+        }
+        if let Some(dir) = workdir {
+            check(libc::chdir(dir.as_ptr()))?;
         }
     }
     Ok(())

@@ -281,8 +281,14 @@ async fn run_as_switches_to_the_named_user() {
     let db = TestDb::new(Dialect::Sqlite).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
+    // Issue 25 (13): a directory only root may enter is not entered for the job's user.
+    let root_only = dir.path().join("root-only");
+    std::fs::create_dir(&root_only).unwrap();
+    std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700)).unwrap();
     let config = format!(
         "[database]\nurl = \"{}\"\n[node]\nname = \"n\"\n[daemon]\npoll_interval = \"200ms\"\n\
+         [[job]]\nname = \"root-dir\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\n\
+         workdir = \"{}\"\ncommand = \"pwd\"\n\
          [[job]]\nname = \"as-user\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\n\
          command = 'echo \"$(id -u) $(id -g) $(id -G) $HOME $USER $LOGNAME\"'\n\
          [[job]]\nname = \"as-group\"\nschedule = \"* * * * * *\"\nuser = \"{}\"\ngroup = \"{}\"\n\
@@ -290,9 +296,26 @@ async fn run_as_switches_to_the_named_user() {
          [[job]]\nname = \"no-user\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
          [[job]]\nname = \"ghost\"\nschedule = \"* * * * * *\"\nuser = \"no-such-user-x\"\n\
          command = \"true\"\n",
-        db.url, user.name, user.name, user.group
+        db.url,
+        user.name,
+        root_only.display(),
+        user.name,
+        user.name,
+        user.group
     );
     let node = DaemonProcess::start(dir.path(), "n", &config);
+    let run = first_run(&store, "root-dir").await;
+    assert_eq!(
+        run.outcome, "failed",
+        "entered a root-only workdir: {run:?}"
+    );
+    assert!(
+        run.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("ermission denied"),
+        "{run:?}"
+    );
     let run = first_run(&store, "as-user").await;
     assert_eq!(run.outcome, "ok", "{run:?}");
     let out = run.output.unwrap();
