@@ -157,6 +157,11 @@ async fn prune(
         }
         pruned.one_offs += removed.len() as u64;
     }
+    let (deleted, restored) = store.tidy_placements().await?;
+    pruned.placements += deleted;
+    if restored > 0 {
+        tracing::info!(restored, "placement values in use were missing; added back");
+    }
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Shared;
 use crate::config::Config;
-use crate::model::placement::matching_values;
+use crate::model::placement::{MAX_MATCHING, bounded, matching_values};
 use crate::store::{Peek, StoreError};
 
 /// What the node last learnt of the placement values in use.
@@ -41,11 +41,20 @@ impl Shared {
         let mut peek = self.store.peek(&self.node, view.matching()).await?;
         let view = if peek.placements != view.count || view.tags != config.node_tags {
             let values = self.store.placement_values().await?;
-            let matching = matching_values(
+            let (matching, left_out) = bounded(matching_values(
                 values.iter().map(String::as_str),
                 &self.node,
                 &config.node_tags,
-            );
+            ));
+            if left_out > 0 {
+                tracing::error!(
+                    values = values.len(),
+                    left_out,
+                    "more than {MAX_MATCHING} placement values match this node: rows with the \
+                     {left_out} others are not claimed by it until fewer are in use (values no \
+                     row uses are pruned with the history)"
+                );
+            }
             tracing::info!(
                 values = values.len(),
                 matching = matching.len(),

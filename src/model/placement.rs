@@ -136,6 +136,25 @@ pub fn matching_values<'a>(
         .collect()
 }
 
+/// The most placement values a node filters its claim by: each is a bound parameter of the
+/// claim and the peek (twice), and the databases limit those (SQLite to 32,766, older builds to
+/// 999). Beyond it a node keeps the first values and says so (see [`bounded`]).
+pub const MAX_MATCHING: usize = 400;
+
+/// At most [`MAX_MATCHING`] of the values a node matches, those that parse first (a flood of
+/// garbage values, each matched by every node so that its rows get parked, cannot push out the
+/// placements of real jobs), and how many were left out.
+pub fn bounded(mut matching: Vec<String>) -> (Vec<String>, usize) {
+    if matching.len() <= MAX_MATCHING {
+        return (matching, 0);
+    }
+    matching.sort_by_key(|v| Placement::from_json(v).is_err());
+    let left_out = matching.len() - MAX_MATCHING;
+    matching.truncate(MAX_MATCHING);
+    matching.sort();
+    (matching, left_out)
+}
+
 /// Shell-style glob: `*` matches any run of characters (also none), `?` exactly one.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
@@ -164,6 +183,19 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_keeps_values_that_parse_before_garbage() {
+        let real = r#"{"tags":["a"]}"#.to_string();
+        let mut values: Vec<String> = (0..MAX_MATCHING + 50).map(|i| format!("g{i}")).collect();
+        values.push(real.clone());
+        let (kept, left_out) = bounded(values);
+        assert_eq!(kept.len(), MAX_MATCHING);
+        assert_eq!(left_out, 51);
+        assert!(kept.contains(&real));
+        let few = vec![real.clone()];
+        assert_eq!(bounded(few.clone()), (few, 0));
+    }
 
     fn tags(t: &[&str]) -> Vec<String> {
         t.iter().map(|s| s.to_string()).collect()

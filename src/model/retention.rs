@@ -77,14 +77,22 @@ pub struct Pruned {
     pub events: u64,
     /// Done one-off jobs (`@at`) removed with their row.
     pub one_offs: u64,
+    /// Placement values no row uses any more.
+    pub placements: u64,
 }
 
 impl std::fmt::Display for Pruned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} runs by age, {} runs by count, {} audit rows, {} alert events, {} done one-off jobs",
-            self.runs_by_age, self.runs_by_count, self.audit, self.events, self.one_offs
+            "{} runs by age, {} runs by count, {} audit rows, {} alert events, {} done one-off jobs, \
+             {} unused placement values",
+            self.runs_by_age,
+            self.runs_by_count,
+            self.audit,
+            self.events,
+            self.one_offs,
+            self.placements
         )
     }
 }

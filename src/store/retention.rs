@@ -267,4 +267,37 @@ impl Store {
         .map_err(sql_err!(self, "prune"))?;
         Ok(done.rows_affected())
     }
+
+    /// Keeps `cron_placements` to the values rows use: deletes the others, then adds back any
+    /// value a row uses that is missing (a row inserted while its value was being deleted).
+    /// Returns (deleted, restored).
+    pub async fn tidy_placements(&self) -> Result<(u64, u64)> {
+        let deleted = sqlx::query(
+            "DELETE FROM cron_placements WHERE NOT EXISTS \
+             (SELECT 1 FROM cron_table t WHERE t.placement = cron_placements.placement)",
+        )
+        .execute(&self.db)
+        .await
+        .map_err(sql_err!(self, "prune placements"))?
+        .rows_affected();
+        let insert = match self.dialect {
+            Dialect::Sqlite => "INSERT OR IGNORE INTO cron_placements (placement)",
+            Dialect::Postgres => "INSERT INTO cron_placements (placement)",
+            Dialect::Mysql => "INSERT IGNORE INTO cron_placements (placement)",
+        };
+        let tail = if self.dialect == Dialect::Postgres {
+            " ON CONFLICT DO NOTHING"
+        } else {
+            ""
+        };
+        let restored = sqlx::query(AssertSqlSafe(format!(
+            "{insert} SELECT DISTINCT t.placement FROM cron_table t WHERE t.placement IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM cron_placements p WHERE p.placement = t.placement){tail}"
+        )))
+        .execute(&self.db)
+        .await
+        .map_err(sql_err!(self, "restore placements"))?
+        .rows_affected();
+        Ok((deleted, restored))
+    }
 }

@@ -11,6 +11,7 @@ for_each_dialect!(
     only_matching_nodes_run_a_placed_job,
     a_drained_node_finishes_its_run_and_claims_nothing_more,
     every_node_job_runs_each_slot_once_on_each_node,
+    a_flood_of_placement_values_is_bounded_and_pruned,
 );
 
 fn node_with_tags(url: &str, name: &str, tags: &str, jobs: &str) -> String {
@@ -346,4 +347,68 @@ async fn every_node_job_runs_each_slot_once_on_each_node(dialect: Dialect) {
     }
     let skipped = history.iter().find(|r| r.outcome == "skipped").unwrap();
     assert!(skipped.skipped_count.unwrap_or(0) >= 3, "{skipped:?}");
+}
+
+/// Issue 25 (14): 33,000 placement values no row uses (values that do not parse, which every
+/// node matches) made every peek bind more parameters than the database allows, and the node
+/// reported a database outage forever. Now a node filters by at most `MAX_MATCHING` values and
+/// keeps running its jobs, and the history pruning removes the values no row uses.
+async fn a_flood_of_placement_values_is_bounded_and_pruned(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = "[history]\nprune_interval = \"2s\"\n\
+                [[job]]\nname = \"steady\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+                [[job]]\nname = \"placed\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+                on = { tags = [\"a\"] }\n";
+    let _node = DaemonProcess::start(
+        dir.path(),
+        "n1",
+        &node_with_tags(&db.url, "n1", "\"a\"", jobs),
+    );
+    let flood = match dialect {
+        Dialect::Postgres => "INSERT INTO cron_placements (placement) \
+             SELECT 'garbage-' || g FROM generate_series(1, 33000) g"
+            .to_string(),
+        Dialect::Sqlite => "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
+             WHERE i < 33000) INSERT INTO cron_placements (placement) \
+             SELECT 'garbage-' || i FROM n"
+            .to_string(),
+        Dialect::Mysql => "INSERT INTO cron_placements (placement) \
+             SELECT CONCAT('garbage-', seq) FROM seq_1_to_33000"
+            .to_string(),
+    };
+    let runs = |job: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .history(Some(job), 1000)
+                .await
+                .unwrap()
+                .iter()
+                .filter(|r| r.outcome == "ok")
+                .count()
+        }
+    };
+    eventually(Duration::from_secs(30), "both jobs ran", || async {
+        (runs("steady").await > 0 && runs("placed").await > 0).then_some(())
+    })
+    .await;
+    store.execute_raw(&flood).await.unwrap();
+    let (steady, placed) = (runs("steady").await, runs("placed").await);
+    eventually(
+        Duration::from_secs(30),
+        "jobs run on after the flood, and the unused values are pruned",
+        || async {
+            let left = store
+                .scalar_i64("SELECT COUNT(*) FROM cron_placements")
+                .await
+                .unwrap()
+                .unwrap_or(-1);
+            (runs("steady").await >= steady + 2 && runs("placed").await >= placed + 2 && left == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    store.close().await;
 }
