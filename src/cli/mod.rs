@@ -154,6 +154,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 for n in &report.updated {
                     println!("{verb}update {n}");
                 }
+                for (n, columns) in &report.restored {
+                    println!("{verb}restore {n} (changed outside the file: {columns})");
+                }
                 for n in &report.removed {
                     println!("{verb}remove {n}");
                 }
@@ -162,6 +165,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 }
                 if report.created.is_empty()
                     && report.updated.is_empty()
+                    && report.restored.is_empty()
                     && report.removed.is_empty()
                 {
                     println!("nothing to change");

@@ -199,6 +199,9 @@ impl Daemon {
         for name in &report.updated {
             tracing::info!(job = %name, "job updated from TOML");
         }
+        for (name, columns) in &report.restored {
+            tracing::warn!(job = %name, %columns, "job changed outside the TOML; restored from the file");
+        }
         for name in &report.removed {
             tracing::info!(job = %name, "job removed (no longer in TOML)");
         }

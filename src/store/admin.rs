@@ -150,12 +150,13 @@ impl Store {
     /// is no such job.
     pub async fn set_enabled(&self, name: &str, enabled: bool, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
         ))
         .bind(i64::from(enabled))
-        .bind(audit::marker(actor))
+        .bind(mark)
         .bind(name.to_string())
         .execute(&mut *tx)
         .await

@@ -44,9 +44,23 @@ impl Store {
             let values = job_values(job);
             match rows.get(&job.name) {
                 Some((source, _)) if source != "toml" => report.conflicts.push(job.name.clone()),
-                Some((_, Some(h))) if *h == hash => {}
-                Some(_) => {
-                    report.updated.push(job.name.clone());
+                Some((_, stored_hash)) => {
+                    // The stored hash says what the TOML wrote last; the columns say what the
+                    // row holds now. A SQL edit of a TOML job leaves the hash alone: the apply
+                    // restores the file's definition and records the drift.
+                    let drift = stored
+                        .get(&job.name)
+                        .map(|r| changed_columns(r, &values))
+                        .unwrap_or_default();
+                    let same_file = stored_hash.as_deref() == Some(hash.as_str());
+                    if same_file && drift.is_empty() {
+                        continue;
+                    }
+                    if same_file {
+                        report.restored.push((job.name.clone(), drift.join(",")));
+                    } else {
+                        report.updated.push(job.name.clone());
+                    }
                     if !dry_run {
                         // `enabled` changes only when the TOML's own value changed: a pause made
                         // with `sqlcron pause` (or SQL) survives an update of the job.
@@ -71,19 +85,24 @@ impl Store {
                             }
                             q = bind_value(q, v);
                         }
+                        let mark = self.mark(&mut tx, actor).await?;
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
-                            .bind(audit::marker(actor))
+                            .bind(mark)
                             .bind(job.name.clone())
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "update TOML job"))?;
-                        let changed = stored
-                            .get(&job.name)
-                            .map(|r| changed_columns(r, &values))
-                            .unwrap_or_default();
-                        let detail = format!("changed {}", changed.join(","));
-                        self.audit_in(&mut *tx, actor, "apply_update", &job.name, Some(detail))
+                        let (action, detail) = if same_file {
+                            let detail = format!(
+                                "restored {} to the TOML definition (changed outside the file)",
+                                drift.join(",")
+                            );
+                            ("apply_restore", detail)
+                        } else {
+                            ("apply_update", format!("changed {}", drift.join(",")))
+                        };
+                        self.audit_in(&mut *tx, actor, action, &job.name, Some(detail))
                             .await?;
                     }
                 }
@@ -100,9 +119,10 @@ impl Store {
                         for v in &values {
                             q = bind_value(q, v);
                         }
+                        let mark = self.mark(&mut tx, actor).await?;
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
-                            .bind(audit::marker(actor))
+                            .bind(mark)
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "create TOML job"))?;
@@ -119,7 +139,8 @@ impl Store {
                 report.removed.push(name.clone());
                 if !dry_run {
                     // Marked first, so that the delete trigger knows it is not a plain SQL one.
-                    let marker = format!("removing {}", audit::marker(actor));
+                    let marker = format!("removing {}", self.mark(&mut tx, actor).await?);
+                    self.vouch(&mut tx, &marker).await?;
                     sqlx::query(AssertSqlSafe(self.dialect.render(
                         "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
                     )))

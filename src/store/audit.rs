@@ -3,16 +3,23 @@
 //! change made with plain SQL, written by the schema's triggers.
 //!
 //! How the triggers tell the two apart: every change made through sqlcron sets
-//! `cron_table.changed_by` to a fresh value ([`marker`]); a trigger records an insert or
-//! an update only when `changed_by` did not change (plain SQL), and a delete unless the row was
-//! marked `removing ...` first (a TOML apply). The database clock times every row.
+//! `cron_table.changed_by` to a fresh value ([`Store::mark`]) and, on PostgreSQL and MySQL,
+//! vouches for that value on its own connection in the same transaction (a session setting,
+//! `sqlcron.marker` / `@sqlcron_marker`, that a column written by SQL cannot imitate). The
+//! triggers there leave a change to sqlcron only when the row's `changed_by` (the old row's, for
+//! a delete) equals the vouched value; every other change is recorded as a SQL change with the
+//! database user, whatever the row says. On SQLite, which has no session settings, a trigger
+//! records an insert or an update only when `changed_by` did not change, and a delete unless the
+//! row was marked `removing ...` first: a writer of the file can do anything, triggers included,
+//! and the file's permissions are the control there (docs/security.md). The database clock
+//! times every row.
 
 use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
 
 /// A value of `changed_by` no earlier change used.
-pub(super) fn marker(actor: &Actor) -> String {
+fn marker(actor: &Actor) -> String {
     format!(
         "{}@{} pid {} #{:016x}",
         actor.who,
@@ -43,6 +50,33 @@ pub(super) const AUDIT_INSERT: &str = "INSERT INTO cron_audit (at, action, job, 
      VALUES ({now}, ?, ?, ?, ?, ?, ?)";
 
 impl Store {
+    /// A fresh `changed_by` value for one change by `actor`, vouched for on `conn` (which must
+    /// be in the transaction that writes it): see the module's doc.
+    pub(super) async fn mark(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        actor: &Actor,
+    ) -> Result<String> {
+        let value = marker(actor);
+        self.vouch(conn, &value).await?;
+        Ok(value)
+    }
+
+    /// Vouches for `value` as sqlcron's own `changed_by` on `conn`, for its transaction.
+    pub(super) async fn vouch(&self, conn: &mut sqlx::AnyConnection, value: &str) -> Result<()> {
+        let text = match self.dialect {
+            Dialect::Sqlite => return Ok(()),
+            Dialect::Postgres => "SELECT set_config('sqlcron.marker', $1, true)",
+            Dialect::Mysql => "SET @sqlcron_marker = ?",
+        };
+        sqlx::query(text)
+            .bind(value.to_string())
+            .execute(conn)
+            .await
+            .map_err(sql_err!(self, "vouch for a change"))?;
+        Ok(())
+    }
+
     /// Records one action.
     pub(super) async fn audit_in<'c, E>(
         &self,

@@ -104,6 +104,7 @@ impl Store {
         let name = backfill_name(job, slot);
         let cols = COPIED.join(", ");
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "INSERT INTO cron_table (name, schedule, misfire, starting_deadline, pool, source, \
              changed_by, {cols}) \
@@ -113,7 +114,7 @@ impl Store {
         .bind(name.clone())
         .bind(schedule.to_string())
         .bind(pool)
-        .bind(audit::marker(actor))
+        .bind(mark)
         .bind(job.to_string())
         .execute(&mut *tx)
         .await

@@ -17,7 +17,8 @@ fn definition() -> impl Iterator<Item = &'static str> {
         .filter(|c| !matches!(*c, "placement" | "run_on" | "error"))
 }
 
-/// Marks a copy being removed (the audit trigger then records no `sql_delete`).
+/// Marks a copy being removed (the audit trigger then records no `sql_delete`; on PostgreSQL
+/// and MySQL only when the connection vouched for it, see `audit.rs`).
 const REMOVING: &str = "removing (every_node copy)";
 
 impl Store {
@@ -48,6 +49,8 @@ impl Store {
         actor: &Actor,
     ) -> Result<bool> {
         let cols = definition().collect::<Vec<_>>().join(", ");
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "INSERT INTO cron_table (name, template, source, placement, changed_by, {cols}) \
              SELECT ?, name, 'copy', ?, ?, {cols} FROM cron_table \
@@ -55,13 +58,16 @@ impl Store {
         ))))
         .bind(copy.to_string())
         .bind(placement.to_string())
-        .bind(audit::marker(actor))
+        .bind(mark)
         .bind(template.to_string())
-        .execute(&self.db)
+        .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "create every_node copy"));
         match done {
-            Ok(d) => Ok(d.rows_affected() == 1),
+            Ok(d) => {
+                tx.commit().await.map_err(sql_err!(self, "commit"))?;
+                Ok(d.rows_affected() == 1)
+            }
             Err(e) if e.is_unique_violation() => Ok(false),
             Err(e) => Err(e),
         }
@@ -88,20 +94,23 @@ impl Store {
                 )
             }
         };
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
         let q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
         let q = match self.dialect {
             Dialect::Mysql => q
                 .bind(template.to_string())
-                .bind(audit::marker(actor))
+                .bind(mark)
                 .bind(copy.to_string()),
             _ => q
-                .bind(audit::marker(actor))
+                .bind(mark)
                 .bind(template.to_string())
                 .bind(copy.to_string()),
         };
-        q.execute(&self.db)
+        q.execute(&mut *tx)
             .await
             .map_err(sql_err!(self, "update every_node copy"))?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(())
     }
 
@@ -109,6 +118,7 @@ impl Store {
     /// it was removed.
     pub async fn remove_copy(&self, copy: &str) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        self.vouch(&mut tx, REMOVING).await?;
         let marked = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET changed_by = ? \
              WHERE name = ? AND template IS NOT NULL AND exec_by IS NULL",

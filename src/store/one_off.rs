@@ -27,6 +27,7 @@ impl Store {
     /// job of that name exists.
     pub async fn add_one_off(&self, job: &OneOff, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "INSERT INTO cron_table (name, schedule, command, argv, run_user, workdir, source, \
              changed_by) VALUES (?, ?, ?, ?, ?, ?, 'cli', ?)",
@@ -37,7 +38,7 @@ impl Store {
         .bind(job.argv.clone())
         .bind(job.run_user.clone())
         .bind(job.workdir.clone())
-        .bind(audit::marker(actor))
+        .bind(mark)
         .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "add one-off"));
@@ -71,12 +72,16 @@ impl Store {
     /// file would create it again). Returns their names; each removal is audited as `expired`.
     pub async fn remove_done_one_offs(&self, cutoff: i64, actor: &Actor) -> Result<Vec<String>> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        // A fresh mark each time: rows a SQL writer marked with a value of its own are not
+        // removed with these.
+        let removing = format!("{REMOVING} {}", self.mark(&mut tx, actor).await?);
+        self.vouch(&mut tx, &removing).await?;
         let marked = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET changed_by = ? WHERE source <> 'toml' \
              AND schedule LIKE '@at %' AND next_exec = ? AND exec_by IS NULL \
              AND COALESCE(last_end, claimed_at, 0) < ?",
         )))
-        .bind(REMOVING)
+        .bind(removing.clone())
         .bind(i64::MAX)
         .bind(cutoff)
         .execute(&mut *tx)
@@ -89,7 +94,7 @@ impl Store {
             self.dialect
                 .render("SELECT name FROM cron_table WHERE changed_by = ? ORDER BY name"),
         ))
-        .bind(REMOVING)
+        .bind(removing.clone())
         .fetch_all(&mut *tx)
         .await
         .map_err(sql_err!(self, "read done one-offs"))?;
@@ -97,7 +102,7 @@ impl Store {
             self.dialect
                 .render("DELETE FROM cron_table WHERE changed_by = ?"),
         ))
-        .bind(REMOVING)
+        .bind(removing.clone())
         .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "remove done one-offs"))?;

