@@ -21,8 +21,10 @@ missing=()
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || missing+=(pgbouncer)
 [ -e /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
 command -v rsync >/dev/null || missing+=(rsync)
+# The distribution's own SQLite command edits a live daemon's database in one test.
+command -v sqlite3 >/dev/null || missing+=(sqlite3)
 if [ ${#missing[@]} -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} (for the database topology tests)" >&2
+    echo "test.sh: installing ${missing[*]} (for the database topology and SQLite command tests)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

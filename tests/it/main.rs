@@ -36,6 +36,7 @@ mod security;
 mod service;
 mod signals;
 mod soak;
+mod sqlite_cli;
 mod store;
 mod tick;
 mod tls;
