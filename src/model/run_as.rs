@@ -17,20 +17,21 @@ pub struct Daemon {
 /// Which account a job runs as: `(user, group)` to switch to, or `None` to run as the daemon.
 /// A daemon running as root runs a job only as a named user (the job's `user`, else
 /// `[daemon] default_user`), as cron runs each crontab as its owner; any other daemon runs jobs
-/// only as itself.
+/// only as itself, and `default_user` (the root daemon's answer to "as whom?") does not apply to
+/// it: one configuration then works for a root service and for a user trying it out.
 pub fn run_as(
     user: Option<&str>,
     group: Option<&str>,
     default_user: Option<&str>,
     daemon: &Daemon,
 ) -> Result<Option<(String, Option<String>)>, String> {
-    let user = user.or(default_user);
     if daemon.uid == 0 {
-        return match user {
+        return match user.or(default_user) {
             Some(u) => Ok(Some((u.to_string(), group.map(str::to_string)))),
             None => Err(
-                "user: a job must name the user it runs as when the daemon runs as \
-                 root (set user on the job, or [daemon] default_user)"
+                "user: a job must name the user it runs as when the daemon runs as root: add \
+                 `default_user = \"nobody\"` under [daemon] (any account without a login), or \
+                 `user = \"...\"` to the job"
                     .into(),
             ),
         };
@@ -202,6 +203,8 @@ mod tests {
         );
         let svc = account("sqlcron", 998);
         assert_eq!(run_as(None, None, None, &svc).unwrap(), None);
+        // default_user is for a root daemon: another runs such a job as itself.
+        assert_eq!(run_as(None, None, Some("nobody"), &svc).unwrap(), None);
         assert_eq!(run_as(Some("sqlcron"), None, None, &svc).unwrap(), None);
         assert_eq!(run_as(Some("998"), None, None, &svc).unwrap(), None);
         let e = run_as(Some("postgres"), None, None, &svc).unwrap_err();

@@ -29,6 +29,7 @@ mod placement;
 mod pooler;
 mod proxied;
 mod proxy;
+mod quickstart;
 mod retention;
 mod run_record;
 mod schedules;
