@@ -403,3 +403,78 @@ fn parse_journal_entry(mut data: &[u8]) -> Vec<(String, String)> {
     }
     fields
 }
+
+/// Issue 26 (7): `systemctl reload` with a broken file fails visibly and keeps the old
+/// configuration; with a good file it reloads. The unit's `ExecReload=` lines are run as systemd
+/// runs them: in order, stopping at the first that fails, with the unit's environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_a_broken_file_fails_and_keeps_the_old_configuration() {
+    let unit = std::fs::read_to_string("systemd/sqlcron.service").unwrap();
+    let reload: Vec<String> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("ExecReload="))
+        .map(str::to_string)
+        .collect();
+    assert!(reload.len() >= 2, "a check before the signal: {reload:?}");
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let good = node_config(&db.url, "n1", "");
+    let daemon = DaemonProcess::start(dir.path(), "n1", &good);
+    let config = dir.path().join("n1.toml");
+    crate::util::eventually(Duration::from_secs(20), "the daemon up", || async {
+        let nodes = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_nodes WHERE name = 'n1'")
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        (nodes == 1).then_some(())
+    })
+    .await;
+    let reload_now = || -> Result<(), String> {
+        for line in &reload {
+            let line = line
+                .replace("/usr/bin/sqlcron", env!("CARGO_BIN_EXE_sqlcron"))
+                .replace("$MAINPID", &daemon.pid().to_string());
+            let argv: Vec<&str> = line.split_whitespace().collect();
+            let out = Command::new(argv[0])
+                .args(&argv[1..])
+                .env("SQLCRON_CONFIG", &config)
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                return Err(format!(
+                    "{line}: {:?}: {}",
+                    out.status.code(),
+                    crate::util::stderr(&out)
+                ));
+            }
+        }
+        Ok(())
+    };
+    let job = "[[job]]\nname = \"added\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n";
+    std::fs::write(&config, format!("{good}{job}schedule = \"also\"\n")).unwrap();
+    let refused = reload_now().expect_err("a broken file was reloaded");
+    assert!(
+        refused.contains("check: Some(2)") && refused.contains("duplicate key"),
+        "{refused}"
+    );
+    std::fs::write(&config, format!("{good}{job}")).unwrap();
+    reload_now().unwrap();
+    crate::util::eventually(
+        Duration::from_secs(20),
+        "the job added by the good reload ran",
+        || async {
+            let runs = store.history(Some("added"), 10).await.unwrap();
+            (!runs.is_empty()).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        daemon.log_text().matches("reload").count() >= 1,
+        "{}",
+        daemon.log_text()
+    );
+    store.close().await;
+}
