@@ -537,7 +537,19 @@ impl Shared {
                 .await;
             }
             None => {
-                tracing::info!(job = %row.name, slot = %fmt_ms(slot), attempt, outcome = result.outcome.as_str(), exit_code = ?result.exit_code, signal = ?result.signal, "finished");
+                let (outcome, slot) = (result.outcome.as_str(), fmt_ms(slot));
+                match (result.exit_code, result.signal) {
+                    (Some(exit), _) => {
+                        tracing::info!(job = %row.name, %slot, attempt, outcome, exit, "finished")
+                    }
+                    (None, Some(signal)) => {
+                        let signal = crate::model::signal::name(signal);
+                        tracing::info!(job = %row.name, %slot, attempt, outcome, %signal, "finished")
+                    }
+                    (None, None) => {
+                        tracing::info!(job = %row.name, %slot, attempt, outcome, "finished")
+                    }
+                }
                 self.finish(claim, &key, manual, policy, schedule, result)
                     .await;
             }

@@ -24,3 +24,4 @@ pub mod placement;
 pub mod policy;
 pub mod retention;
 pub mod run_as;
+pub mod signal;

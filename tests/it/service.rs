@@ -362,6 +362,10 @@ async fn logs_natively_to_journald_with_job_fields() {
         Some("sqlcron")
     );
     assert!(get(finished, "SQLCRON_SLOT").is_some_and(|s| s.ends_with('Z')));
+    // Issue 26 (9): `exit=0`, not `exit_code=Some(0) signal=None`.
+    assert_eq!(get(finished, "SQLCRON_EXIT").as_deref(), Some("0"));
+    assert_eq!(get(finished, "SQLCRON_SIGNAL"), None);
+    assert_eq!(get(finished, "SQLCRON_EXIT_CODE"), None);
     let output = entries
         .iter()
         .find(|e| get(e, "MESSAGE").as_deref() == Some("hello-journal"))
