@@ -46,9 +46,14 @@ pub async fn run(
     let (schedule, _) = daemon::resolve(&row, &config.defaults)
         .map_err(|e| Failure::runtime(format!("{job}: cannot be explained: {e}")))?;
     let now = store.now().await.map_err(Failure::runtime)?;
+    // By default the last day, or since the job was created when that is later: a job made an
+    // hour ago has no slots to explain before that.
     let from = match from {
         Some(t) => parse_time(t, &schedule)?,
-        None => now - DAY_MS,
+        None => {
+            let created = store.created_at(job).await.map_err(Failure::runtime)?;
+            created.map_or(now - DAY_MS, |c| c.max(now - DAY_MS))
+        }
     };
     let to = match to {
         Some(t) => parse_time(t, &schedule)?,

@@ -102,6 +102,19 @@ impl Store {
         Ok(())
     }
 
+    /// When the job of this name was last created (by an apply, SQL, `sqlcron at` or a
+    /// backfill), as the audit trail has it; `None` when the trail no longer says.
+    pub async fn created_at(&self, job: &str) -> Result<Option<i64>> {
+        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+            "SELECT MAX(at) FROM cron_audit WHERE job = ? \
+             AND action IN ('apply_create', 'sql_insert', 'at', 'backfill')",
+        )))
+        .bind(job.to_string())
+        .fetch_one(&self.db)
+        .await
+        .map_err(sql_err!(self, "read when the job was created"))
+    }
+
     /// The audit trail, newest first, optionally of one job.
     pub async fn audit_log(&self, job: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
         let cols = "id, at, action, job, who, host, pid, detail";
