@@ -19,6 +19,10 @@ struct JobStatus {
     enabled: bool,
     source: String,
     next_run: Option<String>,
+    /// Milliseconds from now to `next_run` (negative: due, waiting for a node).
+    next_in_ms: Option<i64>,
+    /// Milliseconds since the last run ended.
+    last_end_ago_ms: Option<i64>,
     /// The schedule has no slot left (a one-off that ran).
     done: bool,
     /// `run_on = "every_node"`: this row is a template; each node runs its copy `name@node`.
@@ -71,6 +75,11 @@ struct Status {
 
 fn job_status(row: &JobRow, config: &Config, now: i64, offers: &[NodeOffer]) -> JobStatus {
     let running = row.exec_by.is_some() && row.lease_until.is_some_and(|l| l > now);
+    let next_ms = if running || row.error.is_some() {
+        row.slot.filter(|_| running)
+    } else {
+        row.next_exec.filter(|n| *n != i64::MAX)
+    };
     JobStatus {
         name: row.name.clone(),
         schedule: row.schedule.clone(),
@@ -87,6 +96,8 @@ fn job_status(row: &JobRow, config: &Config, now: i64, offers: &[NodeOffer]) -> 
                 .filter(|n| *n != i64::MAX)
                 .map(|n| fmt_ms(Some(n)))
         },
+        next_in_ms: next_ms.map(|n| n - now),
+        last_end_ago_ms: row.last_end.map(|e| now - e),
         done: row.next_exec == Some(i64::MAX)
             && !running
             && row.run_on.as_deref() != Some("every_node"),
@@ -193,9 +204,10 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
         return Ok(0);
     }
     let mut out = String::new();
+    // Like `systemctl list-timers`: when next and in how long, when last and how long ago.
     out.push_str(&format!(
-        "{:<24} {:<16} {:<16} {:<21} {:<28} {}\n",
-        "JOB", "SCHEDULE", "ZONE", "NEXT", "STATE", "LAST"
+        "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {}\n",
+        "JOB", "NEXT", "LEFT", "LAST", "PASSED", "RESULT", "STATE", "SCHEDULE"
     ));
     for j in &status.jobs {
         let state = if let Some(e) = &j.error {
@@ -216,22 +228,30 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
         } else {
             "idle".into()
         };
-        let last = match (&j.last_status, j.last_exit) {
-            (Some(s), Some(code)) => format!(
-                "{s} (exit {code}) {}",
-                j.last_end.clone().unwrap_or_default()
-            ),
-            (Some(s), None) => format!("{s} {}", j.last_end.clone().unwrap_or_default()),
+        let result = match (&j.last_status, j.last_exit) {
+            (Some(s), Some(code)) if code != 0 => format!("{s} (exit {code})"),
+            (Some(s), _) => s.clone(),
             _ => "-".into(),
         };
+        let left = match j.next_in_ms {
+            Some(ms) if ms <= 0 && j.running_on.is_none() => "due".to_string(),
+            Some(ms) if ms > 0 => span(ms),
+            _ => "-".to_string(),
+        };
+        let passed = j
+            .last_end_ago_ms
+            .map_or_else(|| "-".to_string(), |ms| format!("{} ago", span(ms)));
         out.push_str(&format!(
-            "{:<24} {:<16} {:<16} {:<21} {:<28} {}\n",
+            "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {} ({})\n",
             j.name,
-            j.schedule,
-            j.timezone,
             j.next_run.clone().unwrap_or_else(|| "-".into()),
+            left,
+            j.last_end.clone().unwrap_or_else(|| "-".into()),
+            passed,
+            result,
             state,
-            last
+            j.schedule,
+            j.timezone
         ));
     }
     out.push_str(&format!(
@@ -268,4 +288,27 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     }
     print!("{out}");
     Ok(0)
+}
+
+/// A span of time as `systemctl list-timers` shows it: `45s`, `12min 3s`, `4h 2min`, `3 days`.
+fn span(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}min {}s", s / 60, s % 60),
+        3600..172_800 => format!("{}h {}min", s / 3600, s % 3600 / 60),
+        _ => format!("{} days", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spans_read_like_list_timers() {
+        assert_eq!(super::span(45_400), "45s");
+        assert_eq!(super::span(723_000), "12min 3s");
+        assert_eq!(super::span(14_520_000), "4h 2min");
+        assert_eq!(super::span(3 * 86_400_000 + 5), "3 days");
+        assert_eq!(super::span(-5), "0s");
+    }
 }

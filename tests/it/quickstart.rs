@@ -72,6 +72,17 @@ fn run(dir: &Path, user: Option<&str>) -> String {
         f.first() == Some(&"hello") && f.get(3) == Some(&"ok")
     });
     assert!(hello_ok, "no ok run of hello:\n{text}\n{}", stderr(&out));
+    // Issue 26 (9): `status` tells when next and in how long, when last and how long ago.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("JOB ") && l.contains(" LEFT ") && l.contains(" PASSED ")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hello ") && l.contains(" ago ") && l.contains(" ok ")),
+        "{text}"
+    );
     text
 }
 
