@@ -32,6 +32,12 @@ pub(super) enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Check this node and its cluster, one line per check, each problem with its fix (exit 0:
+    /// all well, 1: a warning, 2: an error).
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Show jobs, running claims, nodes and configuration drift.
     Status {
         #[arg(long)]

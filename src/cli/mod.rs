@@ -4,6 +4,7 @@ mod args;
 mod at;
 mod backfill;
 mod check;
+mod doctor;
 mod drain;
 mod events;
 mod explain;
@@ -172,6 +173,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 }
                 Ok(0)
             }
+            Command::Doctor { json } => doctor::run(&config, json).await,
             Command::Status { json } => {
                 status::run(&connect_read(&config).await?, &config, json).await
             }

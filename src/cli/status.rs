@@ -59,10 +59,10 @@ struct NodeStatus {
 }
 
 #[derive(Serialize)]
-struct Drift {
-    job: String,
+pub(super) struct Drift {
+    pub(super) job: String,
     /// Node name → the job's fingerprint there ("absent" when the node's file lacks it).
-    nodes: std::collections::BTreeMap<String, String>,
+    pub(super) nodes: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -144,39 +144,7 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             .filter(|j| j.running_on.as_deref() == Some(node))
             .count()
     };
-    // Drift: alive nodes whose TOML jobs differ.
-    let mut per_node = std::collections::BTreeMap::new();
-    for n in nodes.iter().filter(|n| alive(n)) {
-        let map: std::collections::BTreeMap<String, String> = n
-            .toml_jobs
-            .as_deref()
-            .and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or_default();
-        per_node.insert(n.name.clone(), map);
-    }
-    let mut all_jobs = std::collections::BTreeSet::new();
-    for m in per_node.values() {
-        all_jobs.extend(m.keys().cloned());
-    }
-    let mut drift = vec![];
-    for job in all_jobs {
-        let versions: std::collections::BTreeMap<String, String> = per_node
-            .iter()
-            .map(|(node, m)| {
-                (
-                    node.clone(),
-                    m.get(&job).cloned().unwrap_or_else(|| "absent".into()),
-                )
-            })
-            .collect();
-        let distinct: std::collections::BTreeSet<_> = versions.values().collect();
-        if distinct.len() > 1 {
-            drift.push(Drift {
-                job,
-                nodes: versions,
-            });
-        }
-    }
+    let drift = drift(&nodes, now);
     let status = Status {
         now: daemon::fmt_ms(now),
         nodes: nodes
@@ -288,6 +256,43 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     }
     print!("{out}");
     Ok(0)
+}
+
+/// Alive nodes whose TOML files disagree: per job, each node's fingerprint of it.
+pub(super) fn drift(nodes: &[crate::store::NodeRow], now: i64) -> Vec<Drift> {
+    let mut per_node = std::collections::BTreeMap::new();
+    for n in nodes.iter().filter(|n| n.alive(now)) {
+        let map: std::collections::BTreeMap<String, String> = n
+            .toml_jobs
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default();
+        per_node.insert(n.name.clone(), map);
+    }
+    let mut all_jobs = std::collections::BTreeSet::new();
+    for m in per_node.values() {
+        all_jobs.extend(m.keys().cloned());
+    }
+    let mut drift = vec![];
+    for job in all_jobs {
+        let versions: std::collections::BTreeMap<String, String> = per_node
+            .iter()
+            .map(|(node, m)| {
+                (
+                    node.clone(),
+                    m.get(&job).cloned().unwrap_or_else(|| "absent".into()),
+                )
+            })
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = versions.values().collect();
+        if distinct.len() > 1 {
+            drift.push(Drift {
+                job,
+                nodes: versions,
+            });
+        }
+    }
+    drift
 }
 
 /// A span of time as `systemctl list-timers` shows it: `45s`, `12min 3s`, `4h 2min`, `3 days`.

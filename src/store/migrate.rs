@@ -7,6 +7,26 @@ static MIGRATOR_POSTGRES: sqlx::migrate::Migrator = sqlx::migrate!("migrations/p
 static MIGRATOR_MYSQL: sqlx::migrate::Migrator = sqlx::migrate!("migrations/mysql");
 
 impl Store {
+    /// The schema's version: the newest migration applied to the database (`None`: none, or
+    /// no schema at all) and the newest this build knows.
+    pub async fn schema_version(&self) -> Result<(Option<i64>, i64)> {
+        let latest = match self.dialect {
+            Dialect::Sqlite => &MIGRATOR_SQLITE,
+            Dialect::Postgres => &MIGRATOR_POSTGRES,
+            Dialect::Mysql => &MIGRATOR_MYSQL,
+        }
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0);
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE")
+                .fetch_one(&self.db)
+                .await
+                .unwrap_or(None);
+        Ok((applied, latest))
+    }
+
     /// Creates or upgrades the schema. Nodes starting at once against an empty database are
     /// serialised: PostgreSQL by sqlx's advisory lock, MySQL/MariaDB by `GET_LOCK` held on the
     /// migrating connection (sqlx's own `GET_LOCK(name, -1)` does not wait on MariaDB), SQLite by

@@ -15,6 +15,7 @@ mod behaviour;
 mod cli_import;
 mod cli_next;
 mod cluster;
+mod doctor;
 mod explain;
 mod failover;
 mod faults;

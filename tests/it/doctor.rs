@@ -1,0 +1,143 @@
+//! Issue 26 (6): `sqlcron doctor` passes on a healthy node and names each seeded problem, with
+//! its fix and the exit code of the worst.
+
+use std::time::Duration;
+
+use sqlcron::store::Dialect;
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
+
+for_each_dialect!(doctor_names_each_problem);
+
+async fn doctor_names_each_problem(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let job = "[[job]]\nname = \"fine\"\nschedule = \"@daily\"\ncommand = \"true\"\n";
+    let _n1 = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", job));
+    eventually(Duration::from_secs(20), "n1 alive", || async {
+        let n = store.nodes().await.unwrap_or_default();
+        let now = store.now().await.unwrap();
+        n.iter()
+            .any(|n| n.name == "n1" && n.alive(now))
+            .then_some(())
+    })
+    .await;
+    let doctor = |config: &str| {
+        let out = sqlcron(&["--config", config, "doctor"]);
+        (out.status.code(), stdout(&out), stderr(&out))
+    };
+    if dialect == Dialect::Sqlite {
+        // The state directory the service's unit makes is 0750; this test's is the test's own.
+        use std::os::unix::fs::PermissionsExt;
+        let db_file = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
+        let state = db_file.parent().unwrap();
+        std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    }
+    let n1 = dir.path().join("n1.toml");
+    let (code, text, err) = doctor(n1.to_str().unwrap());
+    assert_eq!(code, Some(0), "a healthy node:\n{text}{err}");
+    assert!(text.lines().all(|l| l.starts_with("ok ")), "{text}");
+    for check in [
+        "database",
+        "schema",
+        "clock",
+        "node name",
+        "parked jobs",
+        "placement",
+    ] {
+        assert!(text.contains(check), "no {check} check:\n{text}");
+    }
+
+    // Seeded problems: a row the daemon parks, a job no live node offers tags for, a second
+    // live node on another host, with another version and another TOML, a schema one
+    // migration behind, and the metrics address held by another program.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('broken', 'not a schedule', 'true')",
+        )
+        .await
+        .unwrap();
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, placement) \
+             VALUES ('gpu-only', '@daily', 'true', '{\"tags\":[\"gpu\"]}')",
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "broken parked", || async {
+        let e: Option<String> = store
+            .scalar("SELECT error FROM cron_table WHERE name = 'broken'")
+            .await
+            .unwrap();
+        e.map(|_| ())
+    })
+    .await;
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, toml_jobs) \
+             VALUES ('n2', 'elsewhere', 1, '0.0.1', {now}, {now}, '{{\"fine\":\"0000\"}}')"
+        ))
+        .await
+        .unwrap();
+    let latest = store
+        .scalar_i64("SELECT MAX(version) FROM _sqlx_migrations")
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .execute_raw(&format!(
+            "DELETE FROM _sqlx_migrations WHERE version = {latest}"
+        ))
+        .await
+        .unwrap();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let n2 = dir.path().join("n2.toml");
+    std::fs::write(
+        &n2,
+        node_config(&db.url, "n2", "").replace(
+            "[database]",
+            &format!(
+                "[metrics]\nlisten = \"{}\"\n[database]",
+                held.local_addr().unwrap()
+            ),
+        ),
+    )
+    .unwrap();
+    let (code, text, err) = doctor(n2.to_str().unwrap());
+    assert_eq!(code, Some(2), "{text}{err}");
+    for named in [
+        "parked jobs",
+        "broken:",
+        "no live node can run gpu-only",
+        "\"n2\" is the name of a live node on host elsewhere",
+        "different versions",
+        "disagree on fine",
+        "run sqlcron migrate",
+        "in use by another program",
+    ] {
+        assert!(
+            text.contains(named),
+            "doctor did not name {named:?}:\n{text}"
+        );
+    }
+    assert!(
+        text.lines()
+            .filter(|l| !l.starts_with("ok "))
+            .all(|l| l.contains("(fix: ")),
+        "a problem without its fix:\n{text}"
+    );
+    let json = sqlcron(&["--config", n2.to_str().unwrap(), "doctor", "--json"]);
+    let found: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        found
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["check"] == "node name" && f["level"] == "error"),
+        "{found:#}"
+    );
+    drop(held);
+    store.close().await;
+}
