@@ -115,7 +115,7 @@ impl Metrics {
     pub fn new(node: &str, window: Duration) -> Metrics {
         let mut registry = Registry::with_prefix_and_labels(
             "sqlcron",
-            [(Cow::Borrowed("node"), Cow::Owned(node.to_string()))].into_iter(),
+            [(Cow::Borrowed("node"), Cow::Owned(escape_label(node)))].into_iter(),
         );
         let m = Metrics {
             runs: Family::default(),
@@ -240,7 +240,7 @@ impl Metrics {
     pub fn run_ended(&self, job: &str, outcome: &str, ended_ms: i64) {
         self.runs
             .get_or_create(&RunLabels {
-                job: job.to_string(),
+                job: escape_label(job),
                 outcome: outcome.to_string(),
             })
             .inc();
@@ -306,7 +306,7 @@ impl Metrics {
     pub fn alert(&self, job: &str, event: &str) {
         self.alerts
             .get_or_create(&AlertLabel {
-                job: job.to_string(),
+                job: escape_label(job),
                 event: event.to_string(),
             })
             .inc();
@@ -372,13 +372,54 @@ impl Metrics {
 
 fn job_label(job: &str) -> JobLabel {
     JobLabel {
-        job: job.to_string(),
+        job: escape_label(job),
     }
+}
+
+/// A label value as the text format needs it: the encoder writes values as they are, so a
+/// backslash, a double quote or a newline in a job's name (a row written with SQL may hold
+/// any) would end the value early and forge series of other jobs.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25 (10): a job name with a quote and a newline cannot forge a series of another
+    /// job, nor break the scrape.
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new("web-1", Duration::from_secs(10));
+        let forged = "x\"} 1\nsqlcron_last_success_timestamp_seconds{node=\"web-1\",job=\"backup";
+        m.run_ended(forged, "ok", 1_700_000_000_000);
+        let text = m.encode();
+        assert!(
+            !text.lines().any(|l| l.starts_with(
+                "sqlcron_last_success_timestamp_seconds{node=\"web-1\",job=\"backup\""
+            )),
+            "{text}"
+        );
+        let lines = text.lines().map(|l| Ok(l.to_string()));
+        let parsed = prometheus_parse::Scrape::parse(lines).expect("the scrape parses");
+        assert!(
+            parsed
+                .samples
+                .iter()
+                .all(|s| s.labels.get("job") != Some("backup")),
+            "{text}"
+        );
+    }
 
     #[test]
     fn series_carry_the_node_and_job_labels() {
