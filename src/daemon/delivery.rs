@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::Shared;
 use super::decode::{resolve, row_alerts, run_spec};
-use crate::exec::http::error_chain;
+use crate::exec::http::request_error;
 use crate::exec::runner::{self, StopRequest};
 use crate::model::alerts;
 use crate::model::hooks::Hook;
@@ -367,7 +367,7 @@ async fn post(
         .body(body.to_string())
         .send()
         .await
-        .map_err(|e| failure(format!("webhook: {}", error_chain(&e))))?;
+        .map_err(|e| failure(format!("webhook: {}", request_error(e))))?;
     let status = resp.status();
     if status.is_success() {
         return Ok(());
@@ -421,7 +421,7 @@ impl Shared {
                         tracing::warn!(job = %job, status = %r.status(), attempt, "ping refused")
                     }
                     Err(e) => {
-                        tracing::warn!(job = %job, error = %error_chain(&e).replace(url.as_str(), "<ping_url>"), attempt, "ping failed")
+                        tracing::warn!(job = %job, error = %request_error(e), attempt, "ping failed")
                     }
                 }
                 tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;

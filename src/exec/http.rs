@@ -25,16 +25,27 @@ pub fn client_builder(redirects: u64) -> reqwest::ClientBuilder {
         .connect_timeout(Duration::from_secs(10))
 }
 
+type Clients = HashMap<(Option<String>, u64), reqwest::Client>;
+
+/// The shared clients (see [`client`]).
+fn clients() -> &'static Mutex<Clients> {
+    static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
+    CLIENTS.get_or_init(Default::default)
+}
+
+/// The most HTTP clients kept (see [`client`]).
+const MAX_CLIENTS: usize = 32;
+
 /// Clients by (CA file, redirects): each holds its connection pool and its root store, so a
 /// burst of requests to one service reuses connections and reads no certificate twice.
 fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, String> {
-    type Clients = HashMap<(Option<String>, u64), reqwest::Client>;
-    static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
-    let key = (ca_file.map(str::to_string), redirects);
-    let mut clients = CLIENTS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    // One client per file, however its path is spelt (rows written with SQL may spell it in
+    // endless ways), and never more than MAX_CLIENTS: beyond, the cache starts again.
+    let canonical = ca_file.map(|f| {
+        std::fs::canonicalize(f).map_or_else(|_| f.to_string(), |p| p.display().to_string())
+    });
+    let key = (canonical, redirects);
+    let mut clients = clients().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(c) = clients.get(&key) {
         return Ok(c.clone());
     }
@@ -54,8 +65,18 @@ fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, Stri
     let c = builder
         .build()
         .map_err(|e| format!("HTTP client: {}", error_chain(&e)))?;
+    if clients.len() >= MAX_CLIENTS {
+        clients.clear();
+    }
     clients.insert(key, c.clone());
     Ok(c)
+}
+
+/// A request's error with its causes, without the URL: reqwest's text names the URL in full
+/// (`for url (https://user:secret@host/...?token=...)`), and a webhook's or a ping's URL is
+/// often the secret itself. The caller names the target, redacted, where it helps.
+pub fn request_error(e: reqwest::Error) -> String {
+    error_chain(&e.without_url())
 }
 
 /// An error with its causes ("error sending request: connection refused").
@@ -151,7 +172,7 @@ async fn send(req: &HttpCall, tail: usize) -> Result<(u16, String), String> {
     let mut response = builder
         .send()
         .await
-        .map_err(|e| format!("request to {} failed: {}", redact(&t.url), error_chain(&e)))?;
+        .map_err(|e| format!("request to {} failed: {}", redact(&t.url), request_error(e)))?;
     let status = response.status();
     let mut text = format!(
         "HTTP {} {}\n",
@@ -181,8 +202,50 @@ pub async fn read_bounded(
                 body.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
             Ok(None) => break,
-            Err(e) => return (body, Some(error_chain(&e))),
+            Err(e) => return (body, Some(request_error(e))),
         }
     }
     (body, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 25 (8): a URL's password and query never reach the error text.
+    #[tokio::test]
+    async fn request_errors_do_not_name_the_url() {
+        let url = "http://hook:s3cret@127.0.0.1:1/x?token=abc";
+        let e = client_builder(0)
+            .build()
+            .unwrap()
+            .get(url)
+            .send()
+            .await
+            .unwrap_err();
+        let leaky = error_chain(&e);
+        let text = request_error(e);
+        assert!(
+            leaky.contains("token=abc"),
+            "the test does not see the leak: {leaky}"
+        );
+        assert!(!text.contains("s3cret") && !text.contains("abc"), "{text}");
+    }
+
+    /// Issue 25 (20): one client per CA file however its path is spelt, and a bounded cache.
+    #[test]
+    fn the_client_cache_is_bounded() {
+        let file = "/etc/ssl/certs/ca-certificates.crt";
+        if !std::path::Path::new(file).exists() {
+            return;
+        }
+        for i in 0..(MAX_CLIENTS * 3) {
+            let spelt = format!("/etc/ssl/{}certs/ca-certificates.crt", "./".repeat(i));
+            client(Some(&spelt), 0).unwrap();
+        }
+        for r in 1..(MAX_CLIENTS as u64 * 3) {
+            client(Some(file), r).unwrap();
+        }
+        assert!(clients().lock().unwrap().len() <= MAX_CLIENTS);
+    }
 }
