@@ -77,6 +77,10 @@ impl DatabaseSecrets {
             return Ok(None);
         }
         let read = |key: &str, path: &Path| {
+            refuse_open_file(path).map_err(|message| Problem {
+                location: format!("[database] {key}"),
+                message,
+            })?;
             std::fs::read_to_string(path)
                 .map(|t| t.trim_end_matches(['\n', '\r']).to_string())
                 .map_err(|e| Problem {
@@ -97,6 +101,25 @@ impl DatabaseSecrets {
         }
         Ok(Some(url))
     }
+}
+
+/// A file holding a secret must not be readable or writable by every user of the host (a group
+/// may read it: `root:sqlcron 0640` is the packaged layout).
+pub fn refuse_open_file(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(()); // reading it says why
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o006 != 0 {
+        return Err(format!(
+            "{} is mode {mode:04o}: every user of this host can {} it; chmod 0600 {0} (or 0640 \
+             with the service's group)",
+            path.display(),
+            if mode & 0o002 != 0 { "change" } else { "read" }
+        ));
+    }
+    Ok(())
 }
 
 /// `url` with `password` (percent-encoded) in its user information.

@@ -632,6 +632,17 @@ async fn secrets_come_from_files_and_credentials() {
             .output()
             .unwrap()
     };
+    // Issue 25 (18): a password file every user may read is refused, naming the fix.
+    let pw = dir.path().join("pw");
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run(&["status"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is mode 0644: every user of this host can read it; chmod 0600"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
     let out = run(&["status"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = run(&["check"], &[]);
@@ -647,6 +658,10 @@ async fn secrets_come_from_files_and_credentials() {
     std::fs::create_dir(&creds).unwrap();
     std::fs::write(creds.join("database-url"), format!("{}\n", db.url)).unwrap();
     std::fs::write(creds.join("database-password"), nasty).unwrap();
+    for f in ["database-url", "database-password"] {
+        // As systemd makes them.
+        std::fs::set_permissions(creds.join(f), std::fs::Permissions::from_mode(0o400)).unwrap();
+    }
     std::fs::write(&cfg, "[node]\nname = \"n\"\n").unwrap();
     let creds_env = [("CREDENTIALS_DIRECTORY", creds.to_str().unwrap())];
     let out = run(&["check"], &creds_env);
