@@ -211,6 +211,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("database-password"), "s3cr@t\n").unwrap();
         std::fs::write(dir.path().join("url"), "postgres://app@db/app\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(dir.path().join("url"), private.clone()).unwrap();
+        // Every user may read it: refused, naming the fix.
+        std::fs::set_permissions(
+            dir.path().join("database-password"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let open = DatabaseSecrets {
+            url_file: None,
+            password_file: Some(dir.path().join("database-password")),
+        };
+        let p = open.resolve("postgres://u@h/d").unwrap_err();
+        assert!(p.message.contains("is mode 0644"), "{}", p.message);
+        std::fs::set_permissions(dir.path().join("database-password"), private).unwrap();
         let env = Environment {
             credentials_directory: Some(dir.path().to_string_lossy().into()),
             ..Environment::default()
