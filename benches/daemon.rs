@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness retention[-sqlite|-postgres|-mysql] burst burst-systemd rss locks http-burst
+//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness dashboard retention[-sqlite|-postgres|-mysql] burst burst-systemd ratio rss locks http-burst
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -15,6 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sqlcron::store::{Dialect, Release, Store};
+
+#[path = "daemon/dashboard.rs"]
+mod dashboard;
+#[path = "daemon/ratio.rs"]
+mod ratio;
 
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/mysql";
@@ -1120,6 +1125,9 @@ async fn main() {
             lateness(d).await;
         }
     }
+    if on("dashboard") {
+        dashboard::dashboard().await;
+    }
     for d in all.iter().copied() {
         if on("retention") || wanted.contains(&format!("retention-{}", d.name()).as_str()) {
             retention(d).await;
@@ -1131,6 +1139,9 @@ async fn main() {
     if on("burst") || on("burst-systemd") {
         burst(Dialect::Postgres, 16, true).await;
         burst(Dialect::Postgres, 64, true).await;
+    }
+    if on("ratio") {
+        ratio::ratio(&all).await;
     }
     if on("locks") {
         lock_throughput(Dialect::Postgres).await;

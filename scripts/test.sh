@@ -23,24 +23,46 @@ missing=()
 command -v rsync >/dev/null || missing+=(rsync)
 # The distribution's own SQLite command edits a live daemon's database in one test.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
+# The dashboard's browser test drives Debian's Chromium through Debian's chromedriver.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} (for the database topology and SQLite command tests)" >&2
+    echo "test.sh: installing ${missing[*]} (for the database topology, SQLite command and browser tests)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 cargo fmt --check
-cargo clippy --all-targets --quiet -- -D warnings
+# The lints need a build of their own (check mode, its own target directory so that it does not
+# wait for the tests' build lock): at the lowest CPU priority beside the tests, which mostly wait
+# on daemons and databases; a lint failure fails the suite at the end.
+clippy_log=$(mktemp)
+CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --all-targets --quiet -- -D warnings >"$clippy_log" 2>&1 &
+clippy=$!
 # The fuzz targets need a build of their own (instrumented): it runs at the lowest CPU priority
 # while the tests below run, which mostly wait on daemons and databases.
 fuzz_log=$(mktemp)
 nice -n 19 scripts/fuzz.sh --build-only >"$fuzz_log" 2>&1 &
 fuzz_build=$!
-trap 'kill "$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
+# The package test (docs/packaging.md): builds the .deb and .rpm with the release profile, lintian,
+# and install/upgrade/remove/purge in a throwaway Debian 12 root; also at the lowest priority,
+# beside the database tests. SQLCRON_SKIP_PACKAGE_TEST=1 leaves it out (a quick local run).
+package_log=$(mktemp)
+package_test=
+if [ "${SQLCRON_SKIP_PACKAGE_TEST:-}" != 1 ]; then
+    nice -n 19 scripts/package-test.sh >"$package_log" 2>&1 &
+    package_test=$!
+fi
+trap 'kill "$clippy" "$fuzz_build" ${package_test:+"$package_test"} 2>/dev/null || true; rm -f "$clippy_log" "$fuzz_log" "$package_log"' EXIT
 # Everything but the chaos soak, in parallel; then the soak alone, one database after the other
 # (three daemons and a throwaway server each; SQLCRON_SOAK_SECS sets its length, default 60 s).
 cargo test --all-targets -- --skip soak::
+if ! wait "$clippy"; then
+    cat "$clippy_log" >&2
+    echo "test.sh: cargo clippy --all-targets -- -D warnings failed" >&2
+    exit 1
+fi
 if ! wait "$fuzz_build"; then
     cat "$fuzz_log" >&2
     echo "test.sh: building the fuzz targets failed" >&2
@@ -49,3 +71,11 @@ fi
 # The fuzz targets (schedule parser, configuration, row decoding), 20 s each (SQLCRON_FUZZ_SECS).
 scripts/fuzz.sh
 cargo test --test it soak:: -- --test-threads=1
+if [ -n "$package_test" ]; then
+    if ! wait "$package_test"; then
+        cat "$package_log" >&2
+        echo "test.sh: the package test failed" >&2
+        exit 1
+    fi
+    grep -E '^(== |W: |E: |package-test.sh:)' "$package_log" || true
+fi

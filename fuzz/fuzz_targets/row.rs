@@ -31,6 +31,9 @@ fuzz_target!(|data: &[u8]| {
         run_on: None,
         template: None,
         http: next(),
+        signature: None,
+        after: None,
+        upstream: None,
         policy: Default::default(),
         source: "sql".into(),
         next_exec: None,
@@ -59,7 +62,28 @@ fuzz_target!(|data: &[u8]| {
     row.alerts = next();
     row.placement = next();
     row.run_on = next();
+    row.signature = next();
+    row.workdir = next();
+    row.after = next();
+    row.upstream = next();
+    if let Some(up) = row
+        .upstream
+        .as_deref()
+        .and_then(sqlcron::model::chains::Upstream::from_json)
+    {
+        let _ = up.env();
+    }
     let _ = sqlcron::daemon::resolve(&row, &sqlcron::model::job::Policy::default());
+    // Signed mode: the canonical text of any definition, and any signature column, checked
+    // against a key (never valid by chance; never a panic).
+    let definition = row.definition();
+    let _ = definition.canonical();
+    let key = sqlcron::model::signing::SecretKey::from_seed([9; 32]);
+    assert!(
+        sqlcron::model::signing::verify(&definition, row.signature.as_deref(), &[key.public()])
+            .is_err()
+            || row.signature.as_deref() == Some(key.sign(&definition).as_str())
+    );
     if let Some(limits) = &row.limits
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(limits)
     {

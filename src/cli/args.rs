@@ -4,10 +4,19 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// The version `sqlcron --version` prints: the package version and the git commit it was built
+/// from (`unknown` when built outside git).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SQLCRON_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sqlcron",
-    version,
+    version = LONG_VERSION,
     about = "Cluster-safe cron with its state in SQL"
 )]
 pub struct Cli {
@@ -78,10 +87,54 @@ pub(super) enum Command {
     Events {
         /// Only this job.
         job: Option<String>,
+        /// Deliver the failed event with this id again (its tries start afresh).
+        #[arg(long, value_name = "ID")]
+        retry: Option<i64>,
         #[arg(long, default_value_t = 50)]
         limit: i64,
         #[arg(long)]
         json: bool,
+    },
+    /// Print a `[web] users_file` line for a dashboard user: reads the password from the first
+    /// line of standard input and prints `NAME:ROLE:<Argon2id hash>`.
+    WebUser {
+        /// The user name (letters, digits and . _ @ -).
+        name: String,
+        /// viewer (reads), operator (runs, pauses, drains) or admin.
+        #[arg(long, default_value = "viewer")]
+        role: String,
+    },
+    /// Make an API token for the web dashboard's `/api/v1` (`Authorization: Bearer TOKEN`),
+    /// stored hashed in the database and valid on every node; prints the token once. With
+    /// `--revoke`, delete the token of that name.
+    WebToken {
+        /// The token's name (letters, digits and . _ @ -), shown as `token:NAME` in the audit.
+        name: String,
+        /// viewer (reads), operator (runs, pauses, drains) or admin.
+        #[arg(long, default_value = "viewer")]
+        role: String,
+        /// How long it is valid (e.g. 90d; default: until revoked).
+        #[arg(long)]
+        expires: Option<String>,
+        /// Delete the token instead.
+        #[arg(long)]
+        revoke: bool,
+    },
+    /// Make a key that signs jobs: writes it to FILE (mode 0600) and prints its public key for
+    /// the nodes' `[security] trusted_keys`.
+    Keygen {
+        /// Where the signing key is written (a new file).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Sign jobs as they are stored now: a node with `[security] sql_jobs = "signed"` runs a
+    /// job written with SQL only with a valid signature. Prints what was signed.
+    Sign {
+        /// The signing key file (`sqlcron keygen`).
+        #[arg(long)]
+        key: std::path::PathBuf,
+        #[arg(required = true)]
+        jobs: Vec<String>,
     },
     /// Create a one-off job: run CMD once at TIME (`now`, `+10m`, RFC 3339, or a local
     /// `2026-12-24T18:00` in the default zone), with the usual claim, lease, retries and history.
@@ -93,6 +146,9 @@ pub(super) enum Command {
         /// The account it runs as (a root daemon needs one, as for any job).
         #[arg(long)]
         user: Option<String>,
+        /// Sign the job with this key file (nodes with `[security] sql_jobs = "signed"`).
+        #[arg(long)]
+        key: Option<std::path::PathBuf>,
         /// One argument: a shell command line; several: a program and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -128,6 +184,9 @@ pub(super) enum Command {
     Undrain { node: Option<String> },
     /// Stop scheduling a job until `resume`.
     Pause { job: String },
+    /// Stop the job's run in progress, wherever it runs: its node stops it at its next lease
+    /// extension (within a third of the lease) and records it `stopped`, not retried.
+    Stop { job: String },
     /// Schedule a paused job again (missed slots follow its misfire policy).
     Resume { job: String },
     /// Run a command while holding a cluster-wide lock (like flock(1) across hosts).
@@ -199,6 +258,16 @@ pub(super) enum Command {
         /// The job whose name `H` fields hash (required when the expression uses `H`).
         #[arg(long)]
         job: Option<String>,
+        /// Skip the fire times inside this calendar (a [[calendar]] of the configuration file;
+        /// repeatable). Skipped times are told on stderr.
+        #[arg(long = "skip-on", value_name = "CALENDAR")]
+        skip_on: Vec<String>,
+        /// Keep to the times inside this calendar (repeatable).
+        #[arg(long = "only-in", value_name = "CALENDAR")]
+        only_in: Vec<String>,
+        /// With --only-in: a fire time outside runs once at the window's next opening.
+        #[arg(long, requires = "only_in")]
+        defer: bool,
     },
 }
 
@@ -225,7 +294,7 @@ pub(super) fn visible_command() -> clap::Command {
     use clap::CommandFactory;
     let full = Cli::command();
     let root = clap::Command::new("sqlcron")
-        .version(env!("CARGO_PKG_VERSION"))
+        .version(LONG_VERSION)
         .args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned());
     full.get_subcommands()
         .filter(|s| !s.is_hide_set())

@@ -51,6 +51,8 @@ pub struct Request<'a> {
     /// This node's `[daemon] allowed_users`: `--user` is refused here when the daemons would
     /// refuse it (they check again before every run).
     pub allowed: &'a crate::model::run_as::Allowed,
+    /// `--key`: sign the job (`[security] sql_jobs = "signed"`).
+    pub key: Option<&'a crate::model::signing::SecretKey>,
 }
 
 pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
@@ -63,11 +65,10 @@ pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
     let when = resolve_time(req.time, db_now, req.zone).map_err(Failure::usage)?;
     let stamp = when.to_rfc3339_opts(SecondsFormat::Secs, true);
     let name = match req.name {
-        Some(n) if !n.trim().is_empty() && n.chars().count() <= 200 => n.to_string(),
         Some(n) => {
-            return Err(Failure::usage(format!(
-                "--name \"{n}\" must be 1-200 characters"
-            )));
+            crate::model::names::check_name(n, 200)
+                .map_err(|m| Failure::usage(format!("--name {m}")))?;
+            n.to_string()
         }
         None => format!(
             "at-{}-{:04x}",
@@ -83,7 +84,7 @@ pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
             Some(serde_json::to_string(many).map_err(Failure::runtime)?),
         ),
     };
-    let job = OneOff {
+    let mut job = OneOff {
         name: name.clone(),
         schedule: format!("@at {stamp}"),
         command,
@@ -92,7 +93,9 @@ pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
         workdir: std::env::current_dir()
             .ok()
             .map(|d| d.to_string_lossy().into_owned()),
+        signature: None,
     };
+    job.signature = req.key.map(|k| k.sign(&job.definition()));
     let created = store
         .add_one_off(&job, &crate::exec::account::this_process(None))
         .await

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::model::placement::{NodeOffer, unplaceable};
+use crate::store::certificate::{self, ServerTls};
 use crate::store::{Dialect, Store};
 
 use super::Failure;
@@ -99,6 +100,14 @@ pub(super) async fn run(config: &Config, json: bool) -> Result<u8, Failure> {
         )),
     }
     found.push(listener(config).await);
+    if let Some(warning) = crate::config::open_metrics_warning(config) {
+        found.push(bad(
+            "metrics",
+            Level::Warn,
+            warning,
+            "set [metrics] token_file, or listen on 127.0.0.1",
+        ));
+    }
     found.extend(watchdog(config));
     let worst = found.iter().map(|f| f.level).max().unwrap_or(Level::Ok);
     if json {
@@ -206,6 +215,20 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
         }
     };
     found.push(ok("database", format!("{} answers{tls}", url.redacted())));
+    for (host, port) in url.servers() {
+        let (dialect, h) = (url.dialect(), host.clone());
+        let probe = tokio::task::spawn_blocking(move || {
+            certificate::server_certificate(dialect, &h, port, std::time::Duration::from_secs(5))
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        found.push(certificate_finding(
+            &host,
+            port,
+            probe,
+            chrono::DateTime::from_timestamp_millis(db_now).unwrap_or_default(),
+        ));
+    }
     match store.schema_version().await {
         Ok((Some(applied), latest)) if applied == latest => {
             found.push(ok("schema", format!("current (migration {latest})")))
@@ -228,6 +251,29 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
         Err(e) => found.push(bad(
             "schema",
             Level::Error,
+            e.to_string(),
+            "check the database user's privileges",
+        )),
+    }
+    let current = matches!(store.schema_version().await, Ok((Some(a), l)) if a >= l);
+    match store.can_migrate().await {
+        Ok(true) => found.push(ok("privileges", "enough to migrate the schema".to_string())),
+        Ok(false) => found.push(bad(
+            "privileges",
+            if current { Level::Warn } else { Level::Error },
+            format!(
+                "the database user cannot create tables: {}",
+                if current {
+                    "fine for running (the schema is current), but the next upgrade's migration needs a user that can"
+                } else {
+                    "the schema cannot be brought up to date"
+                }
+            ),
+            "run sqlcron migrate once as the owner role (docs/roles/), or grant CREATE on the schema",
+        )),
+        Err(e) => found.push(bad(
+            "privileges",
+            Level::Warn,
             e.to_string(),
             "check the database user's privileges",
         )),
@@ -305,7 +351,7 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
             format!("{} live node(s), one version", alive.len()),
         ));
     }
-    let drift = super::status::drift(&nodes, db_now);
+    let drift = crate::store::drift(&nodes, db_now);
     if drift.is_empty() {
         found.push(ok("drift", "live nodes' TOML files agree"));
     } else {
@@ -429,4 +475,134 @@ fn watchdog(config: &Config) -> Option<Finding> {
             ),
         )
     })
+}
+
+/// A certificate closer to its expiry than this is a warning.
+const CERTIFICATE_WARNING_DAYS: i64 = 30;
+
+/// What the server at `host:port` presented, judged at `now` (the database's clock).
+fn certificate_finding(
+    host: &str,
+    port: u16,
+    probe: Result<ServerTls, String>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Finding {
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match probe {
+        Err(e) => bad(
+            "certificate",
+            Level::Warn,
+            format!("could not read the TLS certificate: {e}"),
+            "check that doctor reaches the server as the daemon does",
+        ),
+        Ok(ServerTls::NotOffered) if loopback => ok(
+            "certificate",
+            format!("{host}:{port} offers no TLS (a loopback address)"),
+        ),
+        Ok(ServerTls::NotOffered) => bad(
+            "certificate",
+            Level::Warn,
+            format!(
+                "{host}:{port} offers no TLS: the password and the jobs cross the network in clear text"
+            ),
+            "turn TLS on at the server and add sslmode=verify-full (PostgreSQL) or ssl-mode=VERIFY_IDENTITY (MySQL) to the URL (docs/databases.md)",
+        ),
+        Ok(ServerTls::Certificate { subject, not_after }) => {
+            let left = not_after - now;
+            let when = not_after.format("%Y-%m-%d %H:%M UTC");
+            let renew = format!("renew the certificate of {host}:{port} and reload the server");
+            if left <= chrono::TimeDelta::zero() {
+                bad(
+                    "certificate",
+                    Level::Error,
+                    format!(
+                        "{host}:{port} presents {subject}, expired on {when}: verifying connections fail"
+                    ),
+                    renew,
+                )
+            } else if left < chrono::TimeDelta::days(CERTIFICATE_WARNING_DAYS) {
+                bad(
+                    "certificate",
+                    Level::Warn,
+                    format!(
+                        "{host}:{port} presents {subject}, expiring on {when}, in {}",
+                        days_and_hours(left)
+                    ),
+                    renew,
+                )
+            } else {
+                ok(
+                    "certificate",
+                    format!(
+                        "{host}:{port} presents {subject}, valid until {when} ({} days)",
+                        left.num_days()
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// "3 days 4 h", "5 h".
+fn days_and_hours(d: chrono::TimeDelta) -> String {
+    match (d.num_days(), d.num_hours() % 24) {
+        (0, h) => format!("{h} h"),
+        (1, h) => format!("1 day {h} h"),
+        (n, h) => format!("{n} days {h} h"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn a_certificate_is_judged_by_its_expiry() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap();
+        let cert = |days: i64| {
+            Ok(ServerTls::Certificate {
+                subject: "CN=db".into(),
+                not_after: now + chrono::TimeDelta::days(days) + chrono::TimeDelta::hours(3),
+            })
+        };
+        let f = certificate_finding("db", 5432, cert(200), now);
+        assert_eq!(f.level, Level::Ok);
+        assert!(
+            f.message
+                .contains("valid until 2027-06-13 15:00 UTC (200 days)"),
+            "{}",
+            f.message
+        );
+        let f = certificate_finding("db", 5432, cert(10), now);
+        assert_eq!(f.level, Level::Warn);
+        assert!(f.message.contains("in 10 days 3 h"), "{}", f.message);
+        assert!(f.fix.contains("renew"), "{}", f.fix);
+        let f = certificate_finding("db", 5432, cert(-2), now);
+        assert_eq!(f.level, Level::Error);
+        assert!(
+            f.message.contains("expired on 2026-11-23 15:00 UTC"),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn a_server_without_tls_is_a_warning_beyond_this_host() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 25, 12, 0, 0).unwrap();
+        for (host, level) in [
+            ("127.0.0.1", Level::Ok),
+            ("localhost", Level::Ok),
+            ("::1", Level::Ok),
+            ("db.example", Level::Warn),
+        ] {
+            let f = certificate_finding(host, 5432, Ok(ServerTls::NotOffered), now);
+            assert_eq!(f.level, level, "{host}: {}", f.message);
+        }
+        let f = certificate_finding("db", 5432, Err("refused".into()), now);
+        assert_eq!(f.level, Level::Warn);
+    }
 }

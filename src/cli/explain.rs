@@ -1,11 +1,10 @@
 //! `sqlcron explain JOB`: one line per slot of the job in a range (see [`crate::model::explain`]).
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone};
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::daemon;
-use crate::model::explain::{Range, RowState, SlotExplained, explain};
+use crate::model::explain::{Range, SlotExplained, explain};
 use crate::model::placement::{NodeOffer, unplaceable};
 use crate::schedule::Schedule;
 use crate::store::Store;
@@ -66,13 +65,7 @@ pub async fn run(
         .runs_between(job, from, to)
         .await
         .map_err(Failure::runtime)?;
-    let state = RowState {
-        enabled: row.enabled,
-        slot: row.slot,
-        next_exec: row.next_exec,
-        exec_by: row.exec_by.clone(),
-        error: row.error.clone().or(row.decode_error.clone()),
-    };
+    let state = row.explain_state();
     let range = Range {
         from,
         to,
@@ -123,39 +116,49 @@ pub async fn run(
             println!("{:25}  {:<9}  note: {note}", "", "");
         }
     }
+    chained(store, job, &schedule, (from, to)).await
+}
+
+/// The runs its upstreams triggered (`after`): "triggered by extract run 1234 (ok): ok on n2
+/// (...)".
+async fn chained(
+    store: &Store,
+    job: &str,
+    schedule: &Schedule,
+    (from, to): (i64, i64),
+) -> Result<u8, Failure> {
+    let runs = store
+        .chained_runs(job, from, to)
+        .await
+        .map_err(Failure::runtime)?;
+    for r in &runs {
+        let Some(id) = r
+            .job
+            .rsplit_once("#after-")
+            .and_then(|(_, id)| id.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        let upstream = store.run_record(id).await.map_err(Failure::runtime)?;
+        let by = upstream.map_or_else(
+            || format!("run {id} (no longer in the history)"),
+            |u| {
+                let name = crate::model::chains::triggered_job(&u.job).unwrap_or(&u.job);
+                format!("{name} run {id} ({})", u.outcome)
+            },
+        );
+        println!(
+            "{}  {:<9}  triggered by {by}: {}",
+            crate::model::explain::local(schedule, r.slot),
+            r.outcome,
+            crate::model::explain::describe_run(r)
+        );
+    }
     Ok(0)
 }
 
 /// RFC 3339 (`2026-11-22T02:00:00Z`), or a local date or date and time in the job's zone
 /// (`2026-11-22`, `2026-11-22T02:00`, `2026-11-22 02:00:00`).
 pub(super) fn parse_time(text: &str, schedule: &Schedule) -> Result<i64, Failure> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok(t.timestamp_millis());
-    }
-    let naive = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
-        .or_else(|| {
-            NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-        })
-        .ok_or_else(|| {
-            Failure::usage(format!(
-                "\"{text}\" is not a time: use 2026-11-22, 2026-11-22T02:00 (the job's zone) or RFC 3339"
-            ))
-        })?;
-    schedule
-        .tz()
-        .from_local_datetime(&naive)
-        .earliest()
-        .or_else(|| {
-            // A local time in a DST gap: the instant the clock jumps to.
-            schedule
-                .tz()
-                .from_local_datetime(&(naive + chrono::Duration::hours(1)))
-                .earliest()
-        })
-        .map(|t| t.timestamp_millis())
-        .ok_or_else(|| Failure::usage(format!("\"{text}\" does not exist in {}", schedule.tz())))
+    crate::schedule::parse_instant(text, schedule.tz()).map_err(Failure::usage)
 }

@@ -13,6 +13,7 @@ mod import;
 mod lock;
 mod next;
 mod run_daemon;
+mod signing;
 mod status;
 
 use std::path::PathBuf;
@@ -77,6 +78,8 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             clap_complete::generate(*shell, &mut cmd, "sqlcron", &mut std::io::stdout());
             return Ok(0);
         }
+        Command::Keygen { out } => return signing::keygen(out),
+        Command::WebUser { name, role } => return web_user(name, role),
         Command::Man => {
             use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command())
@@ -94,23 +97,55 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     {
         return import::crontab(files, user.as_deref(), *system);
     }
+    let explicit = cli.config.is_some() || std::env::var_os("SQLCRON_CONFIG").is_some();
+    let path = config::config_path(cli.config.as_deref());
+    let env = Environment::from_process();
     if let Command::Next {
         expr,
         tz,
         after,
         count,
         job,
+        skip_on,
+        only_in,
+        defer,
     } = &cli.command
     {
-        return next(expr, tz, after.as_deref(), *count, job.as_deref()).map(|()| 0);
+        let rule = crate::model::calendars::CalendarRule {
+            skip_on: skip_on.clone(),
+            only_in: only_in.clone(),
+            defer: *defer,
+        };
+        // The configuration file is read only for the calendars named.
+        let calendars = if rule.is_empty() {
+            Default::default()
+        } else {
+            let config =
+                config::load(&path, explicit, &env).map_err(|e| Failure::usage(e.to_string()))?;
+            let calendars = check::toml_calendars(&config);
+            if let Some(m) = rule.missing(&calendars) {
+                return Err(Failure::usage(format!(
+                    "{m}; {} defines none of that name",
+                    path.display()
+                )));
+            }
+            calendars
+        };
+        let when = next::When {
+            after: after.as_deref(),
+            count: *count,
+            job: job.as_deref(),
+        };
+        return next(expr, tz, &when, &rule, &calendars).map(|()| 0);
     }
-    let explicit = cli.config.is_some() || std::env::var_os("SQLCRON_CONFIG").is_some();
-    let path = config::config_path(cli.config.as_deref());
-    let env = Environment::from_process();
     let config = config::load(&path, explicit, &env).map_err(|e| Failure::usage(e.to_string()))?;
     if let Command::Check = cli.command {
         check_accounts(&config)?;
+        check::check_calendars(&config, Utc::now().timestamp_millis())?;
         if let Some(warning) = config::readable_secret_warning(&config) {
+            eprintln!("warning: {warning}");
+        }
+        if let Some(warning) = config::open_metrics_warning(&config) {
             eprintln!("warning: {warning}");
         }
         println!(
@@ -140,6 +175,23 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Apply { dry_run } => {
                 let store = connect(&config).await?;
                 store.migrate().await.map_err(Failure::runtime)?;
+                if !dry_run {
+                    let calendars: Vec<(String, String)> = config
+                        .calendars
+                        .iter()
+                        .map(|c| (c.name.clone(), c.entries.clone()))
+                        .collect();
+                    let written = store
+                        .apply_calendars(&calendars)
+                        .await
+                        .map_err(Failure::runtime)?;
+                    for n in &written.written {
+                        println!("write calendar {n}");
+                    }
+                    for n in &written.removed {
+                        println!("remove calendar {n}");
+                    }
+                }
                 let report = store
                     .apply_toml(
                         &config.jobs,
@@ -207,15 +259,36 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Audit { job, limit, json } => {
                 audit(&connect(&config).await?, job.as_deref(), limit, json).await
             }
-            Command::Events { job, limit, json } => {
-                events::run(&connect(&config).await?, job.as_deref(), limit, json).await
+            Command::Events {
+                retry: Some(id), ..
+            } => {
+                let store = connect(&config).await?;
+                let actor = crate::exec::account::this_process(None);
+                if store
+                    .event_retry(id, &actor)
+                    .await
+                    .map_err(Failure::runtime)?
+                {
+                    println!("event {id}: pending again");
+                    Ok(0)
+                } else {
+                    Err(Failure::usage(format!("no failed event {id}")))
+                }
+            }
+            Command::Events {
+                job, limit, json, ..
+            } => events::run(&connect(&config).await?, job.as_deref(), limit, json).await,
+            Command::Sign { key, jobs } => {
+                signing::sign(&connect(&config).await?, &key, &jobs).await
             }
             Command::At {
                 time,
                 name,
                 user,
+                key,
                 command,
             } => {
+                let key = key.as_deref().map(signing::read_key).transpose()?;
                 let store = connect(&config).await?;
                 at::run(
                     &store,
@@ -226,6 +299,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                         command: &command,
                         zone: &config.defaults.timezone,
                         allowed: &config.daemon.allowed,
+                        key: key.as_ref(),
                     },
                 )
                 .await
@@ -284,12 +358,21 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 drain::undrain(&store, &node).await
             }
             Command::Pause { job } => set_enabled(&config, &job, false).await,
+            Command::Stop { job } => stop(&config, &job).await,
+            Command::WebToken {
+                name,
+                role,
+                expires,
+                revoke,
+            } => web_token(&config, &name, &role, expires.as_deref(), revoke).await,
             Command::Resume { job } => set_enabled(&config, &job, true).await,
             Command::Check
             | Command::Next { .. }
             | Command::Import(_)
             | Command::Completions { .. }
             | Command::Man
+            | Command::Keygen { .. }
+            | Command::WebUser { .. }
             | Command::Reaper => {
                 unreachable!("handled above")
             }
@@ -306,6 +389,21 @@ async fn set_enabled(config: &Config, job: &str, enabled: bool) -> Result<u8, Fa
         .map_err(Failure::runtime)?;
     found(job, changed)?;
     println!("{job}: {}", if enabled { "resumed" } else { "paused" });
+    Ok(0)
+}
+
+async fn stop(config: &Config, job: &str) -> Result<u8, Failure> {
+    let store = connect(config).await?;
+    let asked = store
+        .request_stop(job, &crate::exec::account::this_process(None))
+        .await
+        .map_err(Failure::runtime)?;
+    if !asked {
+        return Err(Failure::usage(format!(
+            "{job}: no run in progress (or no job by that name)"
+        )));
+    }
+    println!("{job}: stop requested; its node stops the run at its next lease extension");
     Ok(0)
 }
 
@@ -351,4 +449,90 @@ fn fmt_ms(ms: Option<i64>) -> String {
         Some(PARKED) => "never".into(),
         Some(ms) => daemon::fmt_ms(ms),
     }
+}
+
+/// A dashboard user's or token's name: 1 to 64 letters, digits and . _ @ - (nothing that
+/// could end a users file's field or line).
+fn dashboard_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._@-".contains(c))
+}
+
+/// `sqlcron web-token NAME --role ROLE [--expires D]`, or `--revoke`.
+async fn web_token(
+    config: &Config,
+    name: &str,
+    role: &str,
+    expires: Option<&str>,
+    revoke: bool,
+) -> Result<u8, Failure> {
+    use crate::model::access::Role;
+    if !dashboard_name(name) {
+        return Err(Failure::usage(
+            "a token name is 1 to 64 letters, digits and . _ @ -",
+        ));
+    }
+    let actor = crate::exec::account::this_process(None);
+    let store = connect(config).await?;
+    if revoke {
+        let done = store
+            .revoke_web_token(name, &actor)
+            .await
+            .map_err(Failure::runtime)?;
+        if !done {
+            return Err(Failure::usage(format!("no token named \"{name}\"")));
+        }
+        println!("{name}: revoked");
+        return Ok(0);
+    }
+    let role = Role::parse(role)
+        .ok_or_else(|| Failure::usage(format!("--role {role}: viewer, operator or admin")))?;
+    let lifetime = expires
+        .map(|e| {
+            crate::model::duration::parse_duration(e)
+                .map(|d| d.as_millis() as i64)
+                .map_err(|_| Failure::usage(format!("--expires {e}: a duration such as 90d")))
+        })
+        .transpose()?;
+    let (token, row) = crate::service::web::new_token(name, role);
+    let made = store
+        .create_web_token(&row, lifetime, &actor)
+        .await
+        .map_err(Failure::runtime)?;
+    if !made {
+        return Err(Failure::usage(format!(
+            "a token named \"{name}\" exists (sqlcron web-token {name} --revoke first)"
+        )));
+    }
+    println!("{token}");
+    Ok(0)
+}
+
+/// `sqlcron web-user NAME --role ROLE`: a users file line, the password read from stdin.
+fn web_user(name: &str, role: &str) -> Result<u8, Failure> {
+    use crate::model::access::{Role, parse_users};
+    let role = Role::parse(role)
+        .ok_or_else(|| Failure::usage(format!("--role {role}: viewer, operator or admin")))?;
+    if !dashboard_name(name) {
+        return Err(Failure::usage(
+            "a user name is 1 to 64 letters, digits and . _ @ -",
+        ));
+    }
+    let mut password = String::new();
+    std::io::stdin()
+        .read_line(&mut password)
+        .map_err(Failure::runtime)?;
+    let password = password.trim_end_matches(['\n', '\r']);
+    if password.len() < 8 {
+        return Err(Failure::usage(
+            "the password (the first line of standard input) must have at least 8 characters",
+        ));
+    }
+    let hash = crate::service::web::hash_password(password).map_err(Failure::runtime)?;
+    let line = format!("{name}:{role}:{hash}");
+    parse_users(&line).map_err(Failure::usage)?;
+    println!("{line}");
+    Ok(0)
 }

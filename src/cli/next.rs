@@ -1,19 +1,31 @@
-//! `sqlcron next`: when a schedule fires, in its zone.
+//! `sqlcron next`: when a schedule fires, in its zone, and which of those times calendars skip
+//! or defer (told on stderr, so that stdout stays one time per line).
 
 use super::*;
+use crate::model::calendars::{CalendarRule, Calendars, exclude};
+
+/// Which fire times `next` lists.
+pub(super) struct When<'a> {
+    /// RFC 3339; `None`: now.
+    pub after: Option<&'a str>,
+    pub count: usize,
+    /// The job whose name `H` fields hash.
+    pub job: Option<&'a str>,
+}
 
 pub(super) fn next(
     expr: &str,
     tz: &str,
-    after: Option<&str>,
-    count: usize,
-    job: Option<&str>,
+    when: &When<'_>,
+    rule: &CalendarRule,
+    calendars: &Calendars,
 ) -> Result<(), Failure> {
-    let schedule = Schedule::parse_for(expr, tz, job).map_err(|e| Failure::usage(e.to_string()))?;
+    let schedule =
+        Schedule::parse_for(expr, tz, when.job).map_err(|e| Failure::usage(e.to_string()))?;
     if let Some(resolved) = schedule.expr().and_then(|e| e.resolved()) {
-        eprintln!("{expr} is {resolved} for {}", job.unwrap_or_default());
+        eprintln!("{expr} is {resolved} for {}", when.job.unwrap_or_default());
     }
-    let after = match after {
+    let after = match when.after {
         Some(text) => DateTime::parse_from_rfc3339(text)
             .map_err(|e| {
                 Failure::usage(format!(
@@ -23,13 +35,42 @@ pub(super) fn next(
             .with_timezone(&Utc),
         None => Utc::now(),
     };
+    let shown = |ms: i64| {
+        DateTime::from_timestamp_millis(ms)
+            .unwrap_or_default()
+            .with_timezone(&schedule.tz())
+            .to_rfc3339_opts(SecondsFormat::Secs, false)
+    };
     let mut out = String::new();
-    for t in schedule.iter_after(after).take(count) {
-        out.push_str(
-            &t.with_timezone(&schedule.tz())
-                .to_rfc3339_opts(SecondsFormat::Secs, false),
-        );
-        out.push('\n');
+    let mut printed = 0;
+    let mut slot = crate::model::policy::next_slot(&schedule, after.timestamp_millis());
+    // Each step prints a time or passes a stretch the calendars exclude.
+    for _ in 0..10_000 {
+        if printed >= when.count || slot == i64::MAX {
+            break;
+        }
+        match exclude(slot, rule, calendars, &schedule) {
+            None => {
+                out.push_str(&shown(slot));
+                out.push('\n');
+                printed += 1;
+                slot = crate::model::policy::next_slot(&schedule, slot);
+            }
+            Some(e) => {
+                let what = if e.skipped.count > 1 {
+                    format!(
+                        "{} to {} ({} times)",
+                        shown(e.skipped.first),
+                        shown(e.skipped.last),
+                        e.skipped.count
+                    )
+                } else {
+                    shown(e.skipped.first)
+                };
+                eprintln!("{what}: {}", e.message);
+                slot = e.resume;
+            }
+        }
     }
     print!("{out}");
     Ok(())

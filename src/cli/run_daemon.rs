@@ -55,6 +55,23 @@ pub(super) async fn run_daemon(
             tracing::warn!(error = %e, "could not start the job reaper: jobs will not be stopped if this daemon is killed or frozen")
         }
     }
+    // Processes a run leaves behind (`setsid`, a double fork) are handed to the daemon and ended
+    // with their run (exec/orphans.rs).
+    match crate::exec::orphans::become_subreaper() {
+        Ok(()) => {
+            tokio::spawn(async {
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let _ = tokio::task::spawn_blocking(crate::exec::orphans::sweep).await;
+                }
+            });
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become the subreaper of the jobs: processes that leave a run's process group outlive it")
+        }
+    }
     let store = connect_with(
         &config,
         config.database_pool_size,
@@ -69,6 +86,8 @@ pub(super) async fn run_daemon(
     // before its database does.
     let mut delay = Duration::from_millis(500);
     let metrics_listen = config.metrics_listen;
+    let metrics_token = config.metrics_token.clone();
+    let web_server = crate::service::web::start(&config).await;
     let daemon = Daemon::new(store.clone(), config)
         .with_service_manager(std::sync::Arc::new(crate::service::systemd::Systemd));
     loop {
@@ -112,13 +131,13 @@ pub(super) async fn run_daemon(
         }
     }
     let metrics_server = match metrics_listen {
-        Some(addr) => crate::service::metrics::start(addr, daemon.metrics()).await,
+        Some(addr) => crate::service::metrics::start(addr, daemon.metrics(), metrics_token).await,
         None => None,
     };
     crate::service::systemd::ready();
     tracing::info!("ready");
     daemon.run(rx).await;
-    if let Some(server) = metrics_server {
+    for server in [metrics_server, web_server].into_iter().flatten() {
         server.abort();
     }
     store.close().await;

@@ -1,5 +1,6 @@
-//! `sqlcron status`: jobs (where they may run, whether a live node can), nodes (tags, drained,
-//! runs in progress), configuration drift.
+//! `sqlcron status`: jobs (where they may run, whether a live node can, the calendars they keep
+//! to), nodes (tags, drained, runs in progress), calendars (what each covers next),
+//! configuration drift.
 
 use serde::Serialize;
 
@@ -41,6 +42,29 @@ struct JobStatus {
     placement: Option<String>,
     /// Set when no live, undrained node matches the placement: "no live node matches (...)".
     unplaceable: Option<String>,
+    /// The calendars it keeps to: "skip_on holidays-de; only_in window (deferred)".
+    calendars: Option<String>,
+}
+
+/// One link of a chain: `job` follows `upstream`.
+#[derive(Serialize)]
+struct ChainLink {
+    upstream: String,
+    job: String,
+    /// "after, on success", "requires within 6h".
+    how: String,
+}
+
+#[derive(Serialize)]
+struct CalendarStatus {
+    name: String,
+    entries: usize,
+    /// Written from a TOML file's `[[calendar]]` (else made with SQL).
+    from_toml: bool,
+    /// What it covers next, from now (UTC): "2026-12-25 1. Weihnachtstag".
+    next: Option<String>,
+    /// Why it cannot be read (the jobs that name it are parked).
+    error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -59,18 +83,109 @@ struct NodeStatus {
 }
 
 #[derive(Serialize)]
-pub(super) struct Drift {
-    pub(super) job: String,
-    /// Node name → the job's fingerprint there ("absent" when the node's file lacks it).
-    pub(super) nodes: std::collections::BTreeMap<String, String>,
-}
-
-#[derive(Serialize)]
 struct Status {
     now: String,
     jobs: Vec<JobStatus>,
     nodes: Vec<NodeStatus>,
-    drift: Vec<Drift>,
+    calendars: Vec<CalendarStatus>,
+    chains: Vec<ChainLink>,
+    drift: Vec<crate::store::Drift>,
+}
+
+/// The links of every chain, from the rows' `requires` and `after`.
+fn chain_links(edges: Vec<(String, Option<String>, Option<String>)>) -> Vec<ChainLink> {
+    let json = |t: Option<String>| -> Option<serde_json::Value> {
+        t.and_then(|t| serde_json::from_str(&t).ok())
+    };
+    let mut links = vec![];
+    for (job, requires, after) in edges {
+        let after = json(after)
+            .and_then(|v| crate::model::chains::from_json(&v).ok())
+            .unwrap_or_default();
+        for a in after {
+            links.push(ChainLink {
+                upstream: a.job,
+                job: job.clone(),
+                how: format!("after, on {}", a.on.as_str()),
+            });
+        }
+        let requires = json(requires)
+            .and_then(|v| crate::model::requires::from_json(&v).ok())
+            .unwrap_or_default();
+        for r in requires {
+            let within = crate::model::duration::format_duration(r.within);
+            links.push(ChainLink {
+                upstream: r.job,
+                job: job.clone(),
+                how: format!("requires within {within}"),
+            });
+        }
+    }
+    links
+}
+
+/// The chains as trees, from the jobs that follow nothing: one line per link, indented.
+fn chain_tree(links: &[ChainLink]) -> String {
+    fn branch(links: &[ChainLink], at: &str, depth: usize, out: &mut String) {
+        if depth > 20 {
+            return;
+        }
+        for l in links.iter().filter(|l| l.upstream == at) {
+            out.push_str(&format!(
+                "{}└─ {} ({})\n",
+                "   ".repeat(depth),
+                l.job,
+                l.how
+            ));
+            branch(links, &l.job, depth + 1, out);
+        }
+    }
+    let mut roots: Vec<&str> = links
+        .iter()
+        .map(|l| l.upstream.as_str())
+        .filter(|u| !links.iter().any(|l| l.job == *u))
+        .collect();
+    roots.sort();
+    roots.dedup();
+    let mut out = String::new();
+    for root in roots {
+        out.push_str(&format!("{root}\n"));
+        branch(links, root, 0, &mut out);
+    }
+    out
+}
+
+/// The calendars a row keeps to, for people; `None`: none.
+fn calendars_of(row: &JobRow, config: &Config) -> Option<String> {
+    let own = row
+        .policy
+        .get("calendars")
+        .cloned()
+        .flatten()
+        .and_then(|t| crate::model::calendars::CalendarOverrides::from_json(&t).ok())
+        .unwrap_or_default();
+    own.apply_to(&config.defaults.calendars).describe()
+}
+
+fn calendar_status(row: &crate::store::calendars::CalendarRow, now: i64) -> CalendarStatus {
+    let parsed = crate::schedule::calendar::Calendar::parse(&row.name, &row.entries);
+    let next = parsed.as_ref().ok().and_then(|c| {
+        let local = crate::model::calendars::local_time(now, chrono_tz::UTC);
+        let at = c.next_covered(local, chrono::Duration::days(400))?;
+        let label = c.covering(at).map(|e| e.label.clone()).unwrap_or_default();
+        Some(
+            format!("{} {label}", at.format("%Y-%m-%d %H:%M"))
+                .trim()
+                .to_string(),
+        )
+    });
+    CalendarStatus {
+        name: row.name.clone(),
+        entries: parsed.as_ref().map_or(0, |c| c.entries.len()),
+        from_toml: row.from_toml,
+        next,
+        error: parsed.err(),
+    }
 }
 
 fn job_status(row: &JobRow, config: &Config, now: i64, offers: &[NodeOffer]) -> JobStatus {
@@ -100,6 +215,7 @@ fn job_status(row: &JobRow, config: &Config, now: i64, offers: &[NodeOffer]) -> 
         last_end_ago_ms: row.last_end.map(|e| now - e),
         done: row.next_exec == Some(i64::MAX)
             && !running
+            && row.schedule != crate::schedule::AFTER_ONLY
             && row.run_on.as_deref() != Some("every_node"),
         every_node: row.run_on.as_deref() == Some("every_node"),
         template: row.template.clone(),
@@ -123,6 +239,7 @@ fn job_status(row: &JobRow, config: &Config, now: i64, offers: &[NodeOffer]) -> 
             .as_deref()
             .map(|p| Placement::from_json(p).map_or_else(|e| e, |p| p.describe())),
         unplaceable: unplaceable(row.placement.as_deref(), offers),
+        calendars: calendars_of(row, config),
     }
 }
 
@@ -144,7 +261,9 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             .filter(|j| j.running_on.as_deref() == Some(node))
             .count()
     };
-    let drift = drift(&nodes, now);
+    let drift = crate::store::drift(&nodes, now);
+    let calendars = store.calendars().await.map_err(Failure::runtime)?;
+    let chains = chain_links(store.upstream_edges().await.map_err(Failure::runtime)?);
     let status = Status {
         now: daemon::fmt_ms(now),
         nodes: nodes
@@ -162,6 +281,8 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             })
             .collect(),
         jobs,
+        calendars: calendars.iter().map(|c| calendar_status(c, now)).collect(),
+        chains,
         drift,
     };
     if json {
@@ -193,6 +314,8 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             "paused".into()
         } else if let Some(why) = &j.unplaceable {
             why.clone()
+        } else if j.schedule == crate::schedule::AFTER_ONLY {
+            "when its upstreams finish".into()
         } else {
             "idle".into()
         };
@@ -209,8 +332,12 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
         let passed = j
             .last_end_ago_ms
             .map_or_else(|| "-".to_string(), |ms| format!("{} ago", span(ms)));
+        let calendars = j
+            .calendars
+            .as_ref()
+            .map_or_else(String::new, |c| format!(", {c}"));
         out.push_str(&format!(
-            "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {} ({})\n",
+            "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {} ({}){calendars}\n",
             j.name,
             j.next_run.clone().unwrap_or_else(|| "-".into()),
             left,
@@ -247,6 +374,28 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             n.last_seen.clone().unwrap_or_default()
         ));
     }
+    if !status.calendars.is_empty() {
+        out.push_str(&format!(
+            "\n{:<24} {:<8} {:<6} {}\n",
+            "CALENDAR", "ENTRIES", "FROM", "NEXT (UTC)"
+        ));
+        for c in &status.calendars {
+            let next = match (&c.error, &c.next) {
+                (Some(e), _) => format!("error: {e}"),
+                (None, Some(n)) => n.clone(),
+                (None, None) => "-".into(),
+            };
+            let from = if c.from_toml { "toml" } else { "sql" };
+            out.push_str(&format!(
+                "{:<24} {:<8} {:<6} {next}\n",
+                c.name, c.entries, from
+            ));
+        }
+    }
+    if !status.chains.is_empty() {
+        out.push_str("\nCHAINS (each job under the job it follows)\n");
+        out.push_str(&chain_tree(&status.chains));
+    }
     if !status.drift.is_empty() {
         out.push_str("\nCONFIGURATION DRIFT (alive nodes whose TOML files disagree)\n");
         for d in &status.drift {
@@ -256,43 +405,6 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     }
     print!("{out}");
     Ok(0)
-}
-
-/// Alive nodes whose TOML files disagree: per job, each node's fingerprint of it.
-pub(super) fn drift(nodes: &[crate::store::NodeRow], now: i64) -> Vec<Drift> {
-    let mut per_node = std::collections::BTreeMap::new();
-    for n in nodes.iter().filter(|n| n.alive(now)) {
-        let map: std::collections::BTreeMap<String, String> = n
-            .toml_jobs
-            .as_deref()
-            .and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or_default();
-        per_node.insert(n.name.clone(), map);
-    }
-    let mut all_jobs = std::collections::BTreeSet::new();
-    for m in per_node.values() {
-        all_jobs.extend(m.keys().cloned());
-    }
-    let mut drift = vec![];
-    for job in all_jobs {
-        let versions: std::collections::BTreeMap<String, String> = per_node
-            .iter()
-            .map(|(node, m)| {
-                (
-                    node.clone(),
-                    m.get(&job).cloned().unwrap_or_else(|| "absent".into()),
-                )
-            })
-            .collect();
-        let distinct: std::collections::BTreeSet<_> = versions.values().collect();
-        if distinct.len() > 1 {
-            drift.push(Drift {
-                job,
-                nodes: versions,
-            });
-        }
-    }
-    drift
 }
 
 /// A span of time as `systemctl list-timers` shows it: `45s`, `12min 3s`, `4h 2min`, `3 days`.

@@ -28,7 +28,17 @@ pub(super) fn job_spec(
             String::new()
         }
     };
+    let after = match job.after.as_ref().map(crate::model::chains::from_json) {
+        None => vec![],
+        Some(Ok(list)) => list,
+        Some(Err(e)) => {
+            problems.push(("after".into(), e));
+            vec![]
+        }
+    };
     let schedule = match &job.schedule {
+        // A job with only `after` runs when its upstreams finish.
+        None if !after.is_empty() => crate::schedule::AFTER_ONLY.to_string(),
         Some(s) => {
             // The zone does not change whether a schedule parses; it is checked on its own.
             if let Err(e) = Schedule::parse_for(s, "UTC", Some(&name)) {
@@ -169,6 +179,7 @@ pub(super) fn job_spec(
         alerts,
         placement: job.on.clone(),
         every_node,
+        after,
     })
 }
 
@@ -228,6 +239,36 @@ impl PolicyOverrides {
                 .as_deref()
                 .map(|m| Overlap::parse(m).map_err(|e| ("overlap".to_string(), e)))
                 .transpose()?,
+            calendars: calendar_keys(raw)?,
+            requires: raw
+                .requires
+                .as_ref()
+                .map(|v| crate::model::requires::from_json(v).map_err(|e| ("requires".into(), e)))
+                .transpose()?,
         })
     }
+}
+
+/// `skip_on`, `only_in` and `defer`, each name checked.
+fn calendar_keys(
+    raw: &RawPolicy,
+) -> Result<crate::model::calendars::CalendarOverrides, (String, String)> {
+    let named = raw.skip_on.iter().chain(&raw.only_in).flatten().count();
+    let most = crate::model::calendars::MAX_CALENDARS_PER_JOB;
+    if named > most {
+        return Err((
+            "skip_on/only_in".into(),
+            format!("name {named} calendars, more than {most}"),
+        ));
+    }
+    for (key, names) in [("skip_on", &raw.skip_on), ("only_in", &raw.only_in)] {
+        for name in names.iter().flatten() {
+            crate::model::names::check_name(name, 200).map_err(|m| (key.to_string(), m))?;
+        }
+    }
+    Ok(crate::model::calendars::CalendarOverrides {
+        skip_on: raw.skip_on.clone(),
+        only_in: raw.only_in.clone(),
+        defer: raw.defer,
+    })
 }

@@ -5,11 +5,15 @@
 //! Validation reports every problem at once, each naming the file, the job and the key at fault.
 //! Nothing after validation re-checks configuration.
 
+pub mod calendars;
+pub mod cluster;
 mod database;
 mod jobs;
 pub mod raw;
 pub mod secrets;
+pub mod security;
 mod validate;
+pub mod web;
 
 pub use raw::*;
 pub use validate::validate;
@@ -69,6 +73,12 @@ pub struct Config {
     pub log: LogConfig,
     /// Where `/metrics` and `/healthz` are served (`[metrics] listen`); none by default.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `[metrics] token_file`: the file, and (after [`load`]) the token `/metrics` requires as
+    /// `Authorization: Bearer <token>`.
+    pub metrics_token_file: Option<String>,
+    pub metrics_token: Option<String>,
+    /// `[web]`: the dashboard (off unless `listen` is set).
+    pub web: web::WebConfig,
     /// `[history]`: how long runs and audit rows are kept.
     pub history: crate::model::retention::HistoryConfig,
     /// The alert keys of `[defaults]`: every job's unless it says otherwise.
@@ -77,6 +87,12 @@ pub struct Config {
     pub delivery: crate::model::hooks::DeliveryConfig,
     /// `[[job]]` tables, in file order.
     pub jobs: Vec<JobSpec>,
+    /// `[security]`: whether rows written with SQL must be signed.
+    pub security: security::SecurityConfig,
+    /// `[[calendar]]` tables, in file order (their `ics_file` read by [`load`]).
+    pub calendars: Vec<calendars::CalendarDef>,
+    /// `[cluster]`: the start-rate budgets this file sets.
+    pub cluster: cluster::ClusterConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -228,7 +244,49 @@ pub fn load(path: &Path, explicit: bool, env: &Environment) -> Result<Config, Co
     };
     let mut config = parse(&text, path, env)?;
     database::read_files(&mut config, path)?;
+    security::read_keys_file(&mut config.security, path)?;
+    read_metrics_token(&mut config, path)?;
+    web::read_users(&mut config.web, path)?;
+    calendars::read_files(&mut config, path)?;
     Ok(config)
+}
+
+/// Reads `[metrics] token_file` (a secret file: refused when every user may read it).
+fn read_metrics_token(config: &mut Config, path: &Path) -> Result<(), ConfigError> {
+    let Some(file) = config.metrics_token_file.clone() else {
+        return Ok(());
+    };
+    let problem = |message: String| ConfigError {
+        path: path.to_path_buf(),
+        problems: vec![Problem {
+            location: "[metrics] token_file".into(),
+            message,
+        }],
+    };
+    secrets::refuse_open_file(Path::new(&file)).map_err(problem)?;
+    let token = std::fs::read_to_string(&file)
+        .map_err(|e| problem(format!("cannot read {file}: {e}")))?
+        .trim()
+        .to_string();
+    if token.len() < 16 || token.contains(char::is_whitespace) {
+        return Err(problem(format!(
+            "{file} must hold one token of at least 16 characters without spaces"
+        )));
+    }
+    config.metrics_token = Some(token);
+    Ok(())
+}
+
+/// A warning when `/metrics` listens beyond this host without a token.
+pub fn open_metrics_warning(config: &Config) -> Option<String> {
+    let addr = config.metrics_listen?;
+    (!addr.ip().is_loopback() && config.metrics_token_file.is_none()).then(|| {
+        format!(
+            "[metrics] listen = \"{addr}\" answers any host that reaches it and no token_file is set: \
+             job names and failures are readable by anyone on the network; set [metrics] \
+             token_file or listen on 127.0.0.1"
+        )
+    })
 }
 
 /// Parses and validates TOML text.
@@ -506,6 +564,42 @@ timezone = "Mars/Base"
             "[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\n[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\n",
         );
         assert!(msg.contains("job \"x\" name: is defined twice"), "{msg}");
+    }
+
+    #[test]
+    fn upstreams_must_be_jobs_of_the_file_without_a_cycle() {
+        let job = |name: &str, requires: &str| {
+            format!(
+                "[[job]]\nname=\"{name}\"\nschedule=\"@daily\"\ncommand=\"true\"\nrequires={requires}\n"
+            )
+        };
+        let ok = parse_ok(&format!(
+            "{}{}",
+            job("load", "{ job = \"extract\", within = \"6h\" }"),
+            "[[job]]\nname=\"extract\"\nschedule=\"@daily\"\ncommand=\"true\"\n"
+        ));
+        assert_eq!(
+            ok.jobs[0].overrides.requires.as_ref().unwrap()[0].job,
+            "extract"
+        );
+        let msg = parse_err(&format!(
+            "{}{}{}[defaults]\nrequires = {{ job = \"a\", within = \"1h\" }}\n",
+            job("a", "[{ job = \"b\", within = \"1h\" }]"),
+            job("b", "{ job = \"a\", within = \"1h\" }"),
+            job("c", "{ job = \"nope\", within = \"1h\" }"),
+        ));
+        assert!(
+            msg.contains("job \"a\" requires/after: a cycle: a → b → a"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("job \"c\" requires: \"nope\" is not a job of this file"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("[defaults] requires: names a job's own upstreams"),
+            "{msg}"
+        );
     }
 
     #[test]

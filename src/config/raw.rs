@@ -31,6 +31,14 @@ pub struct RawConfig {
     pub alerts: RawAlerts,
     #[serde(default, rename = "job")]
     pub jobs: Vec<RawJob>,
+    #[serde(default, rename = "calendar")]
+    pub calendars: Vec<super::calendars::RawCalendar>,
+    #[serde(default)]
+    pub security: super::security::RawSecurity,
+    #[serde(default)]
+    pub web: super::web::RawWeb,
+    #[serde(default)]
+    pub cluster: super::cluster::RawCluster,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -87,6 +95,8 @@ pub struct RawLog {
 #[serde(deny_unknown_fields)]
 pub struct RawMetrics {
     pub listen: Option<String>,
+    /// A file holding the bearer token `/metrics` requires.
+    pub token_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +125,15 @@ pub struct RawPolicy {
     pub on_lease_lost: Option<String>,
     pub rerun_lost: Option<bool>,
     pub overlap: Option<String>,
+    /// Calendars whose times the job's slots skip (`[[calendar]]` names).
+    pub skip_on: Option<Vec<String>>,
+    /// Calendars outside whose times the job's slots are skipped (or deferred).
+    pub only_in: Option<Vec<String>>,
+    /// A slot outside `only_in` runs once at the next opening instead of being skipped.
+    pub defer: Option<bool>,
+    /// Upstreams that must have succeeded before a slot runs: `{ job = "extract", within =
+    /// "6h" }` or a list of them.
+    pub requires: Option<serde_json::Value>,
     /// Alert keys (see `model/hooks.rs`): a hook is a command, a table with `command` or `url`, or
     /// `false`.
     pub on_failure: Option<serde_json::Value>,
@@ -188,6 +207,9 @@ pub struct RawJob {
     pub on: Option<crate::model::placement::Placement>,
     /// `any` (one node per slot, the default) or `every_node` (each matching node, each slot).
     pub run_on: Option<String>,
+    /// Upstreams whose finished runs each run this job once: `["extract"]` or
+    /// `[{ job = "extract", on = "success", within = "1h" }]`.
+    pub after: Option<serde_json::Value>,
     #[serde(flatten)]
     pub policy: RawPolicy,
 }

@@ -58,14 +58,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         .or(env.hostname.clone())
         .unwrap_or_else(|| "localhost".into());
     let name_max = name_max_chars(database_url.dialect());
-    if node_name.trim().is_empty() || node_name.chars().count() > name_max {
-        c.push(
-            "[node] name",
-            format!(
-                "\"{node_name}\" must be 1-{name_max} characters{}",
-                name_limit_reason(name_max)
-            ),
-        );
+    if let Err(m) = crate::model::names::check_name(&node_name, name_max) {
+        c.push("[node] name", format!("{m}{}", name_limit_reason(name_max)));
     }
 
     let mut node_tags = raw.node.tags.clone();
@@ -248,14 +242,10 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                 if !seen.insert(spec.name.clone()) {
                     c.push(format!("{label} name"), "is defined twice");
                 }
-                if spec.name.chars().count() > name_max {
+                if let Err(m) = crate::model::names::check_name(&spec.name, name_max) {
                     c.push(
                         format!("{label} name"),
-                        format!(
-                            "\"{}\" must be 1-{name_max} characters{}",
-                            spec.name,
-                            name_limit_reason(name_max)
-                        ),
+                        format!("{m}{}", name_limit_reason(name_max)),
                     );
                 }
                 jobs.push(spec);
@@ -265,6 +255,94 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
                     c.push(format!("{label} {key}"), message);
                 }
             }
+        }
+    }
+
+    let calendars = super::calendars::validate(&raw.calendars, &mut c);
+    let defined = |n: &String| calendars.iter().any(|d| &d.name == n);
+    let undefined = |n: &String| {
+        format!("calendar \"{n}\" is not defined: add a [[calendar]] table with that name")
+    };
+    for n in defaults.calendars.names().iter().filter(|n| !defined(n)) {
+        c.push("[defaults] skip_on/only_in", undefined(n));
+    }
+    for job in &jobs {
+        for (key, names) in [
+            ("skip_on", &job.overrides.calendars.skip_on),
+            ("only_in", &job.overrides.calendars.only_in),
+        ] {
+            for n in names.iter().flatten().filter(|n| !defined(n)) {
+                c.push(format!("job \"{}\" {key}", job.name), undefined(n));
+            }
+        }
+    }
+
+    if raw.defaults.requires.is_some() {
+        c.push(
+            "[defaults] requires",
+            "names a job's own upstreams: set it on the job ([[job]] requires)",
+        );
+    }
+    // Upstreams (`requires` and `after`) are jobs of this file, without a cycle.
+    let edges: BTreeMap<String, Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let ups = j.overrides.requires.iter().flatten().map(|r| &r.job);
+            let ups = ups.chain(j.after.iter().map(|a| &a.job));
+            (j.name.clone(), ups.cloned().collect())
+        })
+        .collect();
+    for job in &jobs {
+        let named = job
+            .overrides
+            .requires
+            .iter()
+            .flatten()
+            .map(|r| ("requires", &r.job));
+        for (key, up) in named.chain(job.after.iter().map(|a| ("after", &a.job))) {
+            if !edges.contains_key(up) {
+                c.push(
+                    format!("job \"{}\" {key}", job.name),
+                    format!("\"{up}\" is not a job of this file"),
+                );
+            }
+        }
+        if !job.after.is_empty() {
+            let label = format!("job \"{}\" after", job.name);
+            if job.every_node {
+                c.push(
+                    &label,
+                    "a job with run_on = \"every_node\" cannot follow others",
+                );
+            }
+            if job.name.chars().count() > crate::model::chains::MAX_CHAINED_NAME {
+                c.push(
+                    &label,
+                    format!(
+                        "the name of a job with after has at most {} characters (its chained \
+                         runs add #after-<run id>)",
+                        crate::model::chains::MAX_CHAINED_NAME
+                    ),
+                );
+            }
+            for up in &job.after {
+                if jobs.iter().any(|j| j.name == up.job && j.every_node) {
+                    c.push(
+                        &label,
+                        format!(
+                            "\"{}\" runs on every node (its runs are its copies'): it cannot \
+                             be followed",
+                            up.job
+                        ),
+                    );
+                }
+            }
+        }
+        if let Some(cycle) = crate::model::requires::cycle_through(&edges, &job.name) {
+            c.push(
+                format!("job \"{}\" requires/after", job.name),
+                format!("a cycle: {}", cycle.join(" → ")),
+            );
         }
     }
 
@@ -291,6 +369,10 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         jobs.iter().filter_map(|j| j.user.as_deref()),
     );
 
+    let security = super::security::validate(&raw.security, &mut c);
+    let web = super::web::validate(&raw.web, &mut c);
+    let cluster = super::cluster::validate(&raw.cluster, &mut c);
+
     if !c.problems.is_empty() {
         return Err(ConfigError {
             path: path.to_path_buf(),
@@ -311,10 +393,16 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
         pools,
         log: LogConfig { level, target },
         metrics_listen,
+        metrics_token_file: raw.metrics.token_file.clone(),
+        metrics_token: None,
+        web,
         history,
         alert_defaults,
         delivery,
         jobs,
+        security,
+        calendars,
+        cluster,
     })
 }
 

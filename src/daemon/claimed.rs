@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::decode::{Resolved, run_spec};
 use super::delivery::Ping;
 use super::lease::{Interrupt, SupervisionGuard};
+use super::slot_gate::Gate;
 use super::{Shared, fmt_ms};
 use crate::config::Config;
 use crate::exec::runner::{self, StopRequest};
@@ -44,6 +45,14 @@ pub(super) struct Claim {
     /// database's `now` plus the monotonic time since.
     pub claimed_at: Instant,
     pub stop: watch::Receiver<StopRequest>,
+    /// When the start rate gives the run its turn (`None`: at once).
+    pub turn: Option<Instant>,
+    /// How long (milliseconds) the start rate held the row before its claim, when it did: the
+    /// run's start records this plus its wait after the claim.
+    pub held_before: Option<i64>,
+    /// What the slot waited for before it could run ("waited 14m for extract"), said in the
+    /// run's record.
+    pub waited: std::sync::OnceLock<String>,
     /// Removes the claim from the supervision map when the task ends.
     pub _guard: SupervisionGuard,
 }
@@ -117,7 +126,11 @@ impl Shared {
                 None => return,
             },
         };
-        if !started && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        // A row the start rate gave a later turn waits for it (unless the node stops).
+        let stopping = !started
+            && (!self.wait_for_turn(&claim).await
+                || self.stopping.load(std::sync::atomic::Ordering::SeqCst));
+        if stopping {
             // Claimed but not started when the node began to stop: hand the row over at once;
             // nothing ran, so the next holder runs the slot as still owed.
             tracing::info!(job = %claim.row.name, "stopping: not starting the run; handed over");
@@ -201,8 +214,18 @@ impl Shared {
                 }
             }
         }
-        let plan = plan_claim(&state, claim.now, policy, schedule);
+        let mut plan = plan_claim(&state, claim.now, policy, schedule);
         tracing::debug!(job = %row.name, token = row.token, ?plan, "claimed");
+        // A slot held for its upstreams waits until the gate looks again.
+        let mut hold = i64::MIN;
+        match self.slot_gate(claim, &plan, policy, schedule).await {
+            Gate::Open => {}
+            Gate::Wait { slot, until } => {
+                plan.action = ClaimAction::Wait { slot };
+                hold = until;
+            }
+            Gate::Stop => return None,
+        }
         if let (ClaimAction::Run { .. }, Some(pool)) = (&plan.action, &row.pool) {
             match self
                 .store
@@ -230,7 +253,7 @@ impl Shared {
                             return None;
                         }
                     }
-                    if let Err(e) = self
+                    match self
                         .store
                         .defer_for_pool(
                             row.id,
@@ -241,7 +264,17 @@ impl Shared {
                         )
                         .await
                     {
-                        tracing::warn!(job = %row.name, error = %e, "could not release a job waiting for its pool; its lease will expire");
+                        // The place may have been freed while the deferral was written, when
+                        // the freeing run found no waiter yet: then the wait ends now.
+                        Ok(Fenced::Done) => {
+                            if matches!(self.store.pool_has_room(pool).await, Ok(true)) {
+                                self.pool_place_freed(pool).await;
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(job = %row.name, error = %e, "could not release a job waiting for its pool; its lease will expire");
+                        }
                     }
                     return None;
                 }
@@ -258,69 +291,17 @@ impl Shared {
                 }
             }
         }
-        if let Some((slot, attempt)) = plan.lost {
-            let by = row.prev_exec_by.clone().unwrap_or_default();
-            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, previous_node = %by, "run lost: its node stopped renewing the lease");
-            self.metrics.takeover(&row.name);
-            let key = RunKey {
-                job: row.name.clone(),
-                slot,
-                attempt,
-            };
-            let message = format!("lease of node {by} expired while the run was in progress");
-            if !self
-                .until_written(claim, "the lost run", || {
-                    self.store.record_lost(&key, &message)
-                })
-                .await
-            {
-                return None;
-            }
-        }
-        if let Some((slot, attempt)) = plan.abandoned
-            && !self
-                .record_abandoned(
-                    claim,
-                    slot,
-                    attempt,
-                    "pending retries abandoned: the next regular slot has come",
-                )
-                .await
-        {
+        if !self.record_plan_lines(claim, &plan, policy).await {
             return None;
-        }
-        if let Some(skipped) = plan.skipped {
-            tracing::warn!(job = %row.name, count = skipped.count, first = %fmt_ms(skipped.first), last = %fmt_ms(skipped.last), misfire = policy.misfire.as_str(), "missed slots skipped");
-            self.metrics.missed(&row.name, skipped.count);
-            let message = format!(
-                "{} missed slot(s) not run (misfire = {})",
-                skipped.count,
-                policy.misfire.as_str()
-            );
-            let written = self
-                .until_written(claim, "the skipped slots", || {
-                    self.store.record_summary(
-                        &row.name,
-                        skipped.first,
-                        0,
-                        &self.node,
-                        Outcome::Skipped,
-                        Some(skipped.count as i64),
-                        Some(skipped.last),
-                        &message,
-                    )
-                })
-                .await;
-            if !written {
-                return None;
-            }
         }
         match plan.action {
             ClaimAction::Wait { slot } => {
                 let release = Release {
                     slot,
                     attempts: 0,
-                    next_exec: slot.saturating_add(jitter_ms(&row.name, slot, policy.jitter)),
+                    next_exec: slot
+                        .saturating_add(jitter_ms(&row.name, slot, policy.jitter))
+                        .max(hold),
                     clear_run_now: false,
                     outcome: None,
                 };
@@ -350,28 +331,6 @@ impl Shared {
         }
     }
 
-    /// Moves the claimed row to `slot` with no attempt made yet, fenced by the claim; retried
-    /// while the claim is trusted. False if the claim was lost.
-    async fn advance(&self, claim: &Claim, slot: i64) -> bool {
-        let row = &claim.row;
-        let lost = std::sync::atomic::AtomicBool::new(false);
-        let written = self
-            .until_written(claim, "the slot to run", || async {
-                let fenced = self
-                    .store
-                    .advance_slot(row.id, &self.node, row.token, slot)
-                    .await?;
-                lost.store(fenced == Fenced::Lost, std::sync::atomic::Ordering::SeqCst);
-                Ok(())
-            })
-            .await;
-        if lost.load(std::sync::atomic::Ordering::SeqCst) {
-            tracing::warn!(job = %row.name, "claim lost before the run started; not running");
-            return false;
-        }
-        written
-    }
-
     /// Records the run's start, fenced by the claim and idempotent: retried until it lands,
     /// the claim is lost, or its trust window passes. True if the run may start.
     async fn start(&self, run: &Run<'_>) -> bool {
@@ -383,12 +342,28 @@ impl Shared {
                 tracing::warn!(job = %row.name, "claim no longer trusted before the run started; not running");
                 return false;
             }
+            // How long the run waited for the start rate, recorded with its start.
+            let held = run.claim.held_before.map(|before| {
+                Duration::from_millis(before as u64) + run.claim.claimed_at.elapsed()
+            });
             match self
                 .store
-                .start_run(row.id, &self.node, row.token, &run.key)
+                .start_run_held(
+                    row.id,
+                    &self.node,
+                    row.token,
+                    &run.key,
+                    held.map(|h| h.as_millis() as i64),
+                )
                 .await
             {
-                Ok(Fenced::Done) => return true,
+                Ok(Fenced::Done) => {
+                    if held.is_some() {
+                        // The wait after the claim (the time before it is in the record).
+                        self.metrics.rate_held(run.claim.claimed_at.elapsed());
+                    }
+                    return true;
+                }
                 Ok(Fenced::Lost) => {
                     tracing::warn!(job = %row.name, "claim lost before the run started; not running");
                     return false;
@@ -482,13 +457,18 @@ impl Shared {
                 }
             },
         };
-        let interrupted = self.supervision().get_mut(&sup_key).and_then(|r| {
-            r.running = false;
-            r.interrupted
-        });
+        let (interrupted, stop_asked) =
+            self.supervision()
+                .get_mut(&sup_key)
+                .map_or((None, false), |r| {
+                    r.running = false;
+                    (r.interrupted, r.stop_asked)
+                });
         let result = match result {
             Ok(out) => {
-                let outcome = if replaced && out.stopped {
+                let outcome = if stop_asked && out.stopped {
+                    Outcome::Stopped
+                } else if replaced && out.stopped {
                     Outcome::Replaced
                 } else if out.timed_out {
                     Outcome::Timeout
@@ -503,7 +483,15 @@ impl Shared {
                     signal: out.signal.map(i64::from),
                     started,
                     output: out.output,
-                    message: out.note,
+                    message: if outcome == Outcome::Stopped {
+                        Some("stopped on request (sqlcron stop or the dashboard)".into())
+                    } else {
+                        match (claim.waited.get(), out.note) {
+                            (Some(w), Some(n)) => Some(format!("{w}; {n}")),
+                            (Some(w), None) => Some(w.clone()),
+                            (None, n) => n,
+                        }
+                    },
                 }
             }
             Err(e) => RunResult {

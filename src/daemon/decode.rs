@@ -16,6 +16,7 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
     if let Some(e) = &row.decode_error {
         return Err(e.clone());
     }
+    crate::model::names::check_name(&row.name, 200).map_err(|m| format!("name: {m}"))?;
     let overrides = row_overrides(row)?;
     let policy = overrides.apply_to(defaults);
     parse_zone(&policy.timezone).map_err(|e| format!("timezone: {e}"))?;
@@ -52,23 +53,91 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
     {
         return Err(format!("run_on: \"{r}\" must be any or every_node"));
     }
+    if let Some(text) = &row.after {
+        if row.name.chars().count() > crate::model::chains::MAX_CHAINED_NAME {
+            return Err(format!(
+                "name: a job with after_jobs has at most {} characters (its chained rows add \
+                 #after-<run id>)",
+                crate::model::chains::MAX_CHAINED_NAME
+            ));
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("after_jobs: not JSON ({e})"))?;
+        crate::model::chains::from_json(&v).map_err(|m| format!("after_jobs: {m}"))?;
+    }
     inherit_list(row)?;
     row_limits(row)?;
     row_alerts(row)?;
     Ok((schedule, policy))
 }
 
-/// [`resolve`], and whether this node lets the row run as the account it names
-/// ([`account_allowed`]): what the claim path and the preparation of new rows check before a row
-/// may be scheduled or run. An `Err` parks the row with the reason.
+/// [`resolve`], whether this node trusts the row ([`trusted`]) and whether it lets the row run
+/// as the account it names ([`account_allowed`]): what the claim path and the preparation of new
+/// rows check before a row may be scheduled or run. An `Err` parks the row with the reason.
+/// `template` is the template row of an every_node copy (read only in signed mode).
 pub fn resolve_here(
     row: &JobRow,
     config: &Config,
     daemon: &Account,
+    template: Option<&JobRow>,
 ) -> Result<(Schedule, Policy), String> {
     let resolved = resolve(row, &config.defaults)?;
+    trusted(row, config, template)?;
     account_allowed(row, config, daemon)?;
     Ok(resolved)
+}
+
+/// Whether this node runs what the row defines: always with `[security] sql_jobs = "open"`;
+/// with `"signed"`, a row of this node's own TOML that runs exactly what the file says, an
+/// every_node copy of a trusted template, or a row whose signature by a trusted key matches its
+/// definition (see [`crate::model::signing`]).
+pub fn trusted(row: &JobRow, config: &Config, template: Option<&JobRow>) -> Result<(), String> {
+    use crate::config::security::SqlJobs;
+    if config.security.sql_jobs == SqlJobs::Open {
+        return Ok(());
+    }
+    if let Some(name) = &row.template {
+        let Some(t) = template.filter(|t| {
+            &t.name == name && t.template.is_none() && t.run_on.as_deref() == Some("every_node")
+        }) else {
+            return Err(format!(
+                "every_node copy: its template \"{name}\" is not an every_node job; a copy runs only what a trusted template defines"
+            ));
+        };
+        // The copy's own placement pins it to its node; the rest is the template's.
+        let mut as_template = row.clone();
+        as_template.placement = t.placement.clone();
+        as_template.run_on = t.run_on.clone();
+        if !as_template.definition().same_as(&t.definition()) {
+            return Err(format!(
+                "every_node copy: runs something else than its template \"{name}\"; the template's next sync restores it"
+            ));
+        }
+        return trusted(t, config, None).map_err(|e| format!("template \"{name}\": {e}"));
+    }
+    // A TOML job's row, or a backfill row of one (`JOB#backfill-SLOT`, which copies its
+    // definition): trusted when it runs exactly what this node's file says.
+    let toml_name = match row.source.as_str() {
+        "toml" => Some(row.name.as_str()),
+        _ => row.name.rsplit_once("#backfill-").map(|(job, _)| job),
+    };
+    if let Some(spec) = toml_name.and_then(|n| config.jobs.iter().find(|j| j.name == n)) {
+        if crate::store::apply::definition_of(spec).same_as(&row.definition()) {
+            return Ok(());
+        }
+        if row.source == "toml" {
+            return Err(format!(
+                "differs from the job \"{}\" in this node's TOML file (changed with SQL?): `sqlcron apply` restores it",
+                row.name
+            ));
+        }
+    }
+    crate::model::signing::verify(
+        &row.definition(),
+        row.signature.as_deref(),
+        &config.security.trusted_keys,
+    )
+    .map_err(|r| r.message().to_string())
 }
 
 /// The `http` column: an HTTP job's request, or `None` for a process.
@@ -215,7 +284,63 @@ fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
         overlap: get("overlap"),
         ..Default::default()
     };
-    PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))
+    let mut overrides = PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))?;
+    if let Some(text) = get("requires") {
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("requires: not JSON ({e})"))?;
+        overrides.requires =
+            Some(crate::model::requires::from_json(&v).map_err(|m| format!("requires: {m}"))?);
+    }
+    if let Some(text) = get("calendars") {
+        overrides.calendars = crate::model::calendars::CalendarOverrides::from_json(&text)
+            .map_err(|m| format!("calendars: {m}"))?;
+    }
+    Ok(overrides)
+}
+
+/// Whether a job may have the daemon read the file `path` for it as its `key` (`env_file`,
+/// `headers_file`). A row is untrusted input and the daemon reads with its own rights, so a row
+/// written with SQL could otherwise copy another job's secrets into its own command or request.
+/// Allowed when the file lies in a directory of `[security] file_dirs`, or when this node's own
+/// TOML names the same file as that key for the same job (a backfill row counts as its job),
+/// or, for a webhook's, in `[defaults]`.
+pub fn file_allowed(job: &str, key: &str, path: &str, config: &Config) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    let plain = p.is_absolute()
+        && p.components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir));
+    if plain && config.security.file_dirs.iter().any(|d| p.starts_with(d)) {
+        return Ok(());
+    }
+    let base = job.rsplit_once("#backfill-").map_or(job, |(j, _)| j);
+    let in_toml = config.jobs.iter().filter(|j| j.name == base).any(|spec| {
+        let text = crate::store::apply::definition_of(spec).canonical();
+        serde_json::from_str(&text).is_ok_and(|v| names_file(&v, key, path))
+    });
+    let in_defaults = config
+        .alert_defaults
+        .to_json()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .is_some_and(|v| names_file(&v, key, path));
+    if in_toml || in_defaults {
+        return Ok(());
+    }
+    Err(format!(
+        "{key} \"{path}\" is not a file this node reads for this job: name it in the job in this \
+         node's TOML file, or list its directory in [security] file_dirs"
+    ))
+}
+
+/// Whether `key = path` appears anywhere in `v`.
+fn names_file(v: &serde_json::Value, key: &str, path: &str) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, v)| (k == key && v.as_str() == Some(path)) || names_file(v, key, path)),
+        Value::Array(a) => a.iter().any(|v| names_file(v, key, path)),
+        _ => false,
+    }
 }
 
 /// Everything a run needs that the daemon looked up outside this module: the account the run
@@ -224,6 +349,9 @@ pub struct Resolved<'a> {
     pub host: &'a Host,
     pub account: Option<Account>,
     pub file_env: Vec<(String, String)>,
+    /// An HTTP job's request, parsed once, and the headers of its `headers_file`.
+    pub http: Option<crate::model::http_target::HttpTarget>,
+    pub file_headers: Vec<(String, String)>,
     /// An HTTP job's `Idempotency-Key` attempt (see `http_target::RunIdentity`).
     pub key_attempt: u32,
 }
@@ -242,9 +370,10 @@ pub(super) fn run_spec(
     config: &Config,
     resolved: Resolved<'_>,
 ) -> Result<RunSpec, String> {
-    if let Some(target) = row_http(row)? {
+    if let Some(target) = resolved.http {
         let call = crate::model::http_target::HttpCall {
             target,
+            file_headers: resolved.file_headers,
             id: crate::model::http_target::RunIdentity {
                 job: row.name.clone(),
                 slot: crate::model::http_target::slot_text(slot),
@@ -310,6 +439,13 @@ pub(super) fn run_spec(
     env.push(("SQLCRON_ATTEMPT".into(), attempt.to_string()));
     env.push(("SQLCRON_NODE".into(), node.to_string()));
     env.push(("SQLCRON_FENCING_TOKEN".into(), row.token.to_string()));
+    if let Some(up) = row
+        .upstream
+        .as_deref()
+        .and_then(crate::model::chains::Upstream::from_json)
+    {
+        env.extend(up.env());
+    }
     Ok(RunSpec {
         job: row.name.clone(),
         program,
@@ -336,12 +472,21 @@ impl super::Shared {
         row: &JobRow,
         config: &Config,
     ) -> Result<Resolved<'a>, String> {
-        if row.http.is_some() {
-            // No process: no account to switch to, no environment.
+        if let Some(target) = row_http(row)? {
+            // No process: no account to switch to, no environment; the headers of its file.
+            let file_headers = match &target.headers_file {
+                Some(path) => {
+                    file_allowed(&row.name, "headers_file", path, config)?;
+                    crate::exec::headers_file::read(std::path::Path::new(path))?
+                }
+                None => vec![],
+            };
             return Ok(Resolved {
                 host: &self.host,
                 account: None,
                 file_env: vec![],
+                http: Some(target),
+                file_headers,
                 key_attempt: 1,
             });
         }
@@ -356,13 +501,18 @@ impl super::Shared {
         // nothing: no `pre_exec` hook, so it is started with posix_spawn, not a fork.
         .filter(|a| !a.same_identity(&self.host.account));
         let file_env = match &row.env_file {
-            Some(path) => crate::exec::envfile::read(std::path::Path::new(path))?,
+            Some(path) => {
+                file_allowed(&row.name, "env_file", path, config)?;
+                crate::exec::envfile::read(std::path::Path::new(path))?
+            }
             None => vec![],
         };
         Ok(Resolved {
             host: &self.host,
             account,
             file_env,
+            http: None,
+            file_headers: vec![],
             key_attempt: 1,
         })
     }

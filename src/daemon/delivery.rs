@@ -108,6 +108,8 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
             ),
             retry: false,
         })
+    } else if let Err(f) = hook_trusted(&shared, &claim, &config).await {
+        Err(f)
     } else {
         match Hook::decode(&claim.hook) {
             Err(e) => Err(Failure {
@@ -115,16 +117,24 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
                 retry: false,
             }),
             Ok(Hook::Command(command)) => run_hook_command(&shared, &claim, &command).await,
-            Ok(Hook::Webhook { url, headers }) => {
-                post(
-                    &shared.http,
-                    &claim,
-                    &url,
-                    &headers,
-                    config.delivery.timeout,
-                )
-                .await
-            }
+            Ok(Hook::Webhook {
+                url,
+                headers,
+                headers_file,
+            }) => match webhook_file_headers(&claim.job, headers_file.as_deref(), &config) {
+                Ok(file_headers) => {
+                    let all: Vec<(&str, &str)> = headers
+                        .iter()
+                        .chain(file_headers.iter().map(|(k, v)| (k, v)))
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    post(&shared.http, &claim, &url, &all, config.delivery.timeout).await
+                }
+                Err(error) => Err(Failure {
+                    error,
+                    retry: false,
+                }),
+            },
         }
     };
     let how = match result {
@@ -187,6 +197,53 @@ fn field(payload: &Value, key: &str) -> String {
         Value::String(s) => s.clone(),
         v => v.to_string(),
     }
+}
+
+/// With `[security] sql_jobs = "signed"`, an event is delivered only to the hook its job's
+/// trusted definition (or the TOML's `[defaults]`) names for it today: an event row written
+/// with SQL cannot name a command or an address of its own. Open mode trusts the event.
+async fn hook_trusted(
+    shared: &Shared,
+    claim: &EventClaim,
+    config: &crate::config::Config,
+) -> Result<(), Failure> {
+    use crate::config::security::SqlJobs;
+    use crate::model::hooks::{AlertSettings, EventKind};
+    if config.security.sql_jobs == SqlJobs::Open {
+        return Ok(());
+    }
+    let refuse = |why: &str| Failure {
+        error: format!("hook: refused in signed mode: {why}"),
+        retry: false,
+    };
+    let retry = |e: crate::store::StoreError| Failure {
+        error: e.to_string(),
+        retry: true,
+    };
+    let kind = EventKind::parse(&claim.kind).ok_or_else(|| refuse("not an event kind"))?;
+    let row = shared.store.job(&claim.job).await.map_err(retry)?;
+    let own = match &row {
+        Some(r) => row_alerts(r).map_err(|e| refuse(&e))?,
+        None => AlertSettings::default(),
+    };
+    let expected = own.resolve(&config.alert_defaults);
+    if expected.hook(kind).map(Hook::encode).as_deref() != Some(claim.hook.as_str()) {
+        return Err(refuse(
+            "not the hook the job's definition names for this event",
+        ));
+    }
+    // A hook the job itself names is as trusted as the job.
+    if let Some(r) = row
+        .as_ref()
+        .filter(|_| own.resolve(&AlertSettings::default()).hook(kind).is_some())
+    {
+        let template = match &r.template {
+            Some(t) => shared.store.job(t).await.map_err(retry)?,
+            None => None,
+        };
+        super::decode::trusted(r, config, template.as_ref()).map_err(|e| refuse(&e))?;
+    }
+    Ok(())
 }
 
 /// Runs a command hook like the job itself (its user, environment, working directory and
@@ -339,13 +396,27 @@ fn private_output(
     }
 }
 
+/// The headers of a webhook's `headers_file`, if it names one this node reads for the job.
+fn webhook_file_headers(
+    job: &str,
+    file: Option<&str>,
+    config: &crate::config::Config,
+) -> Result<Vec<(String, String)>, String> {
+    let Some(path) = file else {
+        return Ok(vec![]);
+    };
+    super::decode::file_allowed(job, "headers_file", path, config)
+        .and_then(|()| crate::exec::headers_file::read(std::path::Path::new(path)))
+        .map_err(|e| format!("webhook: {e}"))
+}
+
 /// A webhook: `POST` of the event's JSON body (with its `event_id`), the event's id as the
 /// idempotency key. Any 2xx is delivered.
 async fn post(
     client: &reqwest::Client,
     claim: &EventClaim,
     url: &str,
-    headers: &std::collections::BTreeMap<String, String>,
+    headers: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<(), Failure> {
     let mut body: Value = serde_json::from_str(&claim.payload).unwrap_or(Value::Null);
@@ -360,7 +431,7 @@ async fn post(
         .header("X-Sqlcron-Event", claim.kind.clone())
         .header("X-Sqlcron-Node", claim.node.clone());
     for (k, v) in headers {
-        req = req.header(k.as_str(), v.as_str());
+        req = req.header(*k, *v);
     }
     let failure = |error: String| Failure { error, retry: true };
     let resp = req

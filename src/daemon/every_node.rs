@@ -32,6 +32,7 @@ fn same_definition(t: &JobRow, c: &JobRow) -> bool {
         && t.inherit_env == c.inherit_env
         && t.limits == c.limits
         && t.alerts == c.alerts
+        && t.signature == c.signature
 }
 
 /// Whether this node runs a template: it matches the template's placement (none: every node).

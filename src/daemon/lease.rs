@@ -71,6 +71,9 @@ pub(super) struct Supervised {
     pub running: bool,
     /// The run's process group once spawned (0 otherwise), to refresh its reaper deadline.
     pub pgid: Arc<AtomicI32>,
+    /// Someone asked to stop this run (`sqlcron stop`, the dashboard): its process was told to
+    /// stop, and its end is recorded `stopped`.
+    pub stop_asked: bool,
 }
 
 impl Supervised {
@@ -139,7 +142,8 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
         let result = shared.store.extend(&shared.node, &held, lease).await;
         let mut supervision = shared.supervision();
         match result {
-            Ok(lost) => {
+            Ok(found) => {
+                let lost = found.lost;
                 if failing {
                     tracing::info!("lease extension works again");
                     failing = false;
@@ -150,7 +154,14 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
                     };
                     if lost.contains(&key.0) {
                         lose(r, key.1, "another node holds the row now", &shared.metrics);
-                    } else if r.interrupted.is_none() {
+                        continue;
+                    }
+                    if found.stopping.contains(&key.0) && !r.stop_asked {
+                        r.stop_asked = true;
+                        tracing::warn!(job = %r.job, token = key.1, "stop requested: stopping the run");
+                        let _ = r.stop.send(StopRequest::Kill);
+                    }
+                    if r.interrupted.is_none() {
                         r.trusted_until = trusted_until(attempt, lease);
                         let pgid = r.pgid.load(Ordering::SeqCst);
                         if pgid > 0 && r.on_lease_lost == OnLeaseLost::Kill {

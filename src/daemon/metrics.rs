@@ -52,6 +52,12 @@ pub struct Metrics {
     lateness: Histogram,
     /// Slots skipped as missed by the misfire policy.
     missed: Family<JobLabel, Counter>,
+    /// Slots a job's calendars skipped or deferred (`skip_on`, `only_in`).
+    calendar_skipped: Family<JobLabel, Counter>,
+    /// How long a run waited for the start rate between its claim and its start.
+    rate_hold: Histogram,
+    /// Claimed rows handed back because the start rate had no start for them yet.
+    rate_given_back: Counter,
     /// Runs whose lease this node lost while they ran.
     lease_losses: Family<JobLabel, Counter>,
     /// Rows this node took over from a node that stopped renewing (lost or unreleased runs).
@@ -121,6 +127,9 @@ impl Metrics {
             runs: Family::default(),
             lateness: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             missed: Family::default(),
+            calendar_skipped: Family::default(),
+            rate_hold: Histogram::new(exponential_buckets(0.01, 2.0, 12)),
+            rate_given_back: Counter::default(),
             lease_losses: Family::default(),
             takeovers: Family::default(),
             retries: Family::default(),
@@ -159,6 +168,22 @@ impl Metrics {
             "missed_slots",
             "Slots skipped as missed by the misfire policy",
             m.missed.clone(),
+        );
+        r.register(
+            "calendar_skipped_slots",
+            "Slots a job's calendars skipped or deferred (skip_on, only_in)",
+            m.calendar_skipped.clone(),
+        );
+        r.register_with_unit(
+            "start_rate_hold",
+            "Time a run waited for the start rate ([cluster] max_starts_per_second) after its claim",
+            Unit::Seconds,
+            m.rate_hold.clone(),
+        );
+        r.register(
+            "start_rate_given_back",
+            "Claimed rows handed back unrun because the start rate had no start for them yet",
+            m.rate_given_back.clone(),
         );
         r.register(
             "lease_losses",
@@ -240,7 +265,7 @@ impl Metrics {
     pub fn run_ended(&self, job: &str, outcome: &str, ended_ms: i64) {
         self.runs
             .get_or_create(&RunLabels {
-                job: escape_label(job),
+                job: job_label(job).job,
                 outcome: outcome.to_string(),
             })
             .inc();
@@ -257,6 +282,20 @@ impl Metrics {
 
     pub fn missed(&self, job: &str, slots: u64) {
         self.missed.get_or_create(&job_label(job)).inc_by(slots);
+    }
+
+    pub fn calendar_skipped(&self, job: &str, slots: u64) {
+        self.calendar_skipped
+            .get_or_create(&job_label(job))
+            .inc_by(slots);
+    }
+
+    pub fn rate_held(&self, held: Duration) {
+        self.rate_hold.observe(held.as_secs_f64());
+    }
+
+    pub fn rate_given_back(&self, rows: u64) {
+        self.rate_given_back.inc_by(rows);
     }
 
     pub fn lease_lost(&self, job: &str) {
@@ -370,7 +409,9 @@ impl Metrics {
     }
 }
 
+/// A chained row's runs count as its job's (`load#after-12` → `load`): one series per job.
 fn job_label(job: &str) -> JobLabel {
+    let job = crate::model::chains::triggered_job(job).unwrap_or(job);
     JobLabel {
         job: escape_label(job),
     }
@@ -395,6 +436,22 @@ fn escape_label(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_rate_is_counted() {
+        let m = Metrics::new("web-1", Duration::from_secs(10));
+        m.rate_held(Duration::from_millis(1_500));
+        m.rate_given_back(3);
+        let text = m.encode();
+        assert!(
+            text.contains("sqlcron_start_rate_hold_seconds_count{node=\"web-1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sqlcron_start_rate_given_back_total{node=\"web-1\"} 3"),
+            "{text}"
+        );
+    }
 
     /// Issue 25 (10): a job name with a quote and a newline cannot forge a series of another
     /// job, nor break the scrape.

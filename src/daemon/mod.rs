@@ -10,6 +10,8 @@
 //! rows released for takeover on a fresh, short timeout that the shutdown does not cancel.
 
 mod alerting;
+pub mod backfill;
+mod chains;
 mod claimed;
 pub mod decode;
 mod delivery;
@@ -23,6 +25,8 @@ mod placing;
 mod recorded;
 mod release;
 mod shutdown;
+mod slot_gate;
+mod start_rate;
 mod tick;
 mod wakeups;
 
@@ -122,6 +126,15 @@ struct Shared {
     copies_seen: std::sync::atomic::AtomicBool,
     /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
     recent_runs: recorded::RecentRuns,
+    /// Jobs some row names in `after`, as of the last look (see `chains.rs`), and the wake of
+    /// that look when a run of one of them ends here.
+    upstreams: Mutex<std::collections::HashSet<String>>,
+    chains_wake: Notify,
+    /// What this node knows of the start-rate budgets (see `start_rate.rs`).
+    rates: start_rate::Rates,
+    /// Woken when the node begins to stop: rows waiting for their turn from the start rate
+    /// are handed over unrun.
+    stop_holds: Notify,
 }
 
 pub struct Daemon {
@@ -160,6 +173,10 @@ impl Daemon {
                 templates: 0.into(),
                 copies_seen: true.into(),
                 recent_runs: recorded::RecentRuns::default(),
+                upstreams: Mutex::new(Default::default()),
+                chains_wake: Notify::new(),
+                rates: Default::default(),
+                stop_holds: Notify::new(),
             }),
         }
     }
@@ -186,6 +203,23 @@ impl Daemon {
     pub async fn apply_config(&self) -> Result<(), StoreError> {
         let config = self.config();
         self.shared.store.apply_pools(&config.pools).await?;
+        self.shared
+            .store
+            .apply_start_rates(&config.cluster.start_rates)
+            .await?;
+        self.shared.budgets_changed();
+        let calendars: Vec<(String, String)> = config
+            .calendars
+            .iter()
+            .map(|c| (c.name.clone(), c.entries.clone()))
+            .collect();
+        let written = self.shared.store.apply_calendars(&calendars).await?;
+        for name in &written.written {
+            tracing::info!(calendar = %name, "calendar written from TOML");
+        }
+        for name in &written.removed {
+            tracing::info!(calendar = %name, "calendar removed (no longer in TOML)");
+        }
         let actor =
             crate::exec::account::this_process(Some(&format!("daemon {}", config.node_name)));
         let report = self
@@ -268,6 +302,7 @@ impl Daemon {
         let lease_loop = tokio::spawn(lease::lease_loop(self.shared.clone()));
         let trust_watch = tokio::spawn(lease::trust_watch(self.shared.clone()));
         let housekeeping = tokio::spawn(housekeeping::housekeeping_loop(self.shared.clone()));
+        let chains = tokio::spawn(chains::chain_loop(self.shared.clone()));
         let alerting = tokio::spawn(alerting::alerting_loop(self.shared.clone()));
         let delivery = tokio::spawn(delivery::delivery_loop(self.shared.clone()));
         let wakeups = tokio::spawn(wakeups::wake_loop(self.shared.clone()));
@@ -392,6 +427,7 @@ impl Daemon {
         }
         wakeups.abort();
         housekeeping.abort();
+        chains.abort();
         alerting.abort();
         self.shutdown(tasks, control, stop_now).await;
         // Hook deliveries under way end within their own time limit (none starts once the
@@ -440,7 +476,15 @@ impl Daemon {
     /// The node's heartbeat: `cron_nodes.last_seen` and its host-local copies. (The count of
     /// live nodes for `/metrics` comes with each peek.)
     async fn heartbeat(&self, config: &Config) {
-        if let Err(e) = self.shared.store.node_seen(&self.shared.node).await {
+        let local_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        if let Err(e) = self
+            .shared
+            .store
+            .node_seen(&self.shared.node, local_now)
+            .await
+        {
             tracing::warn!(error = %e, "node heartbeat failed");
             self.shared.metrics.database_error(e.kind());
         }

@@ -144,6 +144,7 @@ mod tests {
 
     fn record(attempt: i64, token: i64, ended: bool) -> HistoryRow {
         HistoryRow {
+            id: token,
             job: "j".into(),
             slot: 1000,
             attempt,
@@ -158,6 +159,7 @@ mod tests {
             skipped_count: None,
             skipped_last: None,
             message: None,
+            held_ms: None,
         }
     }
 

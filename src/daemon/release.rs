@@ -1,4 +1,5 @@
-//! The end of a claimed run: its finish record and release, a parked row, an abandoned slot.
+//! The fenced writes of a claim besides its start: the row moved to the slot it runs, the run's
+//! finish record and release, a parked row, an abandoned slot.
 //! Each is one fenced store call, retried until it lands or the claim is no longer trusted; a
 //! write that matched nothing means the claim was lost, and nothing more is written for it.
 
@@ -7,11 +8,33 @@ use super::delivery::Ping;
 use super::lease::Interrupt;
 use super::*;
 use crate::model::job::{Outcome, Policy};
-use crate::model::policy::{Finished, after_run};
+use crate::model::policy::{ClaimPlan, Finished, after_run};
 use crate::schedule::Schedule;
 use crate::store::{Fenced, Release, RunKey, RunResult, StoreError};
 
 impl Shared {
+    /// Moves the claimed row to `slot` with no attempt made yet, fenced by the claim; retried
+    /// while the claim is trusted. False if the claim was lost.
+    pub(super) async fn advance(&self, claim: &Claim, slot: i64) -> bool {
+        let row = &claim.row;
+        let lost = std::sync::atomic::AtomicBool::new(false);
+        let written = self
+            .until_written(claim, "the slot to run", || async {
+                let fenced = self
+                    .store
+                    .advance_slot(row.id, &self.node, row.token, slot)
+                    .await?;
+                lost.store(fenced == Fenced::Lost, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            })
+            .await;
+        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::warn!(job = %row.name, "claim lost before the run started; not running");
+            return false;
+        }
+        written
+    }
+
     pub(super) async fn finish(
         &self,
         claim: &Claim,
@@ -22,8 +45,12 @@ impl Shared {
         result: RunResult,
     ) {
         let row = &claim.row;
-        // A replaced run is not retried: the slot that replaced it runs now.
-        let failed = !matches!(result.outcome, Outcome::Ok | Outcome::Replaced);
+        // A replaced run is not retried: the slot that replaced it runs now. Nor is a run
+        // someone stopped.
+        let failed = !matches!(
+            result.outcome,
+            Outcome::Ok | Outcome::Replaced | Outcome::Stopped
+        );
         let waiting = row.slot.unwrap_or(key.slot);
         let next = after_run(
             &row.name,
@@ -72,6 +99,7 @@ impl Shared {
             outcome: Some(result),
         };
         self.release_with_retry(claim, &release, Some(key)).await;
+        self.upstream_finished(&key.job);
         if let Some(pool) = &row.pool {
             self.pool_place_freed(pool).await;
         }
@@ -117,6 +145,76 @@ impl Shared {
                 tracing::warn!(job = %row.name, error = %e, "could not park the invalid row; its lease will expire")
             }
         }
+    }
+
+    /// Writes the history lines a claim's plan holds besides its run: the previous holder's
+    /// lost run, retries abandoned, missed slots skipped (each idempotent). False if the claim
+    /// was lost before they were written.
+    pub(super) async fn record_plan_lines(
+        &self,
+        claim: &Claim,
+        plan: &ClaimPlan,
+        policy: &Policy,
+    ) -> bool {
+        let row = &claim.row;
+        if let Some((slot, attempt)) = plan.lost {
+            let by = row.prev_exec_by.clone().unwrap_or_default();
+            tracing::warn!(job = %row.name, slot = %fmt_ms(slot), attempt, previous_node = %by, "run lost: its node stopped renewing the lease");
+            self.metrics.takeover(&row.name);
+            let key = RunKey {
+                job: row.name.clone(),
+                slot,
+                attempt,
+            };
+            let message = format!("lease of node {by} expired while the run was in progress");
+            if !self
+                .until_written(claim, "the lost run", || {
+                    self.store.record_lost(&key, &message)
+                })
+                .await
+            {
+                return false;
+            }
+        }
+        if let Some((slot, attempt)) = plan.abandoned
+            && !self
+                .record_abandoned(
+                    claim,
+                    slot,
+                    attempt,
+                    "pending retries abandoned: the next regular slot has come",
+                )
+                .await
+        {
+            return false;
+        }
+        if let Some(skipped) = plan.skipped {
+            tracing::warn!(job = %row.name, count = skipped.count, first = %fmt_ms(skipped.first), last = %fmt_ms(skipped.last), misfire = policy.misfire.as_str(), "missed slots skipped");
+            self.metrics.missed(&row.name, skipped.count);
+            let message = format!(
+                "{} missed slot(s) not run (misfire = {})",
+                skipped.count,
+                policy.misfire.as_str()
+            );
+            let written = self
+                .until_written(claim, "the skipped slots", || {
+                    self.store.record_summary(
+                        &row.name,
+                        skipped.first,
+                        0,
+                        &self.node,
+                        Outcome::Skipped,
+                        Some(skipped.count as i64),
+                        Some(skipped.last),
+                        &message,
+                    )
+                })
+                .await;
+            if !written {
+                return false;
+            }
+        }
+        true
     }
 
     /// Logs and records retries given up: the history line `abandoned` for `(slot, attempt)`.

@@ -17,6 +17,7 @@ impl Daemon {
             .stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         shared.events.notify_one();
+        shared.stop_holds.notify_waiters();
         let grace = self.config().daemon.shutdown_grace;
         let running = self.running_count();
         tracing::info!(running, grace = %humantime::format_duration(grace), "stopping: no more claims");

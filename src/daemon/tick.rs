@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 use super::claimed::{Claim, Route, claimed_state};
 use super::decode::resolve_here;
 use super::lease::{Supervised, SupervisionGuard};
+use super::start_rate::{Allowance, Turn};
 use super::{Daemon, Shared, TickReport, fmt_ms};
 use crate::config::Config;
 use crate::exec::runner::StopRequest;
@@ -39,7 +40,12 @@ fn plain_run(
     schedule: &Schedule,
     policy: &Policy,
 ) -> Option<(RunKey, bool)> {
-    if row.prev_exec_by.is_some() || row.pool.is_some() || row.pool_wait != PoolWait::No {
+    if row.prev_exec_by.is_some()
+        || row.pool.is_some()
+        || row.pool_wait != PoolWait::No
+        || !policy.calendars.is_empty()
+        || !policy.requires.is_empty()
+    {
         return None;
     }
     let plan = plan_claim(&claimed_state(row), now, policy, schedule);
@@ -109,13 +115,22 @@ impl Daemon {
             .filter(|(_, r)| r.may_be_due(horizon, config.daemon.lease))
             .map(|((id, _), _)| *id)
             .collect();
+        // The start rate may allow fewer (see `start_rate.rs`).
+        let (limit, budgets) = match shared.allowance(peek.now, free).await? {
+            Allowance::Unlimited => (free, None),
+            Allowance::Limited(n, budgets) => (n, Some(budgets)),
+            Allowance::Spent(until) => {
+                report.next_due = Some(until.max(peek.now + 1));
+                return Ok(report);
+            }
+        };
         // The trust window starts when the claim is attempted, not when its reply arrives.
         let claim_started = Instant::now();
-        let (now, rows) = shared
+        let (now, mut rows) = shared
             .store
             .claim_excluding(
                 &shared.node,
-                free,
+                limit,
                 config.daemon.lease,
                 &supervised,
                 placement.matching(),
@@ -123,18 +138,42 @@ impl Daemon {
             .await?;
         shared.metrics.claim_took(claim_started.elapsed());
         report.claimed = rows.len();
-        report.saturated = rows.len() == free;
+        report.saturated = rows.len() == limit;
         let now = now.unwrap_or(peek.now);
+        // Each row's turn from the start rate (none without budgets).
+        let mut turns = vec![None; rows.len()];
+        if let Some(budgets) = budgets {
+            // Oldest slot first, whatever order the claim returned the rows in.
+            rows.sort_by_key(|r| (r.slot.unwrap_or(i64::MAX), r.id));
+            let kept = shared.ration(rows, &budgets, now).await?;
+            // Turns count from here, after the takes' round trips: a start may come a little
+            // after its turn, never before.
+            let cut = limit < free;
+            (rows, turns) = kept
+                .into_iter()
+                .map(|(row, wait)| {
+                    let turn = Turn::of(&row, now, wait, cut);
+                    (row, turn)
+                })
+                .unzip();
+            if limit < free && report.saturated {
+                // More is due than the budget has room for: look again at its next room.
+                report.saturated = false;
+                report.next_due = Some(now + 1);
+            }
+        }
         // Rows that simply run their slot have their run starts recorded in one statement;
         // the others (takeovers, pools, missed slots, invalid rows) are planned in their task.
         let mut ready = Vec::new();
-        for row in rows {
+        let turns_from = Instant::now();
+        for (row, turn) in rows.into_iter().zip(turns) {
             let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
                 // Cannot happen (we claimed at most the free permits); the lease will expire.
                 tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");
                 continue;
             };
-            let resolved = resolve_here(&row, &config, &shared.host.account);
+            let template = shared.template_of(&row, &config).await?;
+            let resolved = resolve_here(&row, &config, &shared.host.account, template.as_ref());
             let on_lease_lost = resolved
                 .as_ref()
                 .map(|(_, p)| p.on_lease_lost)
@@ -145,8 +184,15 @@ impl Daemon {
                 .and_then(|(schedule, policy)| plain_run(&row, now, schedule, policy))
                 .map(|(key, manual)| Route::Plain { key, manual })
                 .unwrap_or(Route::Full);
-            let claim =
+            let mut claim =
                 shared.supervise_claim(row, now, claim_started, on_lease_lost, config.daemon.lease);
+            if let Some(turn) = turn {
+                claim.held_before = Some(turn.held_before);
+                if turn.wait > 0 {
+                    let wait = std::time::Duration::from_millis(turn.wait as u64);
+                    claim.turn = Some(turns_from + wait);
+                }
+            }
             ready.push((claim, resolved, route, permit));
         }
         self.record_plain_starts(&mut ready).await;
@@ -169,7 +215,11 @@ impl Daemon {
         let starts: Vec<(i64, i64, &RunKey)> = ready
             .iter()
             .filter_map(|(c, _, route, _)| match route {
-                Route::Plain { key, .. } => Some((c.row.id, c.row.token, key)),
+                // A row waiting for its turn from the start rate records its start when it
+                // comes.
+                Route::Plain { key, .. } if c.held_before.is_none() => {
+                    Some((c.row.id, c.row.token, key))
+                }
                 _ => None,
             })
             .collect();
@@ -189,8 +239,9 @@ impl Daemon {
             }
         };
         let mut started = started.into_iter();
-        for (_, _, route, _) in ready.iter_mut() {
+        for (c, _, route, _) in ready.iter_mut() {
             if let Route::Plain { key, manual } = route
+                && c.held_before.is_none()
                 && started.next() == Some(true)
             {
                 *route = Route::Started {
@@ -225,12 +276,16 @@ impl Shared {
                 on_lease_lost,
                 running: false,
                 pgid: Default::default(),
+                stop_asked: false,
             },
         );
         Claim {
             row,
             now,
             claimed_at,
+            turn: None,
+            held_before: None,
+            waited: Default::default(),
             stop: stop_rx,
             _guard: SupervisionGuard {
                 shared: self.clone(),
@@ -239,12 +294,62 @@ impl Shared {
         }
     }
 
+    /// The template of an every_node copy, by which a node in signed mode judges the copy (read
+    /// only then).
+    async fn template_of(
+        &self,
+        row: &JobRow,
+        config: &Config,
+    ) -> Result<Option<JobRow>, StoreError> {
+        match &row.template {
+            Some(name) if config.security.sql_jobs == crate::config::security::SqlJobs::Signed => {
+                self.store.job(name).await
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// "requires: a cycle: a → b → a" when the upstreams of the rows (`requires`, `after`)
+    /// lead from `job` back to it.
+    async fn upstream_cycle(&self, job: &str) -> Result<Option<String>, StoreError> {
+        let json = |t: Option<String>| -> Option<serde_json::Value> {
+            t.and_then(|t| serde_json::from_str(&t).ok())
+        };
+        let edges = self
+            .store
+            .upstream_edges()
+            .await?
+            .into_iter()
+            .map(|(name, requires, after)| {
+                let required = json(requires)
+                    .and_then(|v| crate::model::requires::from_json(&v).ok())
+                    .unwrap_or_default();
+                let after = json(after)
+                    .and_then(|v| crate::model::chains::from_json(&v).ok())
+                    .unwrap_or_default();
+                let ups = required.into_iter().map(|r| r.job);
+                (name, ups.chain(after.into_iter().map(|a| a.job)).collect())
+            })
+            .collect();
+        Ok(crate::model::requires::cycle_through(&edges, job)
+            .map(|c| format!("requires/after: a cycle: {}", c.join(" → "))))
+    }
+
     /// Computes the first slot of rows inserted or changed with SQL, and parks invalid ones.
     async fn prepare(&self, now: i64, config: &Config) -> Result<(usize, usize), StoreError> {
         let rows = self.store.rows_to_prepare(PREPARE_BATCH).await?;
         let (mut ok, mut bad) = (0, 0);
         for row in rows {
-            match resolve_here(&row, config, &self.host.account) {
+            let template = self.template_of(&row, config).await?;
+            let mut resolved = resolve_here(&row, config, &self.host.account, template.as_ref());
+            // A row whose upstreams lead back to it would wait for itself: parked.
+            if let Ok((_, p)) = &resolved
+                && (!p.requires.is_empty() || row.after.is_some())
+                && let Some(cycle) = self.upstream_cycle(&row.name).await?
+            {
+                resolved = Err(cycle);
+            }
+            match resolved {
                 Ok((schedule, policy)) => {
                     let slot = policy::first_slot(&schedule, now);
                     // A host-local job's template is never due: its copies run (every_node.rs).

@@ -76,11 +76,17 @@ fn unescape(s: &str) -> String {
 /// in it). A job's user who controls the path can therefore not point it at a root-only file.
 pub fn read(path: &Path) -> Result<Vec<(String, String)>, String> {
     let err = |m: String| format!("env_file {}: {m}", path.display());
+    let text = read_trusted(path).map_err(err)?;
+    parse(&text).map_err(err)
+}
+
+/// The text of a file only root or the daemon's user could have written (the checks above):
+/// what the daemon reads for a job, an `env_file` or a `headers_file`.
+pub fn read_trusted(path: &Path) -> Result<String, String> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
-    check_parents(path, me).map_err(err)?;
-    let text = open_trusted(path, me).map_err(err)?;
-    parse(&text).map_err(err)
+    check_parents(path, me)?;
+    open_trusted(path, me)
 }
 
 /// Who may have written a file or directory the daemon trusts: root or the daemon's user.

@@ -12,17 +12,65 @@ use crate::exec::outcome::{RunOutcome, StopRequest};
 use crate::model::http_target::{HttpCall, default_body, redact};
 
 /// What every HTTP client of the daemon shares (HTTP jobs, webhooks, pings): sqlcron's user
-/// agent, a 10 s connect timeout, and `redirects` redirects followed (0: none).
+/// agent, a 10 s connect timeout, and up to `redirects` redirects followed (0: none), each
+/// only within the first request's origin ([`redirect_allowed`]).
 pub fn client_builder(redirects: u64) -> reqwest::ClientBuilder {
     let policy = if redirects == 0 {
         reqwest::redirect::Policy::none()
     } else {
-        reqwest::redirect::Policy::limited(redirects as usize)
+        let limit = redirects as usize;
+        reqwest::redirect::Policy::custom(move |attempt| {
+            let first = attempt.previous().first().cloned();
+            match first
+                .map(|f| redirect_allowed(&f, attempt.url(), attempt.previous().len(), limit))
+            {
+                Some(Err(why)) => attempt.error(why),
+                _ => attempt.follow(),
+            }
+        })
     };
     reqwest::Client::builder()
         .redirect(policy)
         .user_agent(concat!("sqlcron/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(10))
+}
+
+/// Whether a redirect from a request first sent to `first` may be followed to `to`, after
+/// `followed` requests: only to the same scheme, host and port (a job's headers, credentials
+/// included, go only where its definition sends them), never from https to http, and at most
+/// `limit` times. The refusal names the origins only, never a path or a query.
+pub fn redirect_allowed(
+    first: &reqwest::Url,
+    to: &reqwest::Url,
+    followed: usize,
+    limit: usize,
+) -> Result<(), String> {
+    let origin = |u: &reqwest::Url| {
+        format!(
+            "{}://{}:{}",
+            u.scheme(),
+            u.host_str().unwrap_or(""),
+            u.port_or_known_default().unwrap_or(0)
+        )
+    };
+    if followed > limit {
+        return Err(format!("more than {limit} redirect(s)"));
+    }
+    if first.scheme() == "https" && to.scheme() != "https" {
+        return Err(format!(
+            "redirect from {} to {} refused: no downgrade from https",
+            origin(first),
+            origin(to)
+        ));
+    }
+    if origin(first) != origin(to) {
+        return Err(format!(
+            "redirect from {} to {} refused: only redirects within the same origin are followed",
+            origin(first),
+            origin(to)
+        ));
+    }
+    Ok(())
 }
 
 type Clients = HashMap<(Option<String>, u64), reqwest::Client>;
@@ -160,6 +208,9 @@ async fn send(req: &HttpCall, tail: usize) -> Result<(u16, String), String> {
     for (name, value) in &t.headers {
         builder = builder.header(name, value);
     }
+    for (name, value) in &req.file_headers {
+        builder = builder.header(name, value);
+    }
     for (name, value) in req.run_headers() {
         builder = builder.header(name, value);
     }
@@ -211,6 +262,30 @@ pub async fn read_bounded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redirects_stay_within_the_origin_and_never_downgrade() {
+        let u = |t: &str| reqwest::Url::parse(t).unwrap();
+        let first = u("https://api.example:8443/a?token=x");
+        assert_eq!(
+            redirect_allowed(&first, &u("https://api.example:8443/b"), 1, 5),
+            Ok(())
+        );
+        let e = redirect_allowed(&first, &u("http://api.example:8443/b"), 1, 5).unwrap_err();
+        assert!(
+            e.contains("no downgrade from https") && !e.contains("token"),
+            "{e}"
+        );
+        let e = redirect_allowed(&first, &u("https://evil.example/b"), 1, 5).unwrap_err();
+        assert!(
+            e.contains("same origin") && e.contains("evil.example:443"),
+            "{e}"
+        );
+        assert!(redirect_allowed(&first, &u("https://api.example:9443/b"), 1, 5).is_err());
+        assert!(redirect_allowed(&first, &u("https://api.example:8443/b"), 6, 5).is_err());
+        let plain = u("http://h/a");
+        assert_eq!(redirect_allowed(&plain, &u("http://h:80/b"), 1, 5), Ok(()));
+    }
 
     /// Issue 25 (8): a URL's password and query never reach the error text.
     #[tokio::test]

@@ -89,8 +89,10 @@ pub fn cgroup_base() -> Result<&'static Path, &'static str> {
         let found = prepare_base();
         match &found {
             Ok(p) => tracing::info!(cgroup = %p.display(), "per-run control groups enabled"),
-            Err(why) => tracing::warn!(
-                "cgroup limits (memory_max, cpu_weight, cpu_quota, tasks_max) are not applied: {why}"
+            Err(why) => tracing::info!(
+                "no per-run control groups ({why}): cgroup limits (memory_max, cpu_weight, \
+                 cpu_quota, tasks_max) are not applied, and processes that leave a run are ended \
+                 by the daemon as their subreaper"
             ),
         }
         found

@@ -1,15 +1,17 @@
 //! Running one thing on this host: a process ([`runner`]) or an HTTP request ([`http`]), as a
-//! Unix account ([`account`]), with its env file ([`envfile`]) and resource limits
-//! ([`limits`]), ended by the job reaper if the daemon dies ([`reaper`]). How a run ended is
-//! [`outcome`].
+//! Unix account ([`account`]), with its env file ([`envfile`]), header file ([`headers_file`])
+//! and resource limits ([`limits`]), ended by the job reaper if the daemon dies ([`reaper`]),
+//! with what it leaves behind ([`orphans`]). How a run ended is [`outcome`].
 //!
 //! No database and no claims: the daemon decides what to run and records what happened.
 //! Imports only `model`.
 
 pub mod account;
 pub mod envfile;
+pub mod headers_file;
 pub mod http;
 pub mod limits;
+pub mod orphans;
 pub mod outcome;
 pub mod reaper;
 pub mod runner;

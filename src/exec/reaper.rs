@@ -5,13 +5,17 @@
 //! stalled VM thread, a debugger): its event loop cannot enforce anything then. So every daemon,
 //! under systemd too, and every `sqlcron lock` / `sqlcron sem`, starts one small helper,
 //! `sqlcron __reaper`, in a process group of its own, reading a pipe whose only writer is its
-//! parent. The parent writes `+PGID DEADLINE` when a job starts, `~PGID DEADLINE` each time the
-//! job's lease is extended, and `-PGID` when the job's process group is done. DEADLINE is a
+//! parent. The parent writes `+PGID DEADLINE RUN` when a job starts (DEADLINE `-` for none, RUN
+//! the run's `SQLCRON_RUN_ID`), `~PGID DEADLINE` each time the job's lease is extended, and `-PGID`
+//! when the job's process group is done. DEADLINE is a
 //! `CLOCK_MONOTONIC` instant in milliseconds (the same clock in both processes): the end of the
 //! claim's trust window plus a tenth of the lease, before the lease itself ends. A job whose
 //! deadline passes without a refresh is killed with SIGKILL (a job with `on_lease_lost =
 //! "ignore"` is registered without a deadline). When the parent dies, the kernel closes the
 //! pipe; the reaper reads end-of-file, kills every process group still registered, and exits.
+//! With each group it kills every process on the host that carries the run's id (one that left
+//! the group with `setsid`, see `orphans.rs`), and at end-of-file every process carrying any of
+//! the daemon's run ids.
 //!
 //! The one case no process on the host can cover is the whole host frozen (a suspended VM):
 //! nothing runs there, the reaper included. When it wakes, the reaper kills the expired groups
@@ -22,8 +26,9 @@
 //! Why not `PR_SET_PDEATHSIG` on each job: it needs a hook between `fork` and `exec`, which
 //! rules out `posix_spawn`; forking the daemon for every job cost about a quarter of the burst
 //! start rate. It also reaches only the direct child, where the reaper ends the whole process
-//! group (a shell and its pipeline). What it does not cover: a job that leaves its process group
-//! (`setsid`), the moment between a job's spawn and its registration (microseconds, unless the
+//! group (a shell and its pipeline). What it does not cover: a job's process that both leaves
+//! its process group and clears its environment (under systemd the unit's control group ends
+//! it), the moment between a job's spawn and its registration (microseconds, unless the
 //! machine pauses the daemon's thread right there), and the daemon dying
 //! while its reaper is dead. The reaper ignores the terminal and termination signals; if it is
 //! killed anyway, the daemon starts a new one at the next job start or end and tells it every
@@ -39,12 +44,19 @@ use std::time::Instant;
 /// The hidden subcommand the reaper runs as.
 pub const SUBCOMMAND: &str = "__reaper";
 
+/// One registered process group: its deadline (monotonic milliseconds) and its run's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Group {
+    deadline: Option<u64>,
+    run: String,
+}
+
 /// The daemon's side: the running reaper and what it was told.
 struct Link {
     reaper: Option<(Child, ChildStdin)>,
-    /// Process groups registered and not yet unregistered, with their deadline: a new reaper is
-    /// told them again.
-    groups: HashMap<i32, Option<u64>>,
+    /// Process groups registered and not yet unregistered, with their deadline and run id: a new
+    /// reaper is told them again.
+    groups: HashMap<i32, Group>,
 }
 
 static LINK: OnceLock<Mutex<Link>> = OnceLock::new();
@@ -58,6 +70,8 @@ fn spawn() -> std::io::Result<(Child, ChildStdin)> {
         .stdout(Stdio::null())
         .process_group(0)
         .spawn()?;
+    // Not an orphan of a run, for the daemon's sweeps.
+    crate::exec::orphans::set_reaper(child.id() as i32);
     // The pipe is created close-on-exec: jobs do not inherit it, so only the daemon's death
     // (or exit) closes it.
     let pipe = child
@@ -99,7 +113,7 @@ fn send(link: &mut Link, line: &str) {
         let all: String = link
             .groups
             .iter()
-            .map(|(g, d)| register_line(*g, *d))
+            .map(|(g, group)| register_line(*g, group))
             .collect();
         pipe.write_all(all.as_bytes())?;
         Ok((child, pipe))
@@ -138,21 +152,28 @@ fn deadline_ms(deadline: Instant) -> u64 {
     monotonic_ms().saturating_add(ahead)
 }
 
-fn register_line(pgid: i32, deadline: Option<u64>) -> String {
-    match deadline {
-        Some(d) => format!("+{pgid} {d}\n"),
-        None => format!("+{pgid}\n"),
+fn register_line(pgid: i32, group: &Group) -> String {
+    match group.deadline {
+        Some(d) => format!("+{pgid} {d} {}\n", group.run),
+        None => format!("+{pgid} - {}\n", group.run),
     }
 }
 
-/// A job's process group started; the reaper kills it at `deadline` unless refreshed (no-op
-/// without a reaper).
-pub fn register(pgid: i32, deadline: Option<Instant>) {
+/// A job's process group started for the run `run` (its `SQLCRON_RUN_ID`); the reaper kills it
+/// at `deadline` unless refreshed (no-op without a reaper).
+pub fn register(pgid: i32, deadline: Option<Instant>, run: &str) {
     let Some(link) = LINK.get() else { return };
     let mut link = link.lock().unwrap_or_else(|e| e.into_inner());
-    let deadline = deadline.map(deadline_ms);
-    if pgid > 0 && link.groups.insert(pgid, deadline).is_none() {
-        send(&mut link, &register_line(pgid, deadline));
+    // A run id is the daemon's own text without spaces; anything else would break the line.
+    let run: String = run.chars().filter(|c| c.is_ascii_graphic()).collect();
+    let group = Group {
+        deadline: deadline.map(deadline_ms),
+        run,
+    };
+    if pgid > 0 && !link.groups.contains_key(&pgid) {
+        let line = register_line(pgid, &group);
+        link.groups.insert(pgid, group);
+        send(&mut link, &line);
     }
 }
 
@@ -161,10 +182,10 @@ pub fn refresh(pgid: i32, deadline: Instant) {
     let Some(link) = LINK.get() else { return };
     let mut link = link.lock().unwrap_or_else(|e| e.into_inner());
     let deadline = deadline_ms(deadline);
-    if let Some(d) = link.groups.get_mut(&pgid)
-        && d.is_some()
+    if let Some(g) = link.groups.get_mut(&pgid)
+        && g.deadline.is_some()
     {
-        *d = Some(deadline);
+        g.deadline = Some(deadline);
         send(&mut link, &format!("~{pgid} {deadline}\n"));
     }
 }
@@ -178,10 +199,14 @@ pub fn unregister(pgid: i32) {
     }
 }
 
-fn kill_group(pgid: i32) {
+/// Kills a registered group and every process carrying its run's id.
+fn kill_group(pgid: i32, group: &Group) {
     // SAFETY: killpg has no memory-safety preconditions; a finished group fails with ESRCH.
     unsafe {
         libc::killpg(pgid, libc::SIGKILL);
+    }
+    if !group.run.is_empty() {
+        crate::exec::orphans::kill_marked(&group.run);
     }
 }
 
@@ -197,21 +222,23 @@ pub fn serve() -> u8 {
         // Started through /proc/self/exe, it would be called "exe" in top and ps.
         libc::prctl(libc::PR_SET_NAME, c"sqlcron-reaper".as_ptr());
     }
-    let mut groups: HashMap<i32, Option<u64>> = HashMap::new();
+    let mut groups: HashMap<i32, Group> = HashMap::new();
+    // Every daemon instance whose runs were registered (`<instance>.` of each run id).
+    let mut instances: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         let now = monotonic_ms();
-        groups.retain(|pgid, deadline| match deadline {
-            Some(d) if *d <= now => {
-                kill_group(*pgid);
+        groups.retain(|pgid, group| match group.deadline {
+            Some(d) if d <= now => {
+                kill_group(*pgid, group);
                 false
             }
             _ => true,
         });
         let timeout = groups
             .values()
-            .flatten()
+            .filter_map(|g| g.deadline)
             .min()
             .map(|d| d.saturating_sub(now).min(60_000) as i32)
             .unwrap_or(-1);
@@ -233,31 +260,42 @@ pub fn serve() -> u8 {
         pending.extend_from_slice(&buf[..n as usize]);
         while let Some(end) = pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
-            apply(&mut groups, &String::from_utf8_lossy(&line));
+            let line = String::from_utf8_lossy(&line);
+            if let Some(g) = apply(&mut groups, &line)
+                && let Some((instance, _)) = g.run.rsplit_once('.')
+            {
+                instances.insert(format!("{instance}."));
+            }
         }
     }
-    for pgid in groups.keys() {
-        kill_group(*pgid);
+    for (pgid, group) in &groups {
+        kill_group(*pgid, group);
+    }
+    for instance in &instances {
+        crate::exec::orphans::kill_marked(instance);
     }
     0
 }
 
-/// Applies one line of the protocol (see the module documentation); garbage is ignored.
-fn apply(groups: &mut HashMap<i32, Option<u64>>, line: &str) {
+/// Applies one line of the protocol (see the module documentation); garbage is ignored. Returns
+/// the group a `+` line registered.
+fn apply<'a>(groups: &'a mut HashMap<i32, Group>, line: &str) -> Option<&'a Group> {
     let line = line.trim();
     let (op, rest) = line.split_at(line.len().min(1));
     let mut fields = rest.split_whitespace();
-    let Some(Ok(pgid)) = fields.next().map(str::parse::<i32>) else {
-        return;
-    };
+    let pgid = fields.next()?.parse::<i32>().ok()?;
     let deadline = fields.next().and_then(|d| d.parse::<u64>().ok());
+    let run = fields.next().unwrap_or_default().to_string();
     match op {
         "+" if pgid > 0 => {
-            groups.insert(pgid, deadline);
+            groups.insert(pgid, Group { deadline, run });
+            return groups.get(&pgid);
         }
         "~" => {
-            if let (Some(d), Some(Some(old))) = (deadline, groups.get_mut(&pgid)) {
-                *old = d;
+            if let (Some(d), Some(g)) = (deadline, groups.get_mut(&pgid))
+                && g.deadline.is_some()
+            {
+                g.deadline = Some(d);
             }
         }
         "-" => {
@@ -265,6 +303,7 @@ fn apply(groups: &mut HashMap<i32, Option<u64>>, line: &str) {
         }
         _ => {}
     }
+    None
 }
 
 #[cfg(test)]
@@ -274,9 +313,18 @@ mod tests {
     #[test]
     fn keeps_what_was_registered_and_not_unregistered() {
         let mut groups = HashMap::new();
-        for line in "+10\n+11 500\n-10\n+12\ngarbage\n+0\n+-5\n-99\n~11 900\n~12 100\n".lines() {
+        for line in
+            "+10 - a.1\n+11 500 a.2\n-10\n+12\ngarbage\n+0\n+-5\n-99\n~11 900\n~12 100\n".lines()
+        {
             apply(&mut groups, line);
         }
-        assert_eq!(groups, HashMap::from([(11, Some(900)), (12, None)]));
+        let group = |deadline, run: &str| Group {
+            deadline,
+            run: run.to_string(),
+        };
+        assert_eq!(
+            groups,
+            HashMap::from([(11, group(Some(900), "a.2")), (12, group(None, ""))])
+        );
     }
 }

@@ -186,6 +186,10 @@ pub async fn run(
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
+    // Set last: a job's own `env` cannot choose which run its processes belong to.
+    let run_id = crate::exec::orphans::begin();
+    cmd.env(crate::exec::orphans::VAR, &run_id);
+    let started = Started(&run_id);
     let spawn_err = |what: &str, source| SpawnError {
         job: spec.job.clone(),
         what: what.to_string(),
@@ -210,19 +214,19 @@ pub async fn run(
     let rlimits =
         crate::exec::limits::rlimits(&spec.limits).map_err(|m| spawn_err(&what, invalid(m)))?;
     let mut notes = Vec::new();
-    let cgroup = if spec.limits.needs_cgroup() {
-        match crate::exec::limits::cgroup_base() {
-            Ok(base) => Some(
-                crate::exec::limits::RunCgroup::create(base, &spec.job, &spec.limits)
-                    .map_err(|m| spawn_err(&what, invalid(m)))?,
-            ),
-            Err(why) => {
+    // Every run has a control group of its own where the daemon has a delegated subtree: killed
+    // whole at the run's end, whatever left the process group.
+    let cgroup = match crate::exec::limits::cgroup_base() {
+        Ok(base) => Some(
+            crate::exec::limits::RunCgroup::create(base, &spec.job, &spec.limits)
+                .map_err(|m| spawn_err(&what, invalid(m)))?,
+        ),
+        Err(why) => {
+            if spec.limits.needs_cgroup() {
                 notes.push(format!("cgroup limits not applied: {why}"));
-                None
             }
+            None
         }
-    } else {
-        None
     };
     if switch.is_some() || !rlimits.is_empty() || cgroup.is_some() {
         let procs = cgroup.as_ref().map(|c| c.procs.clone());
@@ -236,7 +240,8 @@ pub async fn run(
     }
     let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    crate::exec::reaper::register(pgid, spec.reaper_deadline);
+    crate::exec::orphans::spawned(&run_id, pgid);
+    crate::exec::reaper::register(pgid, spec.reaper_deadline, &run_id);
     spec.pgid.store(pgid, Ordering::SeqCst);
     tracing::debug!(job = %spec.job, pgid, "job process started");
     let tail = Arc::new(Mutex::new(Tail {
@@ -296,9 +301,13 @@ pub async fn run(
         .await;
         readers.abort_all();
     }
+    // The run ends with its main process: what it left in its group (`cmd &`) is killed, then
+    // what left the group (see `orphans.rs`).
+    signal_group(pgid, libc::SIGKILL);
     // Done with the group: from here on its id may be reused by an unrelated process.
     spec.pgid.store(0, Ordering::SeqCst);
     crate::exec::reaper::unregister(pgid);
+    started.end().await;
     let output = {
         let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
@@ -334,6 +343,23 @@ pub async fn run(
         note: (!notes.is_empty()).then(|| notes.join("; ")),
         http_ok: None,
     })
+}
+
+/// A run registered with `orphans`: ended there when the run is done, or when it could not be
+/// spawned (dropped).
+struct Started<'a>(&'a str);
+
+impl Started<'_> {
+    async fn end(self) {
+        // Dropped after: forgetting an ended run changes nothing.
+        crate::exec::orphans::end(self.0).await;
+    }
+}
+
+impl Drop for Started<'_> {
+    fn drop(&mut self) {
+        crate::exec::orphans::forget(self.0);
+    }
 }
 
 /// In the child, before `exec`: join the run's control group, set the limits, drop to the job's

@@ -60,6 +60,9 @@ impl DatabaseUrl {
                 redact_url(text)
             )
         })?;
+        if dialect == Dialect::Postgres {
+            known_postgres_params(text)?;
+        }
         let hosts = match dialect {
             Dialect::Postgres => {
                 split_hosts(text).map_err(|why| format!("\"{}\": {why}", redact_url(text)))?
@@ -113,6 +116,11 @@ impl DatabaseUrl {
     /// The server ports (each host's, or the dialect's default); none for SQLite.
     pub fn server_ports(&self) -> &[u16] {
         &self.ports
+    }
+
+    /// The servers the URL names, as (host, port), in order; none for SQLite and Unix sockets.
+    pub fn servers(&self) -> Vec<(String, u16)> {
+        servers(&self.text)
     }
 
     /// SQLite: the database file; `None` in memory and for the other dialects.
@@ -206,6 +214,50 @@ fn has_port(host: &str) -> bool {
     }
 }
 
+/// The query parameters a PostgreSQL URL may carry: those the driver reads, and
+/// `target_session_attrs`, which sqlcron reads itself.
+const POSTGRES_PARAMS: [&str; 19] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+    "target_session_attrs",
+];
+
+/// Refuses a PostgreSQL URL with a parameter the driver does not know: it would ignore it and
+/// log it with its value (a secret put in the wrong place would reach the journal). The error
+/// names the parameter only.
+fn known_postgres_params(url: &str) -> Result<(), String> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Ok(());
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        if !POSTGRES_PARAMS.contains(&key) {
+            let shown: String = key.chars().take(40).flat_map(char::escape_debug).collect();
+            return Err(format!(
+                "the PostgreSQL URL has a parameter \"{shown}\" that is not one of {} (its value is not shown)",
+                POSTGRES_PARAMS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Takes `target_session_attrs` out of the path-and-query part of a URL.
 fn take_target(tail: &str) -> Result<(String, Option<Target>), String> {
     let Some((path, query)) = tail.split_once('?') else {
@@ -240,6 +292,16 @@ fn take_target(tail: &str) -> Result<(String, Option<Target>), String> {
 /// The server ports of a database URL (each host of a PostgreSQL host list), with the
 /// dialect's default port where none is given; none for SQLite.
 fn server_ports(url: &str) -> Vec<u16> {
+    let mut ports: Vec<u16> = servers(url).into_iter().map(|(_, port)| port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The servers a URL names, as (host, port) in the order given: the dialect's default port where
+/// none is written, an IPv6 address without its brackets. None for SQLite, nor for a URL whose
+/// host is empty (a Unix socket).
+fn servers(url: &str) -> Vec<(String, u16)> {
     let default = if url.starts_with("postgres") {
         5432
     } else if url.starts_with("mysql") || url.starts_with("mariadb") {
@@ -252,20 +314,19 @@ fn server_ports(url: &str) -> Vec<u16> {
     };
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let mut ports: Vec<u16> = hosts
+    hosts
         .split(',')
+        .filter(|h| !h.is_empty())
         .map(|h| {
-            let port = match h.rsplit_once(':') {
+            let (host, port) = match h.rsplit_once(':') {
                 // `[::1]` alone: the colon is the address's.
-                Some((_, p)) if !p.ends_with(']') => p.parse().ok(),
-                _ => None,
+                Some((host, p)) if !p.ends_with(']') => (host, p.parse().unwrap_or(default)),
+                _ => (h, default),
             };
-            port.unwrap_or(default)
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            (host.to_string(), port)
         })
-        .collect();
-    ports.sort_unstable();
-    ports.dedup();
-    ports
+        .collect()
 }
 
 /// The database file of a `sqlite://PATH?options` URL; `None` for in-memory databases.
@@ -366,6 +427,18 @@ mod tests {
     }
 
     #[test]
+    fn unknown_postgres_parameters_are_refused_without_their_value() {
+        let e = DatabaseUrl::parse("postgres://u@db/x?sslmode=require&apikey=s3cr3t").unwrap_err();
+        assert!(e.contains("\"apikey\"") && !e.contains("s3cr3t"), "{e}");
+        assert!(
+            DatabaseUrl::parse("postgres://u@db/x?sslmode=verify-full&sslrootcert=/ca.pem&application_name=a&target_session_attrs=read-write")
+                .is_ok()
+        );
+        // MySQL's driver ignores unknown parameters without logging them.
+        assert!(DatabaseUrl::parse("mysql://u@db/x?apikey=s3cr3t").is_ok());
+    }
+
+    #[test]
     fn bad_urls_are_refused_with_the_reason_and_without_the_password() {
         let e = DatabaseUrl::parse("redis://u:secret@h/x").unwrap_err();
         assert!(e.contains("is not a sqlite://"), "{e}");
@@ -427,6 +500,13 @@ mod tests {
         assert_eq!(server_ports("postgres://u@[::1]/x"), vec![5432]);
         assert_eq!(server_ports("mysql://root@127.0.0.1:3307/db"), vec![3307]);
         assert_eq!(server_ports("sqlite:///var/lib/x.db"), Vec::<u16>::new());
+        let s = |h: &str, p| (h.to_string(), p);
+        assert_eq!(
+            servers("postgres://u@h1:5433,h2,[::1]:6432/x"),
+            vec![s("h1", 5433), s("h2", 5432), s("::1", 6432)]
+        );
+        assert_eq!(servers("mysql://root:p@db/x"), vec![s("db", 3306)]);
+        assert_eq!(servers("postgres:///x?host=/run/postgresql"), vec![]);
     }
 
     #[test]

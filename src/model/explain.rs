@@ -26,7 +26,7 @@ pub struct SlotExplained {
     pub slot: i64,
     /// The slot in the schedule's zone, RFC 3339.
     pub local: String,
-    /// `ok`, `failed`, `timeout`, `lost`, `running`, `skipped`, `abandoned`, `manual`, `paused`,
+    /// `ok`, `failed`, `timeout`, `lost`, `stopped`, `running`, `skipped`, `abandoned`, `manual`, `paused`,
     /// `due`, `parked`, `no_record` or `scheduled` (a future slot).
     pub state: &'static str,
     /// The sentence a person reads.
@@ -160,7 +160,7 @@ fn ms(d: i64) -> String {
 }
 
 /// One attempt: "ok on n1 (attempt 1, exit 0, 1s, started 35ms late)".
-fn attempt(r: &HistoryRow) -> String {
+pub fn describe_run(r: &HistoryRow) -> String {
     let node = r.node.as_deref().unwrap_or("?");
     let mut parts = vec![format!("attempt {}", r.attempt)];
     if let Some(code) = r.exit_code {
@@ -174,6 +174,20 @@ fn attempt(r: &HistoryRow) -> String {
     }
     if let Some(s) = r.started {
         parts.push(format!("started {} late", ms(s - r.slot)));
+    }
+    // What the slot waited for before it ran (its upstreams: "waited 14m for extract").
+    if let Some(waited) = r
+        .message
+        .as_deref()
+        .and_then(|m| m.split("; ").find(|p| p.starts_with("waited ")))
+    {
+        parts.push(waited.to_string());
+    }
+    if let Some(held) = r.held_ms.filter(|h| *h > 0) {
+        parts.push(format!(
+            "held {:.1} s by the start rate",
+            held as f64 / 1000.0
+        ));
     }
     let what = match r.outcome.as_str() {
         "lost" => "lost (its node stopped renewing the lease)",
@@ -193,6 +207,7 @@ fn describe_runs(runs: &[HistoryRow]) -> (&'static str, String) {
         "lost" => "lost",
         "running" => "running",
         "abandoned" => "abandoned",
+        "stopped" => "stopped",
         _ => "failed",
     };
     let mut text = String::from("ran: ");
@@ -210,7 +225,7 @@ fn describe_runs(runs: &[HistoryRow]) -> (&'static str, String) {
                 r.message.as_deref().unwrap_or("retries given up")
             ));
         } else {
-            text.push_str(&attempt(r));
+            text.push_str(&describe_run(r));
         }
     }
     if last.outcome == "lost" {
@@ -222,7 +237,16 @@ fn describe_runs(runs: &[HistoryRow]) -> (&'static str, String) {
 fn describe_skipped(r: &HistoryRow, slot: i64) -> String {
     let count = r.skipped_count.unwrap_or(1);
     let why = r.message.as_deref().unwrap_or("missed");
-    let mut text = format!("skipped as missed: {why}");
+    // A job's calendars write "calendar: ..." and "deferred: ..." (model/calendars.rs), its
+    // upstreams "requires: ..." (model/requires.rs).
+    let kept = why
+        .strip_prefix("calendar: ")
+        .or_else(|| why.strip_prefix("requires: "));
+    let mut text = match (kept, why.strip_prefix("deferred: ")) {
+        (Some(reason), _) => format!("skipped: {reason}"),
+        (_, Some(reason)) => format!("deferred: {reason}"),
+        _ => format!("skipped as missed: {why}"),
+    };
     if count > 1 {
         text.push_str(&format!(
             " ({count} slots, this one of those from {} to {})",
@@ -349,6 +373,7 @@ mod tests {
 
     fn run(slot: i64, attempt: i64, outcome: &str, node: &str) -> HistoryRow {
         HistoryRow {
+            id: slot,
             job: "j".into(),
             slot,
             attempt,
@@ -363,6 +388,7 @@ mod tests {
             skipped_count: None,
             skipped_last: None,
             message: None,
+            held_ms: None,
         }
     }
 
@@ -436,6 +462,53 @@ mod tests {
             lines[8].text.contains("will run in 59m 50s"),
             "{}",
             lines[8].text
+        );
+    }
+
+    #[test]
+    fn a_run_held_by_the_start_rate_says_for_how_long() {
+        let mut r = run(at("2026-11-20T00:00:00Z"), 1, "ok", "n1");
+        r.held_ms = Some(3_240);
+        assert!(
+            describe_run(&r).contains("held 3.2 s by the start rate"),
+            "{}",
+            describe_run(&r)
+        );
+        r.held_ms = None;
+        assert!(!describe_run(&r).contains("held"));
+        r.message = Some("waited 14m for extract; output cut".into());
+        assert!(
+            describe_run(&r).contains(", waited 14m for extract)"),
+            "{}",
+            describe_run(&r)
+        );
+    }
+
+    #[test]
+    fn slots_a_calendar_skipped_or_deferred_name_the_calendar() {
+        let s = Schedule::parse("0 * * * *", "UTC").unwrap();
+        let base = at("2026-12-25T00:00:00Z");
+        let mut holiday = run(base, 0, "skipped", "n1");
+        holiday.skipped_count = Some(2);
+        holiday.skipped_last = Some(base + H);
+        holiday.message = Some("calendar: 2026-12-25 is Christmas Day in holidays-de".into());
+        let mut deferred = run(base + 2 * H, 0, "skipped", "n1");
+        deferred.message =
+            Some("deferred: outside maintenance; runs at the opening, 2026-12-25T03:30:00Z".into());
+        let runs = vec![holiday, deferred];
+        let now = base + 2 * H + 1000;
+        let (lines, _) = explain(&s, &row(base + 3 * H), &runs, now, range(base, now));
+        assert!(
+            lines[1]
+                .text
+                .starts_with("skipped: 2026-12-25 is Christmas Day in holidays-de"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2]
+                .text
+                .starts_with("deferred: outside maintenance; runs at the opening"),
+            "{lines:?}"
         );
     }
 

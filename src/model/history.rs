@@ -4,6 +4,8 @@
 /// One row of `cron_runs`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HistoryRow {
+    /// The record's id: later records have larger ids.
+    pub id: i64,
     pub job: String,
     pub slot: i64,
     pub attempt: i64,
@@ -18,4 +20,15 @@ pub struct HistoryRow {
     pub skipped_count: Option<i64>,
     pub skipped_last: Option<i64>,
     pub message: Option<String>,
+    /// How long the run waited for the start rate after its claim (milliseconds).
+    pub held_ms: Option<i64>,
+}
+
+/// A stretch of slots that were not run (missed, or kept out by a calendar), summarised in one
+/// history row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skipped {
+    pub count: u64,
+    pub first: i64,
+    pub last: i64,
 }

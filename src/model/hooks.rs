@@ -17,6 +17,9 @@ pub enum Hook {
     Webhook {
         url: String,
         headers: BTreeMap<String, String>,
+        /// A file of `Name: value` lines read at each delivery (secrets kept out of the
+        /// database), after `headers`.
+        headers_file: Option<String>,
     },
 }
 
@@ -29,9 +32,11 @@ impl Hook {
                 let text = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
                 if let Some(k) = m
                     .keys()
-                    .find(|k| !["command", "url", "headers"].contains(&k.as_str()))
+                    .find(|k| !["command", "url", "headers", "headers_file"].contains(&k.as_str()))
                 {
-                    return Err(format!("unknown key \"{k}\" (command, url, headers)"));
+                    return Err(format!(
+                        "unknown key \"{k}\" (command, url, headers, headers_file)"
+                    ));
                 }
                 match (text("command"), text("url")) {
                     (Some(c), None) if !c.trim().is_empty() => Ok(Hook::Command(c)),
@@ -46,7 +51,17 @@ impl Hook {
                             Some(h) => serde_json::from_value(h.clone())
                                 .map_err(|_| "headers must be a table of strings".to_string())?,
                         };
-                        Ok(Hook::Webhook { url, headers })
+                        let headers_file = text("headers_file");
+                        if let Some(f) = &headers_file
+                            && !std::path::Path::new(f).is_absolute()
+                        {
+                            return Err(format!("headers_file \"{f}\" must be an absolute path"));
+                        }
+                        Ok(Hook::Webhook {
+                            url,
+                            headers,
+                            headers_file,
+                        })
                     }
                     _ => Err("give either a non-empty command or a url".into()),
                 }
@@ -58,8 +73,21 @@ impl Hook {
     fn to_json(&self) -> Value {
         match self {
             Hook::Command(c) => json!({ "command": c }),
-            Hook::Webhook { url, headers } if headers.is_empty() => json!({ "url": url }),
-            Hook::Webhook { url, headers } => json!({ "url": url, "headers": headers }),
+            Hook::Webhook {
+                url,
+                headers,
+                headers_file,
+            } => {
+                let mut m = serde_json::Map::new();
+                m.insert("url".into(), json!(url));
+                if !headers.is_empty() {
+                    m.insert("headers".into(), json!(headers));
+                }
+                if let Some(f) = headers_file {
+                    m.insert("headers_file".into(), json!(f));
+                }
+                Value::Object(m)
+            }
         }
     }
 

@@ -14,10 +14,11 @@ use std::time::Duration;
 pub const MAX_REDIRECTS: u64 = 10;
 
 /// Keys of an `http` table, in documentation order.
-pub const HTTP_KEYS: [&str; 8] = [
+pub const HTTP_KEYS: [&str; 9] = [
     "url",
     "method",
     "headers",
+    "headers_file",
     "body",
     "timeout",
     "success",
@@ -35,6 +36,10 @@ pub struct HttpTarget {
     pub method: String,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// A file of `Name: value` lines the daemon reads at each run (secrets kept out of the
+    /// database); its headers come after `headers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers_file: Option<String>,
     /// `None`: the JSON body naming the run (see [`default_body`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
@@ -155,15 +160,19 @@ impl HttpTarget {
             })?,
         };
         let ca_file = text("ca_file")?;
-        if let Some(f) = &ca_file
-            && !std::path::Path::new(f).is_absolute()
-        {
-            return Err(format!("ca_file: \"{f}\" must be an absolute path"));
+        let headers_file = text("headers_file")?;
+        for (key, file) in [("ca_file", &ca_file), ("headers_file", &headers_file)] {
+            if let Some(f) = file
+                && !std::path::Path::new(f).is_absolute()
+            {
+                return Err(format!("{key}: \"{f}\" must be an absolute path"));
+            }
         }
         Ok(HttpTarget {
             url,
             method,
             headers,
+            headers_file,
             body: text("body")?,
             timeout,
             success,
@@ -179,7 +188,7 @@ impl HttpTarget {
 }
 
 /// Headers every request carries, set by sqlcron and not by a job.
-fn is_reserved(name: &str) -> bool {
+pub fn is_reserved(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     n == "idempotency-key" || n.starts_with("sqlcron-")
 }
@@ -222,6 +231,8 @@ pub fn default_body(id: &RunIdentity) -> String {
 #[derive(Debug, Clone)]
 pub struct HttpCall {
     pub target: HttpTarget,
+    /// The headers of the target's `headers_file`, read by the daemon for this run.
+    pub file_headers: Vec<(String, String)>,
     pub id: RunIdentity,
 }
 
@@ -324,6 +335,7 @@ mod tests {
     #[test]
     fn the_key_names_the_slot_and_the_attempt_it_delivers() {
         let call = HttpCall {
+            file_headers: vec![],
             target: HttpTarget::from_json(&json!({"url": "http://h/x"})).unwrap(),
             id: RunIdentity {
                 job: "bill".into(),

@@ -52,6 +52,8 @@ pub enum Outcome {
     Abandoned,
     /// Stopped because its next slot came (`overlap = "replace"`).
     Replaced,
+    /// Stopped on request (`sqlcron stop`, the dashboard); not retried.
+    Stopped,
 }
 
 impl Outcome {
@@ -65,6 +67,7 @@ impl Outcome {
             "skipped" => Outcome::Skipped,
             "abandoned" => Outcome::Abandoned,
             "replaced" => Outcome::Replaced,
+            "stopped" => Outcome::Stopped,
             other => return Err(format!("\"{other}\" is not a run outcome")),
         })
     }
@@ -79,6 +82,7 @@ impl Outcome {
             Outcome::Skipped => "skipped",
             Outcome::Abandoned => "abandoned",
             Outcome::Replaced => "replaced",
+            Outcome::Stopped => "stopped",
         }
     }
 
@@ -86,7 +90,7 @@ impl Outcome {
     pub fn is_finished(self) -> bool {
         matches!(
             self,
-            Outcome::Ok | Outcome::Failed | Outcome::Timeout | Outcome::Replaced
+            Outcome::Ok | Outcome::Failed | Outcome::Timeout | Outcome::Replaced | Outcome::Stopped
         )
     }
 }
@@ -187,6 +191,10 @@ pub struct Policy {
     /// (at-most-once).
     pub rerun_lost: bool,
     pub overlap: Overlap,
+    /// `skip_on`, `only_in` and `defer`.
+    pub calendars: crate::model::calendars::CalendarRule,
+    /// Upstreams that must have succeeded before a slot runs (`requires`).
+    pub requires: Vec<crate::model::requires::Requirement>,
 }
 
 impl Default for Policy {
@@ -205,6 +213,8 @@ impl Default for Policy {
             on_lease_lost: OnLeaseLost::Kill,
             rerun_lost: true,
             overlap: Overlap::Forbid,
+            calendars: Default::default(),
+            requires: vec![],
         }
     }
 }
@@ -225,6 +235,8 @@ pub struct PolicyOverrides {
     pub on_lease_lost: Option<OnLeaseLost>,
     pub rerun_lost: Option<bool>,
     pub overlap: Option<Overlap>,
+    pub calendars: crate::model::calendars::CalendarOverrides,
+    pub requires: Option<Vec<crate::model::requires::Requirement>>,
 }
 
 impl PolicyOverrides {
@@ -244,6 +256,8 @@ impl PolicyOverrides {
             on_lease_lost: self.on_lease_lost.unwrap_or(base.on_lease_lost),
             rerun_lost: self.rerun_lost.unwrap_or(base.rerun_lost),
             overlap: self.overlap.unwrap_or(base.overlap),
+            calendars: self.calendars.apply_to(&base.calendars),
+            requires: self.requires.clone().unwrap_or(base.requires.clone()),
         }
     }
 }
@@ -282,6 +296,8 @@ pub struct JobSpec {
     pub placement: Option<crate::model::placement::Placement>,
     /// `run_on = "every_node"`: every matching node runs each slot (its own copy `job@node`).
     pub every_node: bool,
+    /// Upstreams whose finished runs each run this job once (`after`).
+    pub after: Vec<crate::model::chains::After>,
 }
 
 /// Resource limits of one run: `setrlimit` values (any system) and control-group values (under
@@ -487,6 +503,8 @@ mod tests {
         );
         assert!(Outcome::Replaced.is_finished());
         assert_eq!(Outcome::parse("replaced"), Ok(Outcome::Replaced));
+        assert!(Outcome::Stopped.is_finished());
+        assert_eq!(Outcome::parse("stopped"), Ok(Outcome::Stopped));
     }
 
     #[test]

@@ -1,16 +1,21 @@
 //! The nouns and the pure decisions. What a job is ([`job`]), how a run ended ([`job::Outcome`]),
 //! what a node does with a claimed row ([`policy`]), where a job may run ([`placement`]), which
 //! events a run raises ([`alerts`], with their settings in [`hooks`]), what pruning removes
-//! ([`retention`]), what happened to each slot ([`explain`]), crontab files as jobs
+//! ([`retention`]), what happened to each slot ([`explain`]), which slots a job's calendars let run
+//! ([`calendars`]) whether its upstreams let a slot run ([`requires`]), which upstream runs trigger it
+//! ([`chains`]), crontab files as jobs
 //! ([`crontab`]), durations, an HTTP target as a definition, the lease's timing rules
 //! ([`lease`]), a run as the history holds it, who acted, and the database URL parsed once
-//! ([`database_url`]).
+//! ([`database_url`]), and what a job's signature covers ([`signing`]).
 //!
 //! No I/O: no database, no process, no clock (time comes in as a parameter). Imports only
 //! `schedule`.
 
+pub mod access;
 pub mod actor;
 pub mod alerts;
+pub mod calendars;
+pub mod chains;
 pub mod crontab;
 pub mod database_url;
 pub mod duration;
@@ -20,8 +25,12 @@ pub mod hooks;
 pub mod http_target;
 pub mod job;
 pub mod lease;
+pub mod names;
 pub mod placement;
 pub mod policy;
+pub mod requires;
 pub mod retention;
 pub mod run_as;
 pub mod signal;
+pub mod signing;
+pub mod start_rate;

@@ -45,13 +45,7 @@ pub struct ClaimedState {
     pub pool_wait: bool,
 }
 
-/// A run of missed slots that were not run, summarised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Skipped {
-    pub count: u64,
-    pub first: i64,
-    pub last: i64,
-}
+pub use crate::model::history::Skipped;
 
 /// The decision taken on claim.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,10 +89,7 @@ fn to_dt(ms: i64) -> Option<DateTime<Utc>> {
 
 /// The next regular slot after `slot`, in ms; `i64::MAX` when the schedule ends.
 pub fn next_slot(schedule: &Schedule, slot: i64) -> i64 {
-    to_dt(slot)
-        .and_then(|t| schedule.next_after(t))
-        .map(|t| t.timestamp_millis())
-        .unwrap_or(i64::MAX)
+    schedule.next_after_ms(slot)
 }
 
 /// The first slot of a row just created or changed, in ms: the next regular slot after `now`,

@@ -19,13 +19,17 @@
 //! probing every [`PROBE_STEP`] and bisecting; this assumes no zone changes its offset twice within
 //! six hours, which holds for the whole tz database.
 
+pub mod calendar;
+mod describe;
 mod expr;
 mod hashed;
+pub mod ics;
 mod once;
 
 use chrono::{DateTime, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
+pub use describe::describe;
 pub use expr::{CronExpr, Field, ScheduleError, days_in_month};
 pub use hashed::name_hash;
 pub use once::Every;
@@ -52,6 +56,45 @@ pub enum Kind {
     Every(Every),
     /// One instant (Unix seconds): `@at`.
     At(i64),
+    /// No instant of its own: `@after`, a job that runs only when its upstreams finish.
+    Never,
+}
+
+/// The schedule of a job that runs only when its upstreams finish (`after`, no `schedule`).
+pub const AFTER_ONLY: &str = "@after";
+
+/// Parses a time a user typed: RFC 3339, or a date or local date and time read in `tz`
+/// (`2026-11-22`, `2026-11-22T02:00`, `2026-11-22 02:00:30`); a local time in a DST gap is the
+/// instant the clock jumps to. Milliseconds since the epoch.
+///
+/// # Errors
+/// A sentence naming the text and the forms accepted, or that the time does not exist.
+pub fn parse_instant(text: &str, tz: Tz) -> Result<i64, String> {
+    use chrono::{NaiveDate, NaiveDateTime};
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp_millis());
+    }
+    let naive = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
+        .or_else(|| {
+            NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+        })
+        .ok_or_else(|| {
+            format!(
+                "\"{text}\" is not a time: use 2026-11-22, 2026-11-22T02:00 (the job's zone) or RFC 3339"
+            )
+        })?;
+    tz.from_local_datetime(&naive)
+        .earliest()
+        .or_else(|| {
+            tz.from_local_datetime(&(naive + chrono::Duration::hours(1)))
+                .earliest()
+        })
+        .map(|t| t.timestamp_millis())
+        .ok_or_else(|| format!("\"{text}\" does not exist in {tz}"))
 }
 
 /// Parses an IANA time-zone name.
@@ -90,7 +133,9 @@ impl Schedule {
     /// The first problem found, schedule first; `H` without a job name.
     pub fn parse_for(text: &str, zone: &str, job: Option<&str>) -> Result<Schedule, ScheduleError> {
         let tz = parse_zone(zone)?;
-        let kind = if let Some(rest) = macro_argument(text, "@every") {
+        let kind = if text.trim() == AFTER_ONLY {
+            Kind::Never
+        } else if let Some(rest) = macro_argument(text, "@every") {
             Kind::Every(Every::parse(rest, text)?)
         } else if let Some(rest) = macro_argument(text, "@at") {
             Kind::At(once::parse_at(rest, text, tz)?)
@@ -138,8 +183,18 @@ impl Schedule {
             }
             Kind::Every(every) => every.next_after(secs)?,
             Kind::At(at) => Some(*at).filter(|at| *at > secs)?,
+            Kind::Never => None?,
         };
         DateTime::from_timestamp(next, 0)
+    }
+
+    /// The first fire instant strictly after `ms` (milliseconds since the epoch), in
+    /// milliseconds; `i64::MAX` when the schedule ends.
+    pub fn next_after_ms(&self, ms: i64) -> i64 {
+        DateTime::from_timestamp_millis(ms)
+            .and_then(|t| self.next_after(t))
+            .map(|t| t.timestamp_millis())
+            .unwrap_or(i64::MAX)
     }
 
     /// The fire instants after `after`, in order.

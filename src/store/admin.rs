@@ -28,10 +28,16 @@ impl Store {
         Ok(())
     }
 
-    /// Refreshes this node's `last_seen` (heartbeat).
-    pub async fn node_seen(&self, name: &str) -> Result<()> {
-        self.node_touch(name, &self.sql.node_seen, "node heartbeat")
+    /// Refreshes this node's `last_seen` (heartbeat), and records how far its clock is from the
+    /// database's (`local_now`: this host's clock, ms).
+    pub async fn node_seen(&self, name: &str, local_now: i64) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql.node_seen.clone()))
+            .bind(local_now)
+            .bind(name.to_string())
+            .execute(&self.db)
             .await
+            .map_err(sql_err!(self, "node heartbeat"))?;
+        Ok(())
     }
 
     /// Records that this node stopped.
@@ -51,8 +57,8 @@ impl Store {
 
     pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
         let rows = sqlx::query(
-            "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs, tags, drain \
-             FROM cron_nodes ORDER BY name",
+            "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs, tags, drain, \
+             clock_offset FROM cron_nodes ORDER BY name",
         )
         .fetch_all(&self.db)
         .await
@@ -70,6 +76,7 @@ impl Store {
                     toml_jobs: r.try_get("toml_jobs")?,
                     tags: r.try_get("tags")?,
                     drain: r.try_get::<i64, _>("drain")? != 0,
+                    clock_offset: r.try_get("clock_offset")?,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
@@ -102,7 +109,55 @@ impl Store {
 
     /// The history, newest first, optionally of one job.
     pub async fn history(&self, job: Option<&str>, limit: i64) -> Result<Vec<HistoryRow>> {
-        let cols = HISTORY_COLUMNS;
+        self.history_of(HISTORY_COLUMNS, job, limit).await
+    }
+
+    /// When `job` last ended successfully (ms), if it ever did: what a job that `requires` it
+    /// asks at its slot.
+    pub async fn last_success(&self, job: &str) -> Result<Option<i64>> {
+        let pattern = super::chains::chained_pattern(self.dialect, job);
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT MAX(ended) AS ended FROM cron_runs WHERE {} AND outcome = 'ok'",
+            super::chains::of_job(self.dialect)
+        ))))
+        .bind(job.to_string())
+        .bind(pattern)
+        .fetch_one(&self.db)
+        .await
+        .map_err(sql_err!(self, "read last success"))?;
+        row.try_get::<Option<i64>, _>("ended")
+            .map_err(sql_err!(self, "read last success"))
+    }
+
+    /// Every row's upstreams as written: `(name, requires, after_jobs)` of the rows that have
+    /// either.
+    pub async fn upstream_edges(&self) -> Result<Vec<(String, Option<String>, Option<String>)>> {
+        let rows = sqlx::query(AssertSqlSafe(
+            "SELECT name, requires, after_jobs FROM cron_table \
+             WHERE requires IS NOT NULL OR after_jobs IS NOT NULL",
+        ))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read upstreams"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("name")?,
+                    r.try_get("requires")?,
+                    r.try_get("after_jobs")?,
+                ))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read upstreams"))
+    }
+
+    /// The history read as `cols` ([`HISTORY_COLUMNS`] or [`LIGHT_HISTORY_COLUMNS`]).
+    pub(super) async fn history_of(
+        &self,
+        cols: &str,
+        job: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<HistoryRow>> {
         let text = match job {
             Some(_) => {
                 format!("SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT ?")
@@ -125,10 +180,11 @@ impl Store {
     }
 
     /// The runs of `job` whose slot is in `from..=to`, and the skipped-slots records that
-    /// cover part of it, by slot and attempt.
+    /// cover part of it, by slot and attempt; without their output (nobody reading a range
+    /// shows it, and a day of a busy job's output is large).
     pub async fn runs_between(&self, job: &str, from: i64, to: i64) -> Result<Vec<HistoryRow>> {
         let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {HISTORY_COLUMNS} FROM cron_runs WHERE job_name = ? \
+            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE job_name = ? \
              AND ((slot >= ? AND slot <= ?) OR (outcome = 'skipped' AND slot < ? AND skipped_last >= ?)) \
              ORDER BY slot, attempt, id"
         ))))
@@ -166,6 +222,30 @@ impl Store {
         }
         let action = if enabled { "resume" } else { "pause" };
         self.audit_in(&mut *tx, actor, action, name, None).await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+
+    /// Writes `signature` on the job `name` (`sqlcron sign`), audited as `sign`. False when no
+    /// such job exists. A definition changed since it was read keeps a signature that no longer
+    /// matches it, so the row stays refused: nothing here needs to be compared.
+    pub async fn set_signature(&self, name: &str, signature: &str, actor: &Actor) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
+        let done = sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("UPDATE cron_table SET signature = ?, changed_by = ? WHERE name = ?"),
+        ))
+        .bind(signature.to_string())
+        .bind(mark)
+        .bind(name.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "sign"))?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        self.audit_in(&mut *tx, actor, "sign", name, None).await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
@@ -274,11 +354,17 @@ impl Store {
 }
 
 /// The columns of `cron_runs` a [`HistoryRow`] is read from.
-const HISTORY_COLUMNS: &str = "job_name, slot, attempt, node, token, started, ended, outcome, \
-     exit_code, exit_signal, output, skipped_count, skipped_last, message";
+pub(super) const HISTORY_COLUMNS: &str = "id, job_name, slot, attempt, node, token, started, ended, outcome, \
+     exit_code, exit_signal, output, skipped_count, skipped_last, message, rate_held_ms";
 
-fn history_row(r: &sqlx::any::AnyRow) -> std::result::Result<HistoryRow, sqlx::Error> {
+/// [`HISTORY_COLUMNS`] without the output (read as NULL): for lists that never show it, so a
+/// page of runs costs what their metadata does, not up to 16 MiB of output each.
+pub(super) const LIGHT_HISTORY_COLUMNS: &str = "id, job_name, slot, attempt, node, token, started, ended, outcome, \
+     exit_code, exit_signal, NULL AS output, skipped_count, skipped_last, message, rate_held_ms";
+
+pub(super) fn history_row(r: &sqlx::any::AnyRow) -> std::result::Result<HistoryRow, sqlx::Error> {
     Ok(HistoryRow {
+        id: r.try_get("id")?,
         job: r.try_get("job_name")?,
         slot: r.try_get("slot")?,
         attempt: r.try_get("attempt")?,
@@ -293,5 +379,6 @@ fn history_row(r: &sqlx::any::AnyRow) -> std::result::Result<HistoryRow, sqlx::E
         skipped_count: r.try_get("skipped_count")?,
         skipped_last: r.try_get("skipped_last")?,
         message: r.try_get("message")?,
+        held_ms: r.try_get("rate_held_ms")?,
     })
 }

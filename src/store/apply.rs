@@ -167,7 +167,7 @@ impl Store {
 }
 
 /// Columns a TOML apply writes (after `name`).
-pub(super) const JOB_VALUE_COLUMNS: [&str; 30] = [
+pub(super) const JOB_VALUE_COLUMNS: [&str; 33] = [
     "schedule",
     "timezone",
     "command",
@@ -197,6 +197,9 @@ pub(super) const JOB_VALUE_COLUMNS: [&str; 30] = [
     "alerts",
     "placement",
     "run_on",
+    "calendars",
+    "requires",
+    "after_jobs",
     "error",
 ];
 
@@ -267,8 +270,29 @@ fn job_values(job: &JobSpec) -> Vec<Value> {
                 .map(crate::model::placement::Placement::to_json),
         ),
         Value::Text(job.every_node.then(|| "every_node".to_string())),
+        Value::Text(o.calendars.to_json()),
+        Value::Text(
+            o.requires
+                .as_deref()
+                .and_then(crate::model::requires::to_json),
+        ),
+        Value::Text(crate::model::chains::to_json(&job.after)),
         Value::Text(None),
     ]
+}
+
+/// What a signature would cover of the row `apply` writes for `job`: a row written with SQL
+/// that claims to be this TOML job is trusted only when it runs exactly this.
+pub fn definition_of(job: &JobSpec) -> crate::model::signing::Definition {
+    crate::model::signing::Definition::from_columns(
+        JOB_VALUE_COLUMNS
+            .into_iter()
+            .zip(job_values(job))
+            .map(|(c, v)| match v {
+                Value::Text(t) => (c, t),
+                Value::Int(i) => (c, i.map(|i| i.to_string())),
+            }),
+    )
 }
 
 /// The columns whose stored value differs from what the TOML writes (`enabled` left out: an

@@ -9,7 +9,7 @@ use super::*;
 /// The columns a backfill row copies from its job (its schedule, misfire and deadline are its
 /// own: `@at` the slot, `run_once`, [`BACKFILL_DEADLINE`]; its pool is the job's or a pool of
 /// one).
-const COPIED: [&str; 21] = [
+pub(super) const COPIED: [&str; 22] = [
     "timezone",
     "command",
     "argv",
@@ -31,6 +31,8 @@ const COPIED: [&str; 21] = [
     "alerts",
     "placement",
     "overlap",
+    // A signed job's backfill rows run the same definition: its signature holds for them.
+    "signature",
 ];
 
 /// A backfill row's `starting_deadline`: its slot is in the past by definition, so neither the
@@ -38,13 +40,17 @@ const COPIED: [&str; 21] = [
 /// no deadline in practice, written explicitly so that the defaults do not fill it in.
 pub const BACKFILL_DEADLINE: &str = "36500days";
 
+/// A backfill row's calendars: none, whatever `[defaults]` says. A backfill runs the slots it
+/// was asked for; calendars decide only about regular slots.
+pub const BACKFILL_CALENDARS: &str = r#"{"skip_on":[],"only_in":[]}"#;
+
 /// The name of the backfill row of `job`'s `slot` (ms).
 pub fn backfill_name(job: &str, slot: i64) -> String {
     format!("{job}#backfill-{slot}")
 }
 
 /// `text` as a LIKE pattern matching itself (escape character `!`).
-fn like_literal(text: &str) -> String {
+pub(super) fn like_literal(text: &str) -> String {
     text.replace('!', "!!")
         .replace('%', "!%")
         .replace('_', "!_")
@@ -107,8 +113,8 @@ impl Store {
         let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "INSERT INTO cron_table (name, schedule, misfire, starting_deadline, pool, source, \
-             changed_by, {cols}) \
-             SELECT ?, ?, 'run_once', '{BACKFILL_DEADLINE}', ?, 'cli', ?, {cols} \
+             changed_by, calendars, {cols}) \
+             SELECT ?, ?, 'run_once', '{BACKFILL_DEADLINE}', ?, 'cli', ?, '{BACKFILL_CALENDARS}', {cols} \
              FROM cron_table WHERE name = ?"
         ))))
         .bind(name.clone())

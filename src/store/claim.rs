@@ -198,10 +198,24 @@ impl Store {
     /// lost: [`Fenced::Done`]. Another token means another claim started this run:
     /// [`Fenced::Conflict`]. A unique-key violation alone never proves the work was done.
     pub async fn start_run(&self, id: i64, node: &str, token: i64, key: &RunKey) -> Result<Fenced> {
+        self.start_run_held(id, node, token, key, None).await
+    }
+
+    /// [`Store::start_run`] of a run that waited `held_ms` for the start rate after its claim
+    /// (recorded with the run, for `explain`).
+    pub async fn start_run_held(
+        &self,
+        id: i64,
+        node: &str,
+        token: i64,
+        key: &RunKey,
+        held_ms: Option<i64>,
+    ) -> Result<Fenced> {
         let done = sqlx::query(AssertSqlSafe(self.sql.start_run.clone()))
             .bind(key.slot)
             .bind(i64::from(key.attempt))
             .bind(node.to_string())
+            .bind(held_ms)
             .bind(id)
             .bind(node.to_string())
             .bind(token)
@@ -301,68 +315,6 @@ impl Store {
         })
         .transpose()
         .map_err(sql_err!(self, "read previous run"))
-    }
-
-    /// Extends the leases of the runs this node still supervises, in one statement. Returns
-    /// the ids whose claim is lost (no longer ours).
-    pub async fn extend(
-        &self,
-        node: &str,
-        held: &[(i64, i64)],
-        lease: Duration,
-    ) -> Result<Vec<i64>> {
-        if held.is_empty() {
-            return Ok(vec![]);
-        }
-        let pairs = vec!["(id = ? AND token = ?)"; held.len()].join(" OR ");
-        let text = self.dialect.render(&format!(
-            "UPDATE cron_table SET lease_until = {{now}} + ?, next_exec = {{now}} + ? \
-             WHERE exec_by = ? AND ({pairs})"
-        ));
-        let lease_ms = lease.as_millis() as i64;
-        let mut q = sqlx::query(AssertSqlSafe(text))
-            .bind(lease_ms)
-            .bind(lease_ms)
-            .bind(node.to_string());
-        for (id, token) in held {
-            q = q.bind(*id).bind(*token);
-        }
-        let done = q
-            .execute(&self.db)
-            .await
-            .map_err(sql_err!(self, "extend leases"))?;
-        if done.rows_affected() as usize == held.len() {
-            return Ok(vec![]);
-        }
-        // Some claims are gone: find which.
-        let ids = vec!["?"; held.len()].join(", ");
-        let text = self.dialect.render(&format!(
-            "SELECT id, token, exec_by FROM cron_table WHERE id IN ({ids})"
-        ));
-        let mut q = sqlx::query(AssertSqlSafe(text));
-        for (id, _) in held {
-            q = q.bind(*id);
-        }
-        let rows = q
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "check leases"))?;
-        let mut still: std::collections::HashSet<i64> = Default::default();
-        for r in &rows {
-            let id: i64 = r.try_get("id").map_err(sql_err!(self, "check leases"))?;
-            let token: i64 = r.try_get("token").map_err(sql_err!(self, "check leases"))?;
-            let by: Option<String> = r
-                .try_get("exec_by")
-                .map_err(sql_err!(self, "check leases"))?;
-            if by.as_deref() == Some(node) && held.contains(&(id, token)) {
-                still.insert(id);
-            }
-        }
-        Ok(held
-            .iter()
-            .map(|(id, _)| *id)
-            .filter(|id| !still.contains(id))
-            .collect())
     }
 
     /// Releases a claimed row (fenced) and, after a run, writes its outcome to the history.

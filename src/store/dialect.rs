@@ -178,7 +178,7 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
     timeout, kill_grace, jitter, on_lease_lost, rerun_lost, source, next_exec, slot, attempt, \
     exec_by, prev_exec_by, lease_until, token, run_now, dirty, last_status, last_exit, last_start, \
     last_end, last_node, error, claimed_at, pool_wait, run_user, run_group, env_file, inherit_env, \
-    limits, alerts, placement, overlap, run_on, template, http";
+    limits, alerts, placement, overlap, run_on, template, http, signature, calendars, requires, after_jobs, upstream_run";
 
 /// The placement condition of the claim and the peek: rows any node may run, or whose placement
 /// value is one of `n` the node matches (`None`: no placement is in use, no condition).

@@ -288,6 +288,41 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Delivers a failed event again: it is pending from now, its tries counted afresh and its
+    /// `[alerts] give_up_after` window started anew (`created` is now), and the request is in
+    /// the audit trail, in one transaction. False unless the event exists and
+    /// failed (one being delivered, or delivered, is left alone).
+    pub async fn event_retry(&self, id: i64, actor: &crate::model::actor::Actor) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let job: Option<String> = sqlx::query_scalar(AssertSqlSafe(
+            self.dialect
+                .render("SELECT job_name FROM cron_events WHERE id = ? AND state = 'failed'"),
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "read event"))?;
+        let Some(job) = job else { return Ok(false) };
+        sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_events SET state = 'pending', next_try = {now}, tries = 0, error = NULL, \
+             created = {now} WHERE id = ? AND state = 'failed'",
+        )))
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "retry event"))?;
+        self.audit_in(
+            &mut *tx,
+            actor,
+            "event_retry",
+            &job,
+            Some(format!("event {id}")),
+        )
+        .await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+
     /// The newest `limit` events, of one job or all, newest first.
     pub async fn events(&self, job: Option<&str>, limit: i64) -> Result<Vec<EventRow>> {
         let filter = if job.is_some() {

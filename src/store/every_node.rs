@@ -15,6 +15,9 @@ fn definition() -> impl Iterator<Item = &'static str> {
     super::apply::JOB_VALUE_COLUMNS
         .into_iter()
         .filter(|c| !matches!(*c, "placement" | "run_on" | "error"))
+        // The template's signature comes along: a copy is judged by its template, and a new
+        // signature unparks the copies as it does the template.
+        .chain(["signature"])
 }
 
 /// Marks a copy being removed (the audit trigger then records no `sql_delete`; on PostgreSQL

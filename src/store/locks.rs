@@ -331,10 +331,17 @@ impl Store {
 
     /// Holders and waiters of every lock, then idle locks with their last release.
     pub async fn locks(&self) -> Result<Vec<LockRow>> {
+        self.locks_bounded(i64::MAX).await
+    }
+
+    /// As [`Store::locks`], with at most `limit` holders and waiters and `limit` idle names
+    /// (the most recently released of them): what a page can show.
+    pub async fn locks_bounded(&self, limit: i64) -> Result<Vec<LockRow>> {
         let live = sqlx::query(AssertSqlSafe(self.dialect().render(
             "SELECT id, name, owner, host, pid, state, enqueued_at, acquired_at, lease_until \
-             FROM cron_lock_waiters WHERE lease_until > {now} ORDER BY name, id",
+             FROM cron_lock_waiters WHERE lease_until > {now} ORDER BY name, id LIMIT ?",
         )))
+        .bind(limit)
         .fetch_all(&self.db)
         .await
         .map_err(err!(self, "list locks"))?;
@@ -362,13 +369,15 @@ impl Store {
             busy.insert(row.name.clone());
             out.push(row);
         }
-        let idle = sqlx::query(
+        let mut idle = sqlx::query(AssertSqlSafe(self.dialect().render(
             "SELECT name, last_owner, last_host, last_pid, last_acquired, last_released, last_release \
-             FROM cron_locks ORDER BY name",
-        )
+             FROM cron_locks ORDER BY last_released DESC, name LIMIT ?",
+        )))
+        .bind(limit)
         .fetch_all(&self.db)
         .await
         .map_err(err!(self, "list locks"))?;
+        idle.sort_by_cached_key(|r| r.try_get::<String, _>("name").unwrap_or_default());
         for r in &idle {
             let decode = || -> std::result::Result<LockRow, sqlx::Error> {
                 Ok(LockRow {
@@ -442,6 +451,24 @@ impl Store {
         .try_get("n")
         .map_err(err!(self, "count pool"))?;
         Ok(Some(ahead < size))
+    }
+
+    /// Whether `pool` has a free place now: fewer live claims of it than its size. A row that
+    /// has just been deferred for a full pool asks this, for the place may have been freed while
+    /// the deferral was being written, after the freeing run looked for waiters and found none.
+    pub async fn pool_has_room(&self, pool: &str) -> Result<bool> {
+        let row = sqlx::query(AssertSqlSafe(self.dialect().render(
+            "SELECT p.size AS size, (SELECT COUNT(*) FROM cron_table WHERE pool = p.name \
+             AND exec_by IS NOT NULL AND lease_until > {now}) AS n FROM cron_pools p WHERE p.name = ?",
+        )))
+        .bind(pool.to_string())
+        .fetch_optional(&self.db)
+        .await
+        .map_err(err!(self, "count pool"))?;
+        let Some(row) = row else { return Ok(false) };
+        let size: i64 = row.try_get("size").map_err(err!(self, "count pool"))?;
+        let live: i64 = row.try_get("n").map_err(err!(self, "count pool"))?;
+        Ok(live < size)
     }
 
     /// A run of `pool` ended: the row waiting longest for one of its places (the oldest slot,

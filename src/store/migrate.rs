@@ -27,6 +27,44 @@ impl Store {
         Ok((applied, latest))
     }
 
+    /// Whether this connection's user may create tables where the schema lives: what `migrate`
+    /// needs for the next upgrade. PostgreSQL asks `has_schema_privilege`; MySQL/MariaDB creates
+    /// and drops a probe table; SQLite needs only the file, which `doctor` checks itself.
+    /// `Err` names what could not be asked.
+    pub async fn can_migrate(&self) -> Result<bool> {
+        let store = self.direct.as_deref().unwrap_or(self);
+        match store.dialect {
+            Dialect::Sqlite => Ok(true),
+            Dialect::Postgres => sqlx::query_scalar::<_, bool>(
+                "SELECT has_schema_privilege(current_schema(), 'CREATE')",
+            )
+            .fetch_one(&store.db)
+            .await
+            .map_err(sql_err!(store, "ask for the CREATE privilege")),
+            Dialect::Mysql => {
+                let probe = format!("_sqlcron_doctor_probe_{}", std::process::id());
+                let mut conn = store
+                    .db
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(sql_err!(store, "connect"))?;
+                // The name is this module's text and a number: nothing from outside.
+                let created =
+                    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE TABLE {probe} (x INT)")))
+                        .execute(&mut *conn)
+                        .await
+                        .is_ok();
+                if created {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {probe}")))
+                        .execute(&mut *conn)
+                        .await;
+                }
+                Ok(created)
+            }
+        }
+    }
+
     /// Creates or upgrades the schema. Nodes starting at once against an empty database are
     /// serialised: PostgreSQL by sqlx's advisory lock, MySQL/MariaDB by `GET_LOCK` held on the
     /// migrating connection (sqlx's own `GET_LOCK(name, -1)` does not wait on MariaDB), SQLite by
@@ -51,6 +89,9 @@ impl Store {
                 // Migrations may take longer than the daemon's statement timeout; this
                 // connection is closed afterwards instead of going back to the pool.
                 conn.close_on_drop();
+                if current_on(&mut conn, &MIGRATOR_POSTGRES).await {
+                    return Ok(());
+                }
                 sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
                     .execute(&mut *conn)
                     .await
@@ -80,6 +121,9 @@ impl Store {
                 {
                     let said = super::galera::judge(&g).map_err(StoreError::Galera)?;
                     tracing::info!("{said}");
+                }
+                if current_on(&mut conn, &MIGRATOR_MYSQL).await {
+                    return Ok(());
                 }
                 let got: Option<i64> =
                     sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
@@ -111,6 +155,23 @@ impl Store {
             }
         }
     }
+}
+
+/// Whether the schema on `conn` has every migration of `migrator` applied: then migrating
+/// would change nothing, and is skipped so that a daemon may run under a role that can only
+/// read and write the tables (docs/roles/). Checked on the migrating connection: no second
+/// connection attempt while the database is down.
+async fn current_on(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+    migrator: &sqlx::migrate::Migrator,
+) -> bool {
+    let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap_or(None);
+    applied.is_some_and(|a| a >= latest)
 }
 
 /// Creates the SQLite database file (and its directory) readable by its owner only, whatever

@@ -227,8 +227,9 @@ fn statements(d: Dialect) -> Statements {
              WHERE id = ? AND next_exec IS NULL",
         ),
         start_run: d.render(
-            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
-             SELECT name, ?, ?, ?, token, {now}, 'running' FROM cron_table \
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome, \
+             rate_held_ms) \
+             SELECT name, ?, ?, ?, token, {now}, 'running', ? FROM cron_table \
              WHERE id = ? AND exec_by = ? AND token = ?",
         ),
         run_token: d
@@ -257,7 +258,7 @@ fn statements(d: Dialect) -> Statements {
         )),
         node_upsert: d.render(&node_upsert),
         node_seen: d
-            .render("UPDATE cron_nodes SET last_seen = {now}, stopped = NULL WHERE name = ?"),
+            .render("UPDATE cron_nodes SET last_seen = {now}, stopped = NULL, clock_offset = ? - {now} WHERE name = ?"),
         node_stopped: d
             .render("UPDATE cron_nodes SET last_seen = {now}, stopped = {now} WHERE name = ?"),
         shutdown_release: d.render(
@@ -284,22 +285,30 @@ mod admin;
 pub mod apply;
 mod audit;
 pub mod backfill;
+pub mod calendars;
+pub mod certificate;
+pub mod chains;
 mod claim;
+mod drift;
 mod events;
 pub mod every_node;
 mod galera;
 mod keepalive;
+mod lease;
 pub mod locks;
 mod migrate;
 pub mod one_off;
 mod pooler;
 mod retention;
+pub mod start_rate;
 pub mod topology;
 pub mod wake;
+pub mod web;
 
 use crate::model::actor::Actor;
 pub use apply::job_hash;
 pub use audit::AuditRow;
+pub use drift::{Drift, drift};
 pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
 pub use locks::{LockRow, LockState};
 pub use retention::{Duty, DutyRow, Pruned};

@@ -16,6 +16,20 @@ pub struct OneOff {
     pub argv: Option<String>,
     pub run_user: Option<String>,
     pub workdir: Option<String>,
+    /// `sqlcron at --key`: a signature of the definition (`model/signing.rs`).
+    pub signature: Option<String>,
+}
+
+impl OneOff {
+    /// What a signature of this job covers.
+    pub fn definition(&self) -> crate::model::signing::Definition {
+        crate::model::signing::Definition::from_columns([
+            ("command", self.command.clone()),
+            ("argv", self.argv.clone()),
+            ("run_user", self.run_user.clone()),
+            ("workdir", self.workdir.clone()),
+        ])
+    }
 }
 
 /// The mark a done one-off's row carries while retention removes it (the audit trigger then
@@ -29,8 +43,8 @@ impl Store {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "INSERT INTO cron_table (name, schedule, command, argv, run_user, workdir, source, \
-             changed_by) VALUES (?, ?, ?, ?, ?, ?, 'cli', ?)",
+            "INSERT INTO cron_table (name, schedule, command, argv, run_user, workdir, signature, \
+             source, changed_by) VALUES (?, ?, ?, ?, ?, ?, ?, 'cli', ?)",
         )))
         .bind(job.name.clone())
         .bind(job.schedule.clone())
@@ -38,6 +52,7 @@ impl Store {
         .bind(job.argv.clone())
         .bind(job.run_user.clone())
         .bind(job.workdir.clone())
+        .bind(job.signature.clone())
         .bind(mark)
         .execute(&mut *tx)
         .await

@@ -43,6 +43,12 @@ pub struct JobRow {
     pub template: Option<String>,
     /// JSON object: an HTTP job's request (see `model/http_target.rs`), instead of a command.
     pub http: Option<String>,
+    /// `ed25519:<Base64>`: a signature of the row's definition (see `model/signing.rs`).
+    pub signature: Option<String>,
+    /// `after`: a JSON array of upstreams (`model/chains.rs`).
+    pub after: Option<String>,
+    /// On a trigger row (`job#after-ID`): its upstream run, a JSON object (`model::chains::Upstream`).
+    pub upstream: Option<String>,
     /// Policy columns as stored (NULL: the TOML default).
     pub policy: BTreeMap<&'static str, Option<String>>,
     pub source: String,
@@ -72,7 +78,7 @@ pub struct JobRow {
 }
 
 /// Policy columns of `cron_table`, in the order the TOML keys are documented.
-pub const POLICY_COLUMNS: [&str; 12] = [
+pub const POLICY_COLUMNS: [&str; 14] = [
     "misfire",
     "starting_deadline",
     "max_catch_up",
@@ -85,6 +91,8 @@ pub const POLICY_COLUMNS: [&str; 12] = [
     "on_lease_lost",
     "rerun_lost",
     "overlap",
+    "calendars",
+    "requires",
 ];
 
 /// Why a row waits for its pool, as stored in `cron_table.pool_wait` (0, 1, 2).
@@ -194,6 +202,25 @@ pub struct UnreadableRow {
 }
 
 impl JobRow {
+    /// What a signature of this row covers (see [`crate::model::signing`]).
+    pub fn definition(&self) -> crate::model::signing::Definition {
+        crate::model::signing::Definition::from_columns([
+            ("alerts", self.alerts.clone()),
+            ("argv", self.argv.clone()),
+            ("command", self.command.clone()),
+            ("env", self.env.clone()),
+            ("env_file", self.env_file.clone()),
+            ("http", self.http.clone()),
+            ("inherit_env", self.inherit_env.clone()),
+            ("limits", self.limits.clone()),
+            ("placement", self.placement.clone()),
+            ("run_group", self.run_group.clone()),
+            ("run_on", self.run_on.clone()),
+            ("run_user", self.run_user.clone()),
+            ("workdir", self.workdir.clone()),
+        ])
+    }
+
     /// Decodes one row. A bad value in any column but the row's identity is kept in
     /// [`JobRow::decode_error`] (the row is then parked with that message); only a row whose
     /// `id` or `token` cannot be read is an error.
@@ -236,6 +263,9 @@ impl JobRow {
             run_on: r.text("run_on"),
             template: r.text("template"),
             http: r.text("http"),
+            signature: r.text("signature"),
+            after: r.text("after_jobs"),
+            upstream: r.text("upstream_run"),
             policy,
             source: r.text("source").unwrap_or_default(),
             next_exec: r.int("next_exec"),
@@ -354,10 +384,25 @@ pub struct NodeRow {
     pub tags: Option<String>,
     /// Drained with `sqlcron drain` (or SIGUSR2): claims nothing new.
     pub drain: bool,
+    /// This node's clock minus the database's at its last heartbeat (ms).
+    pub clock_offset: Option<i64>,
 }
 
 /// A node counts as alive while its heartbeat (every 5 s) is younger than this.
 pub const NODE_ALIVE_WINDOW_MS: i64 = 3 * 5_000;
+
+impl JobRow {
+    /// What `explain` needs of the row.
+    pub fn explain_state(&self) -> crate::model::explain::RowState {
+        crate::model::explain::RowState {
+            enabled: self.enabled,
+            slot: self.slot,
+            next_exec: self.next_exec,
+            exec_by: self.exec_by.clone(),
+            error: self.error.clone().or(self.decode_error.clone()),
+        }
+    }
+}
 
 impl NodeRow {
     /// Whether the node runs and its heartbeat is recent at `now` (database clock, ms).
@@ -380,4 +425,13 @@ pub struct ApplyReport {
     pub restored: Vec<(String, String)>,
     /// TOML jobs whose name belongs to a job created with SQL: left alone.
     pub conflicts: Vec<String>,
+}
+
+/// What a lease extension found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extended {
+    /// Rows whose claim is no longer this node's.
+    pub lost: Vec<i64>,
+    /// Rows still this node's whose run someone asked to stop (their leases were extended).
+    pub stopping: Vec<i64>,
 }

@@ -104,3 +104,113 @@ fn a_closed_pipe_ends_the_command_quietly() {
         "{status:?}"
     );
 }
+
+#[test]
+fn calendars_of_the_configuration_file_skip_and_defer_fire_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let ics = dir.path().join("holidays-de.ics");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/holidays-de-2026.ics"
+        ),
+        &ics,
+    )
+    .unwrap();
+    let config = dir.path().join("sqlcron.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[calendar]]\nname = \"holidays-de\"\nics_file = \"{}\"\ntimezone = \"Europe/Berlin\"\n\
+             [[calendar]]\nname = \"window\"\nentries = [\"weekly Sat 02:00-04:00 Maintenance\"]\n",
+            ics.display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let out = sqlcron(&[
+        "--config",
+        c,
+        "next",
+        "0 6 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--after",
+        "2026-12-23T12:00:00+01:00",
+        "--count",
+        "2",
+        "--skip-on",
+        "holidays-de",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "2026-12-24T06:00:00+01:00\n2026-12-27T06:00:00+01:00\n"
+    );
+    assert!(
+        stderr(&out).contains(
+            "2026-12-25T06:00:00+01:00: calendar: 2026-12-25 is 1. Weihnachtstag in holidays-de"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    // Outside the Saturday window, deferred: Friday's 06:00 and Saturday's 01:00 run once at
+    // 02:00 on Saturday (2026-11-28).
+    let out = sqlcron(&[
+        "--config",
+        c,
+        "next",
+        "0 6 * * *",
+        "--after",
+        "2026-11-26T12:00:00Z",
+        "--count",
+        "2",
+        "--only-in",
+        "window",
+        "--defer",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "2026-11-28T02:00:00+00:00\n2026-12-05T02:00:00+00:00\n"
+    );
+    assert!(
+        stderr(&out).contains("deferred: outside window"),
+        "{}",
+        stderr(&out)
+    );
+    let out = sqlcron(&["--config", c, "next", "@daily", "--skip-on", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("calendar \"nope\" is not defined"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn check_refuses_a_job_its_calendars_never_let_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sqlcron.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"sqlite://{}/db.sqlite\"\n[daemon]\ndefault_user = \"nobody\"\n\
+             [[calendar]]\nname = \"always\"\nentries = [\"weekly Mon-Sun 00:00-24:00\"]\n\
+             [[calendar]]\nname = \"xmas\"\nentries = [\"yearly 12-25 Christmas Day\"]\n\
+             [[job]]\nname = \"never\"\nschedule = \"*/5 * * * *\"\ncommand = \"true\"\nskip_on = [\"always\"]\n\
+             [[job]]\nname = \"on-xmas\"\nschedule = \"0 9 * * *\"\ncommand = \"true\"\nonly_in = [\"xmas\"]\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let out = sqlcron(&["--config", config.to_str().unwrap(), "check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("job \"never\" skip_on/only_in: its calendars")
+            && err.contains("next 10 years"),
+        "{err}"
+    );
+    assert!(!err.contains("on-xmas"), "{err}");
+}

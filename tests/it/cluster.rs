@@ -37,7 +37,19 @@ async fn three_nodes_run_every_slot_exactly_once(dialect: Dialect) {
             DaemonProcess::start(dir.path(), &name, &node_config(&db.url, &name, &jobs))
         })
         .collect();
-    // Let the cluster run: the wait is the test's subject, not a synchronisation.
+    // The window starts once every job has run (three daemons starting and migrating on a busy
+    // machine take a variable while); then the cluster runs: that wait is the test's subject,
+    // not a synchronisation.
+    eventually(
+        Duration::from_secs(120),
+        "every job's first run",
+        || async {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            let jobs: BTreeSet<&str> = text.lines().filter_map(|l| l.split(' ').next()).collect();
+            (jobs.len() == 20).then_some(())
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(cluster_secs())).await;
     for node in nodes {
         let name = node.name.clone();

@@ -48,6 +48,12 @@ async fn doctor_names_each_problem(dialect: Dialect) {
     ] {
         assert!(text.contains(check), "no {check} check:\n{text}");
     }
+    if dialect != Dialect::Sqlite {
+        assert!(
+            text.contains("certificate"),
+            "no certificate check:\n{text}"
+        );
+    }
 
     // Seeded problems: a row the daemon parks, a job no live node offers tags for, a second
     // live node on another host, with another version and another TOML, a schema one

@@ -230,16 +230,18 @@ async fn a_failover_to_an_asynchronous_standby_reports_the_runs_it_lost() {
     standby.promote();
     // The node reads back what it recorded before the outage and reports what is missing.
     let report = "is not in the database after the outage";
-    let log = eventually(
-        Duration::from_secs(60),
-        "the lost runs reported",
-        || async {
-            let log = node.log_text();
-            log.contains("runs recorded before the outage read back")
-                .then_some(log)
-        },
-    )
-    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let log = loop {
+        let log = node.log_text();
+        if log.contains("runs recorded before the outage read back") {
+            break log;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no report of the lost runs in 60 s:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let reported = log.matches(report).count();
     assert!(node.stop().success(), "{log}");
     assert!(

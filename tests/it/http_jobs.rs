@@ -36,6 +36,7 @@ async fn http_jobs_answer_retry_time_out_and_follow_only_when_asked(dialect: Dia
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(None).await;
+    let other = TestServer::start(None).await;
     let base = format!("http://127.0.0.1:{}", server.port);
     let jobs = [
         http_job(
@@ -60,6 +61,14 @@ async fn http_jobs_answer_retry_time_out_and_follow_only_when_asked(dialect: Dia
             "",
         ),
         http_job(
+            "crossing",
+            &format!(
+                r#"{{ url = "{base}/away?to=http://127.0.0.1:{}/ok", method = "GET", redirects = 3, headers = {{ Authorization = "Bearer team-token" }} }}"#,
+                other.port
+            ),
+            "",
+        ),
+        http_job(
             "custom",
             &format!(
                 r#"{{ url = "{base}/ok", method = "PUT", body = "hello", success = [200, 200] }}"#
@@ -71,7 +80,9 @@ async fn http_jobs_answer_retry_time_out_and_follow_only_when_asked(dialect: Dia
     let _a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &jobs));
     let store = db.store().await;
     let mut slots = std::collections::HashMap::new();
-    for job in ["hello", "flaky", "slow", "moved", "followed", "custom"] {
+    for job in [
+        "hello", "flaky", "slow", "moved", "followed", "crossing", "custom",
+    ] {
         slots.insert(job, make_due_now(&store, job).await);
     }
 
@@ -158,6 +169,19 @@ async fn http_jobs_answer_retry_time_out_and_follow_only_when_asked(dialect: Dia
         (followed[0].outcome.as_str(), followed[0].exit_code),
         ("ok", Some(200)),
         "{followed:?}"
+    );
+
+    // A redirect to another origin is not followed: the job's headers never leave for it.
+    let crossing = runs(&store, "crossing", 1).await;
+    assert_eq!(crossing[0].outcome, "failed", "{crossing:?}");
+    let message = crossing[0].message.clone().unwrap_or_default();
+    assert!(
+        message.contains("only redirects within the same origin"),
+        "{message}"
+    );
+    assert!(
+        other.requests("/ok").is_empty(),
+        "the other origin was reached"
     );
 
     // The job's method and body, and a success range of one status.

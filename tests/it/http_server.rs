@@ -4,7 +4,8 @@
 //! - `/flaky`: 503 "busy" to the first two requests, then 200;
 //! - `/slow`: answers after 60 s (timeouts);
 //! - `/slow-once`: the first request waits 60 s, later ones get 200 at once (a takeover);
-//! - `/moved`: 302 to `/ok`.
+//! - `/moved`: 302 to `/ok`;
+//! - `/away?to=URL`: 302 to URL (another origin).
 //!
 //! A request whose connection is dropped before its answer is recorded as cancelled.
 
@@ -64,6 +65,7 @@ async fn handle(
     state: Arc<Mutex<State>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
     let method = req.method().to_string();
     let headers: HashMap<String, String> = req
         .headers()
@@ -117,6 +119,21 @@ async fn handle(
             *r.status_mut() = hyper::StatusCode::FOUND;
             r.headers_mut()
                 .insert("location", hyper::header::HeaderValue::from_static("/ok"));
+            return Ok(r);
+        }
+        "/away" => {
+            guard.key = None;
+            let to = query
+                .as_deref()
+                .and_then(|q| q.strip_prefix("to="))
+                .unwrap_or("/ok")
+                .to_string();
+            let mut r = Response::new(Full::new(Bytes::from("away")));
+            *r.status_mut() = hyper::StatusCode::FOUND;
+            r.headers_mut().insert(
+                "location",
+                hyper::header::HeaderValue::from_str(&to).unwrap(),
+            );
             return Ok(r);
         }
         _ => (404, "no such path"),

@@ -164,8 +164,10 @@ async fn healthz_follows_the_database() {
     })
     .await;
     drop(proxy); // the database's port closes and every connection is reset
-    // 503 at once (the loop is late), naming the database once a statement has failed.
-    eventually(Duration::from_secs(20), "an unhealthy node", || async {
+    // 503 once a pass meets the dead database, naming it. The broken wake-up connection
+    // usually starts that pass at once; at the latest the loop's safety look (30 s) does, so
+    // a loaded machine gets that long and a little more.
+    eventually(Duration::from_secs(45), "an unhealthy node", || async {
         get(port, "/healthz").and_then(|(code, body)| {
             assert_ne!(code, 404, "{body}");
             (code == 503 && body.contains("unreachable")).then_some(body)
@@ -193,4 +195,103 @@ async fn healthz_follows_the_database() {
     .await;
     node.stop();
     store.close().await;
+}
+
+/// Idle connections cannot use up the daemon: beyond the cap they are closed at once, and those
+/// that send no request are closed after the header timeout; `/healthz` answers again, jobs go on
+/// running. With a token, `/metrics` needs it and `/healthz` does not; `check` warns about a
+/// listener beyond this host without one.
+#[tokio::test]
+async fn the_listener_is_bounded_and_can_require_a_token() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let token_file = dir.path().join("metrics.token");
+    std::fs::write(&token_file, "0123456789abcdef-token\n").unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let config = node_config(
+        &db.url,
+        "m",
+        &format!(
+            "[metrics]\nlisten = \"127.0.0.1:{port}\"\ntoken_file = \"{}\"\n\
+             [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n",
+            token_file.display()
+        ),
+    );
+    let _node = DaemonProcess::start(dir.path(), "m", &config);
+    eventually(Duration::from_secs(20), "a healthy node", || async {
+        (get(port, "/healthz").map(|r| r.0) == Some(200)).then_some(())
+    })
+    .await;
+    assert_eq!(get(port, "/metrics").map(|r| r.0), Some(401));
+    let with_token = {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer 0123456789abcdef-token\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(with_token.starts_with("HTTP/1.1 200"), "{with_token}");
+
+    // Twice the cap of connections that never send a request.
+    let idle: Vec<std::net::TcpStream> = (0..2 * sqlcron::service::metrics::MAX_CONNECTIONS)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let runs_before = count_runs(&store, "tick", "ok").await;
+    // Every one is closed by the server: at once beyond the cap, after the header timeout
+    // within it.
+    for mut s in idle {
+        s.set_read_timeout(Some(
+            sqlcron::service::metrics::HEADER_TIMEOUT + Duration::from_secs(10),
+        ))
+        .unwrap();
+        let mut buf = [0u8; 64];
+        let closed = match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(n) => !buf[..n].starts_with(b"HTTP/1.1 200"),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        assert!(
+            closed,
+            "an idle connection stayed open past the header timeout"
+        );
+    }
+    eventually(
+        Duration::from_secs(20),
+        "healthz answering again",
+        || async { (get(port, "/healthz").map(|r| r.0) == Some(200)).then_some(()) },
+    )
+    .await;
+    eventually(Duration::from_secs(20), "jobs still running", || async {
+        (count_runs(&store, "tick", "ok").await > runs_before).then_some(())
+    })
+    .await;
+
+    // `check` warns about a listener beyond this host without a token.
+    let open = dir.path().join("open.toml");
+    std::fs::write(
+        &open,
+        node_config(&db.url, "m", "[metrics]\nlisten = \"0.0.0.0:9464\"\n"),
+    )
+    .unwrap();
+    let out = crate::util::sqlcron(&["--config", open.to_str().unwrap(), "check"]);
+    assert!(out.status.success());
+    assert!(
+        crate::util::stderr(&out).contains("no token_file is set"),
+        "{}",
+        crate::util::stderr(&out)
+    );
 }

@@ -44,9 +44,11 @@ impl Drop for Proxy {
 }
 
 impl Proxy {
-    /// Starts relaying 127.0.0.1:<port> to `upstream` (`host:port`).
+    /// Starts relaying 127.0.0.1:<port> to `upstream` (`host:port`), on a port below the
+    /// ephemeral range: a daemon reconnecting to a dropped proxy's port must not meet an outgoing
+    /// connection that took it as its source port (or connect to itself) before the proxy is back.
     pub async fn start(upstream: &str) -> Proxy {
-        Self::start_on(0, upstream).await
+        Self::start_on(crate::util::free_port(), upstream).await
     }
 
     /// The same on a given port (0: any free one), e.g. the port of a proxy dropped earlier.

@@ -10,27 +10,10 @@ use std::time::Duration;
 use sqlcron::model::actor::Actor;
 use sqlcron::store::{Dialect, Store};
 
-use crate::util::{DaemonProcess, TestDb, eventually, stderr, stdout};
+use crate::util::{DaemonProcess, TestDb, eventually, first_run, stderr, stdout};
 
 fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
-}
-
-/// Waits for a job's first finished run and returns it.
-async fn first_run(store: &Store, job: &str) -> sqlcron::store::HistoryRow {
-    eventually(
-        Duration::from_secs(30),
-        &format!("a run of {job}"),
-        || async {
-            store
-                .history(Some(job), 10)
-                .await
-                .unwrap()
-                .into_iter()
-                .find(|r| r.outcome != "running")
-        },
-    )
-    .await
 }
 
 fn env_of(output: &str) -> BTreeMap<String, String> {
@@ -226,7 +209,9 @@ async fn rows_run_only_as_allowed_accounts(dialect: Dialect) {
 for_each_dialect!(
     job_environment_is_cron_like,
     audit_trail_records_who_changed_what,
-    rows_run_only_as_allowed_accounts
+    rows_run_only_as_allowed_accounts,
+    names_are_a_documented_character_set,
+    files_a_row_names_are_read_only_where_the_node_allows
 );
 
 /// A user and a group made for one test, removed after it.
@@ -736,8 +721,10 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         .await
         .unwrap();
 
+    // In the order written (ids), not by time: rows of one millisecond, or written while the
+    // host's clock stepped, may sort either way by `at`.
     let mut log = store.audit_log(None, 100).await.unwrap();
-    log.reverse();
+    log.sort_by_key(|r| r.id);
     let seen: Vec<(&str, &str)> = log
         .iter()
         .map(|r| (r.action.as_str(), r.job.as_deref().unwrap_or("")))
@@ -821,13 +808,13 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         .await
         .unwrap();
     assert!(again.restored.is_empty() && again.updated.is_empty());
-    let log = store.audit_log(None, 100).await.unwrap();
-    let mut newest: Vec<(&str, &str)> = log
+    let mut log = store.audit_log(None, 100).await.unwrap();
+    log.sort_by_key(|r| r.id);
+    let newest: Vec<(&str, &str)> = log
         .iter()
-        .take_while(|r| r.id > before)
+        .filter(|r| r.id > before)
         .map(|r| (r.action.as_str(), r.job.as_deref().unwrap_or("")))
         .collect();
-    newest.reverse();
     let expected = if dialect == Dialect::Sqlite {
         // A writer of the SQLite file can do anything, triggers included (docs/security.md).
         vec![("apply_restore", "a")]
@@ -890,4 +877,212 @@ async fn cli_actions_are_audited() {
     assert_eq!(rows[0]["who"], me.as_str());
     let out = cli(&["audit"]);
     assert!(stdout(&out).lines().next().unwrap().starts_with("WHEN"));
+}
+
+/// Job and node names are one character set everywhere: a row written with SQL with another
+/// name is parked with the reason (and never labels a metric), the TOML and `at --name` refuse
+/// one before anything is written.
+async fn names_are_a_documented_character_set(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::util::node_config(&db.url, "n", "");
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    for name in ["two words", "forged\"}{job=\"backup", "ok-name"] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command) VALUES ('{}', '* * * * * *', 'true')",
+                name.replace('\'', "''")
+            ))
+            .await
+            .unwrap();
+    }
+    for name in ["two words", "forged\"}{job=\"backup"] {
+        let e = eventually(
+            Duration::from_secs(15),
+            &format!("{name} parked"),
+            || async { store.job(name).await.unwrap().and_then(|j| j.error) },
+        )
+        .await;
+        assert!(
+            e.starts_with("name: ") && e.contains("a name is ASCII letters"),
+            "{e}"
+        );
+    }
+    first_run(&store, "ok-name").await;
+    drop(node);
+
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{config}\n[[job]]\nname = \"nightly backup\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+        ),
+    )
+    .unwrap();
+    let out = crate::util::sqlcron(&["--config", cfg.to_str().unwrap(), "check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("job \"nightly backup\" name"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&cfg, &config).unwrap();
+    let out = crate::util::sqlcron(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "at",
+        "now",
+        "--name",
+        "a;b",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--name \"a;b\" holds ';'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A PostgreSQL URL parameter the driver does not know is refused by name: the driver would
+/// ignore it and log its value.
+#[test]
+fn unknown_url_parameters_never_reach_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[database]\nurl = \"postgres://u@127.0.0.1:5432/x?sslmode=disable&apikey=s3cr3t\"\n",
+    )
+    .unwrap();
+    for command in ["check", "status"] {
+        let out = crate::util::sqlcron(&["--config", cfg.to_str().unwrap(), command]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("\"apikey\"") && !err.contains("s3cr3t"),
+            "{err}"
+        );
+    }
+}
+
+/// Issue 25 (17): a row written with SQL cannot have the daemon read a file for it outside
+/// `[security] file_dirs` (another job's `env_file` or `headers_file`), while the node's own
+/// TOML job may name its file anywhere; an HTTP job's `headers_file` keeps its token out of the
+/// database and reaches the server.
+async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect) {
+    use std::os::unix::fs::PermissionsExt;
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::http_server::TestServer::start(None).await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let allowed = dir.path().join("allowed");
+    let other = dir.path().join("other");
+    for d in [&allowed, &other] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    let (own_env, own_headers) = (other.join("own.env"), other.join("own.headers"));
+    write(&own_env, "TOKEN=own-secret\n");
+    write(&own_headers, "Authorization: Bearer own-token\n");
+    let shared_env = allowed.join("shared.env");
+    write(&shared_env, "TOKEN=shared\n");
+    let out = |job: &str| dir.path().join(format!("{job}.out"));
+    let extra = format!(
+        "[security]\nfile_dirs = [\"{allowed}\"]\n\
+         [[job]]\nname = \"own\"\nschedule = \"* * * * * *\"\nenv_file = \"{own_env}\"\n\
+         command = \"echo $TOKEN > {own_out}\"\n\
+         [[job]]\nname = \"own-http\"\nschedule = \"* * * * * *\"\n\
+         http = {{ url = \"{base}/ok\", headers_file = \"{own_headers}\" }}\n",
+        allowed = allowed.display(),
+        own_env = own_env.display(),
+        own_out = out("own").display(),
+        own_headers = own_headers.display(),
+    );
+    let node = DaemonProcess::start(
+        dir.path(),
+        "n",
+        &crate::util::node_config(&db.url, "n", &extra),
+    );
+    eventually(Duration::from_secs(15), "the TOML jobs applied", || async {
+        store.job("own-http").await.unwrap().map(|_| ())
+    })
+    .await;
+    let rows = [
+        (
+            "thief",
+            format!("'{}'", own_env.display()),
+            format!("'echo $TOKEN > {}'", out("thief").display()),
+            "NULL".to_string(),
+        ),
+        (
+            "sharer",
+            format!("'{}'", shared_env.display()),
+            format!("'echo $TOKEN > {}'", out("sharer").display()),
+            "NULL".to_string(),
+        ),
+        (
+            "thief-http",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"headers_file\":\"{}\"}}'",
+                own_headers.display()
+            ),
+        ),
+    ];
+    for (name, env_file, command, http) in &rows {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command, env_file, http) \
+                 VALUES ('{name}', '* * * * * *', {command}, {env_file}, {http})"
+            ))
+            .await
+            .unwrap();
+    }
+    // The node's own jobs read their files wherever they are.
+    let own = first_run(&store, "own").await;
+    assert_eq!(own.outcome, "ok", "{own:?}");
+    assert_eq!(
+        std::fs::read_to_string(out("own")).unwrap().trim(),
+        "own-secret"
+    );
+    let own_http = first_run(&store, "own-http").await;
+    assert_eq!(own_http.outcome, "ok", "{own_http:?}");
+    let seen = server.requests("/ok");
+    assert_eq!(
+        seen[0].headers.get("authorization").map(String::as_str),
+        Some("Bearer own-token")
+    );
+    // The token is on the node, not in the table.
+    let row = store.job("own-http").await.unwrap().unwrap();
+    assert!(!format!("{row:?}").contains("own-token"), "{row:?}");
+    // A row may name a file in file_dirs ...
+    let sharer = first_run(&store, "sharer").await;
+    assert_eq!(sharer.outcome, "ok", "{sharer:?}");
+    assert_eq!(
+        std::fs::read_to_string(out("sharer")).unwrap().trim(),
+        "shared"
+    );
+    // ... and not another job's file elsewhere: failed, saying why, nothing run or sent.
+    for job in ["thief", "thief-http"] {
+        let r = first_run(&store, job).await;
+        assert_eq!(r.outcome, "failed", "{r:?}");
+        let m = r.message.clone().unwrap_or_default();
+        assert!(
+            m.contains("is not a file this node reads for this job") && m.contains("file_dirs"),
+            "{m}"
+        );
+    }
+    assert!(!out("thief").exists());
+    assert!(server.requests("/thief").is_empty());
+    drop(node);
+    store.close().await;
 }

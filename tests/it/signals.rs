@@ -292,3 +292,129 @@ async fn a_killed_reaper_is_replaced_and_told_the_running_jobs() {
     node.signal(libc::SIGKILL);
     assert_group_ends(pgid, &log).await;
 }
+
+/// The first PID written to `file` by a job, once there is one.
+async fn first_pid(file: &std::path::Path, what: &str) -> i32 {
+    eventually(Duration::from_secs(15), what, || async {
+        std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+    })
+    .await
+}
+
+/// Waits up to 5 s for a process a run left behind to end; kills it if not (the test's job
+/// started it), then fails naming `what`.
+async fn assert_ends(pid: i32, what: &str, log: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while crate::util::alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survived = crate::util::alive(pid);
+    if survived {
+        // SAFETY: kill has no memory-safety preconditions; the PID is the test job's.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(!survived, "{what} outlived its run by 5 s\n{}", log());
+}
+
+/// Processes that leave the run's process group (`setsid`), with or without their environment,
+/// and a plain `cmd &`, end with the run: when it ends `ok` and when it times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_a_run_leaves_behind_end_with_it() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |n: &str| dir.path().join(format!("{n}.pid"));
+    // The run waits until the escaped process has written its PID (it touches the file named
+    // in its $0, one per run): a run that ended first would take it along before it wrote,
+    // which is right but leaves nothing to watch.
+    let escape = |n: &str, env: &str| {
+        format!(
+            "setsid {env} sh -c 'echo $$ >> {}; : > $0; exec sleep 300' {d}/ready.$$ >/dev/null 2>&1 & \
+             while [ ! -e {d}/ready.$$ ]; do sleep 0.05; done;",
+            file(n).display(),
+            d = dir.path().display()
+        )
+    };
+    let job = |name: &str, extra: &str, command: String| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"*/2 * * * * *\"\n{extra}command = \"{}\"\n",
+            command.replace('"', "\\\"")
+        )
+    };
+    let jobs = [
+        job("setsid", "", format!("{} echo ok", escape("setsid", ""))),
+        job(
+            "cleared",
+            "",
+            format!("{} echo ok", escape("cleared", "env -i")),
+        ),
+        job(
+            "background",
+            "",
+            format!(
+                "sleep 300 >/dev/null 2>&1 & echo $! >> {}",
+                file("background").display()
+            ),
+        ),
+        job(
+            "timeout",
+            "timeout = \"1s\"\nkill_grace = \"1s\"\n",
+            format!("{} sleep 60", escape("timeout", "")),
+        ),
+    ]
+    .concat();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
+    let store = db.store().await;
+    for name in ["setsid", "cleared", "background", "timeout"] {
+        let pid = first_pid(&file(name), &format!("{name}'s process")).await;
+        assert_ends(pid, name, || node.log_text()).await;
+    }
+    // The runs that left something behind are recorded as they ended: ok, or timed out (the
+    // record is written just after the sweep).
+    for (job, outcome) in [("setsid", "ok"), ("timeout", "timeout")] {
+        eventually(
+            Duration::from_secs(15),
+            &format!("a run of {job} recorded {outcome}"),
+            || async {
+                let history = store.history(Some(job), 20).await.unwrap();
+                history.iter().any(|r| r.outcome == outcome).then_some(())
+            },
+        )
+        .await;
+    }
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
+/// A killed daemon's reaper ends what its runs left outside their process groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_daemon_takes_escaped_processes_with_it() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids.txt");
+    let escaped = dir.path().join("escaped.txt");
+    let extra = format!(
+        "[[job]]\nname = \"tree\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo $$ >> {}; setsid sh -c 'echo $$ >> {}; exec sleep 300' >/dev/null 2>&1 & sleep 60\"\n",
+        pids.display(),
+        escaped.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &extra));
+    let store = db.store().await;
+    eventually(Duration::from_secs(10), "the job applied", || async {
+        store.job("tree").await.unwrap().and_then(|j| j.next_exec)
+    })
+    .await;
+    let cfg = dir.path().join("n.toml");
+    let r = sqlcron(&["--config", cfg.to_str().unwrap(), "run", "tree"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let pgid = first_pid(&pids, "the job to start").await;
+    let pid = first_pid(&escaped, "the escaped process").await;
+    wait_registered(&node, pgid).await;
+    let log = node.log_text();
+    node.signal(libc::SIGKILL);
+    assert_group_ends(pgid, &log).await;
+    assert_ends(pid, "the escaped process", || log.clone()).await;
+    store.close().await;
+}

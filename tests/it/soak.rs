@@ -9,6 +9,15 @@
 //! alive at once, a slot completed twice, a slot with neither a completed run nor a recorded
 //! decision about it, a history row left `running`, a daemon that exits or panics.
 //!
+//! A chained job follows one short job (`after`, with `rerun_lost = false`): each run of the
+//! short job in the fault phase that succeeded must have its chained run, recorded once.
+//! One short job keeps to a calendar: it skips ten seconds of every thirty (`skip_on`); a slot of
+//! it that runs inside one of those stretches is a defect too, and the skipped ones are accounted
+//! for by the calendar's history lines.
+//!
+//! The cluster's start rate is on (4 a second, 2 at once): the slots that fall due together take
+//! turns, so faults also hit rows waiting for their turn under their lease and rows handed back.
+//!
 //! `SQLCRON_SOAK_SECS` sets the length of the fault phase per database (default 60).
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,10 +37,46 @@ const NODES: usize = 3;
 /// Jobs every 2 s that run for a moment, with `rerun_lost = false`: each slot runs at most once,
 /// so a second completion is a defect whatever happened.
 const SHORT: [&str; 3] = ["short-a", "short-b", "short-c"];
-/// A job every 10 s that runs for 4 s, with the default `rerun_lost = true`: a run its node lost
+/// A job every 10 s that runs for 4 s, with the default `rerun_lost = true`. Its work is done by a
+/// process that leaves the run's process group (`setsid`), so a run whose group is killed but
+/// whose escaped worker lives on shows up as an overlap with its rerun. A run its node lost
 /// is run again; a second completion is a defect unless the first was recorded lost (its end
 /// could not be written: the documented at-least-once case).
 const LONG: &str = "long";
+/// The short job that skips the calendar's stretches.
+const QUIET_JOB: &str = "short-b";
+/// The job chained to `short-a` (`after`): one run for each of its successful runs.
+const CHAINED: &str = "chained";
+
+/// Ten quiet seconds out of every thirty, from 20 s after `from` (ms) for `secs` and a margin:
+/// `(start, end)` in ms.
+fn quiet_spans(from: i64, secs: u64) -> Vec<(i64, i64)> {
+    let first = (from / 1000 + 20) * 1000;
+    (0..)
+        .map(|i| first + i * 30_000)
+        .take_while(|s| *s < from + (secs as i64 + 180) * 1000)
+        .map(|s| (s, s + 10_000))
+        .collect()
+}
+
+/// The `[[calendar]]` of the quiet spans (UTC, the jobs' zone).
+fn quiet_calendar(spans: &[(i64, i64)]) -> String {
+    let at = |ms: i64| {
+        DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let entries: Vec<String> = spans
+        .iter()
+        .enumerate()
+        .map(|(i, (s, e))| format!("\"{}..{} quiet {i}\"", at(*s), at(*e)))
+        .collect();
+    format!(
+        "[[calendar]]\nname = \"soak-quiet\"\nentries = [{}]\n",
+        entries.join(", ")
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_soak_sqlite() {
@@ -161,11 +206,12 @@ fn write_job_script(dir: &Path) -> PathBuf {
     script
 }
 
-fn node_config(url: &str, name: &str, script: &Path) -> String {
+fn node_config(url: &str, name: &str, script: &Path, calendar: &str) -> String {
     let run_as = crate::util::default_user();
     let mut text = format!(
         "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\ntags = [\"soak\"]\n[daemon]\n{run_as}\npoll_interval = \"500ms\"\n\
-         lease = \"{LEASE_SECS}s\"\nshutdown_grace = \"10s\"\n[defaults]\nkill_grace = \"1s\"\n"
+         lease = \"{LEASE_SECS}s\"\nshutdown_grace = \"10s\"\n[defaults]\nkill_grace = \"1s\"\n{calendar}\n\
+         [cluster]\nmax_starts_per_second = 4\nburst = 2\n"
     );
     // Placement on most jobs (matched by every node), so the filtered claim and peek are what
     // the faults hit; one job has none.
@@ -175,15 +221,26 @@ fn node_config(url: &str, name: &str, script: &Path) -> String {
             1 => "on = { tags = [\"soak\"] }\n",
             _ => "",
         };
+        let skip = if *job == QUIET_JOB {
+            "skip_on = [\"soak-quiet\"]\n"
+        } else {
+            ""
+        };
         text.push_str(&format!(
             "[[job]]\nname = \"{job}\"\nschedule = \"*/2 * * * * *\"\nrerun_lost = false\n\
-             {on}command = \"sh {} 0\"\n",
+             {on}{skip}command = \"sh {} 0\"\n",
             script.display()
         ));
     }
     text.push_str(&format!(
+        "[[job]]\nname = \"{CHAINED}\"\nafter = [\"{}\"]\nrerun_lost = false\n\
+         command = \"sh {} 0\"\n",
+        SHORT[0],
+        script.display()
+    ));
+    text.push_str(&format!(
         "[[job]]\nname = \"{LONG}\"\nschedule = \"*/10 * * * * *\"\nretries = 2\n\
-         on = {{ tags = [\"soak\"] }}\ncommand = \"sh {} 4\"\n",
+         on = {{ tags = [\"soak\"] }}\ncommand = \"setsid sh {} 4 & wait $!\"\n",
         script.display()
     ));
     text
@@ -219,6 +276,8 @@ struct Tally {
     overlaps: Vec<String>,
     doubles: Vec<String>,
     unaccounted: Vec<String>,
+    /// Runs of the quiet job inside a stretch its calendar skips.
+    in_calendar: Vec<String>,
     left_running: Vec<String>,
     exits: Vec<String>,
 }
@@ -237,6 +296,8 @@ async fn soak(dialect: Dialect) {
     let mut server = Server::start(dialect).await;
     let dir = tempfile::tempdir().unwrap();
     let script = write_job_script(dir.path());
+    let spans = quiet_spans(chrono::Utc::now().timestamp_millis(), secs);
+    let calendar = quiet_calendar(&spans);
     let mut nodes = Vec::new();
     for i in 0..NODES {
         let proxy = match server.address() {
@@ -244,7 +305,7 @@ async fn soak(dialect: Dialect) {
             None => None,
         };
         let name = format!("n{i}");
-        let config = node_config(&server.url(proxy.as_ref()), &name, &script);
+        let config = node_config(&server.url(proxy.as_ref()), &name, &script, &calendar);
         nodes.push(Node {
             name,
             config,
@@ -262,7 +323,7 @@ async fn soak(dialect: Dialect) {
         "the jobs to be scheduled",
         || async {
             let jobs = store.jobs().await.ok()?;
-            (jobs.len() == SHORT.len() + 1 && jobs.iter().all(|j| j.next_exec.is_some()))
+            (jobs.len() == SHORT.len() + 2 && jobs.iter().all(|j| j.next_exec.is_some()))
                 .then_some(())
         },
     )
@@ -337,9 +398,9 @@ async fn soak(dialect: Dialect) {
             }
         }
     }
-    verdict(&store, dir.path(), begin, end, &mut tally).await;
+    verdict(&store, dir.path(), (begin, end), &spans, &mut tally).await;
     println!(
-        "soak {}: faults {:?}; runs started {}, completed {}; overlaps {}, doubles {}, unaccounted {}, left running {}, exits {}",
+        "soak {}: faults {:?}; runs started {}, completed {}; overlaps {}, doubles {}, unaccounted {}, run in the calendar {}, left running {}, exits {}",
         dialect.name(),
         tally.faults,
         tally.runs_started,
@@ -347,12 +408,14 @@ async fn soak(dialect: Dialect) {
         tally.overlaps.len(),
         tally.doubles.len(),
         tally.unaccounted.len(),
+        tally.in_calendar.len(),
         tally.left_running.len(),
         tally.exits.len()
     );
     let bad = tally.overlaps.len()
         + tally.doubles.len()
         + tally.unaccounted.len()
+        + tally.in_calendar.len()
         + tally.left_running.len()
         + tally.exits.len();
     if bad > 0 {
@@ -397,7 +460,13 @@ fn ms(rfc3339: &str) -> i64 {
         .unwrap_or(-1)
 }
 
-async fn verdict(store: &Store, dir: &Path, begin: i64, end: i64, tally: &mut Tally) {
+async fn verdict(
+    store: &Store,
+    dir: &Path,
+    (begin, end): (i64, i64),
+    quiet: &[(i64, i64)],
+    tally: &mut Tally,
+) {
     let records = std::fs::read_to_string(dir.join("records")).unwrap_or_default();
     // (job, slot) → completed runs (attempt, token).
     let mut completed: HashMap<(String, i64), Vec<(String, String)>> = HashMap::new();
@@ -441,6 +510,45 @@ async fn verdict(store: &Store, dir: &Path, begin: i64, end: i64, tally: &mut Ta
                 runs.len()
             ));
         }
+    }
+    // Each successful run of the chained job's upstream has its chained run, recorded (a run
+    // lost with its node is recorded lost: rerun_lost = false).
+    for up in history.iter().filter(|h| {
+        h.job == SHORT[0] && h.outcome == "ok" && h.slot > begin + 4_000 && h.slot < end - 15_000
+    }) {
+        let name = format!("{CHAINED}#after-{}", up.id);
+        if !history
+            .iter()
+            .any(|h| h.job == name && h.outcome != "running")
+        {
+            tally.unaccounted.push(format!(
+                "{} run {} (slot {}): no chained run recorded",
+                SHORT[0], up.id, up.slot
+            ));
+        }
+    }
+    // The quiet job never runs inside its calendar's stretches, and what the calendar skipped
+    // is recorded as such.
+    for (job, slot) in completed.keys().filter(|(j, _)| j == QUIET_JOB) {
+        if quiet.iter().any(|(s, e)| (*s..*e).contains(slot)) {
+            tally
+                .in_calendar
+                .push(format!("{job} slot {slot} ran inside its calendar"));
+        }
+    }
+    let calendar_lines = history
+        .iter()
+        .filter(|h| {
+            h.job == QUIET_JOB
+                && h.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("calendar: "))
+        })
+        .count();
+    if calendar_lines == 0 && quiet.iter().any(|(s, _)| *s > begin && *s < end - 15_000) {
+        tally
+            .in_calendar
+            .push("no slot was recorded as skipped by the calendar".into());
     }
     // Every slot of the fault phase (a margin at each end) is accounted for: completed by the
     // job's own record, or a decision about it is in the history.

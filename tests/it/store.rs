@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sqlcron::store::{Dialect, Fenced, PARKED, Release, RunKey, RunResult, Store};
+use sqlcron::store::{Dialect, Extended, Fenced, PARKED, Release, RunKey, RunResult, Store};
 
 use crate::util::TestDb;
 
@@ -471,12 +471,12 @@ async fn extend_reports_lost_claims(dialect: Dialect) {
     let (_, rows) = store.claim("a", 2, Duration::from_secs(10)).await.unwrap();
     assert_eq!(rows.len(), 2);
     let held: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.token)).collect();
-    assert!(
+    assert_eq!(
         store
             .extend("a", &held, Duration::from_secs(20))
             .await
-            .unwrap()
-            .is_empty()
+            .unwrap(),
+        Extended::default()
     );
     let extended = store.job("e1").await.unwrap().unwrap();
     let now = store.now().await.unwrap();
@@ -486,12 +486,55 @@ async fn extend_reports_lost_claims(dialect: Dialect) {
         .execute_raw("UPDATE cron_table SET token = token + 1, exec_by = 'b' WHERE name = 'e2'")
         .await
         .unwrap();
-    let lost = store
+    let found = store
         .extend("a", &held, Duration::from_secs(20))
         .await
         .unwrap();
     let e2 = rows.iter().find(|r| r.name == "e2").unwrap().id;
-    assert_eq!(lost, vec![e2]);
+    let e1 = rows.iter().find(|r| r.name == "e1").unwrap().id;
+    assert_eq!(found.lost, vec![e2]);
+    assert!(found.stopping.is_empty());
+    // A stop asked for e1: the extension names it, and still extends its lease (the run is
+    // stopped and recorded under a lease of its own); a job nobody holds cannot be stopped.
+    let actor = sqlcron::model::actor::Actor {
+        who: "test".into(),
+        host: None,
+        pid: None,
+    };
+    assert!(store.request_stop("e1", &actor).await.unwrap());
+    assert!(!store.request_stop("e2-gone", &actor).await.unwrap());
+    let before = store.job("e1").await.unwrap().unwrap().lease_until.unwrap();
+    let e1_held = *held.iter().find(|(id, _)| *id == e1).unwrap();
+    let found = store
+        .extend("a", &[e1_held], Duration::from_secs(40))
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        Extended {
+            lost: vec![],
+            stopping: vec![e1]
+        }
+    );
+    assert!(store.job("e1").await.unwrap().unwrap().lease_until.unwrap() > before);
+    assert!(
+        store
+            .audit_log(Some("e1"), 5)
+            .await
+            .unwrap()
+            .iter()
+            .any(|a| a.action == "stop" && a.who == "test")
+    );
+    // A later claim of e1 has another token: the old request stops nothing.
+    store
+        .execute_raw("UPDATE cron_table SET token = token + 1 WHERE name = 'e1'")
+        .await
+        .unwrap();
+    let found = store
+        .extend("a", &[(e1, e1_held.1 + 1)], Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(found, Extended::default());
 }
 
 async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect) {
@@ -597,6 +640,9 @@ async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
         Some(false)
     );
     assert_eq!(store.pool_admit(second.id, "nope", 0).await.unwrap(), None);
+    // Both claims live in a pool of one: no room; an unknown pool has none either.
+    assert!(!store.pool_has_room("p").await.unwrap());
+    assert!(!store.pool_has_room("nope").await.unwrap());
     // Deferred while owing a lost run's rerun: the row remembers it.
     let fenced = store
         .defer_for_pool(
@@ -615,12 +661,18 @@ async fn pool_deferral_keeps_the_slot_and_a_lost_rerun(dialect: Dialect) {
         (sqlcron::store::PoolWait::OwesRerun, Some(1_000), 1)
     );
     assert_eq!(waiting.exec_by, None);
+    // One live claim left, the pool's size: still no room.
+    assert!(!store.pool_has_room("p").await.unwrap());
     // A plain deferral keeps the slot; a release clears the wait.
     let fenced = store
         .defer_for_pool(first.id, "n", first.token, Duration::from_secs(1), None)
         .await
         .unwrap();
     assert_eq!(fenced, Fenced::Done);
+    // No live claim: a place is free, and the longest waiter (the lost run's older slot) is
+    // brought forward, one at a time.
+    assert!(store.pool_has_room("p").await.unwrap());
+    assert_eq!(store.pool_place_freed("p").await.unwrap(), 1);
     let plain = store.job(&first.name).await.unwrap().unwrap();
     assert_eq!(
         (plain.pool_wait, plain.slot),

@@ -85,6 +85,34 @@ pub fn make_certs(dir: &Path) {
     .unwrap();
 }
 
+/// `sqlcron doctor` on `url` warns that the server's certificate (`certs`/server.crt, valid for
+/// two days) expires soon, naming its subject and the expiry `openssl` reads from the file.
+fn doctor_warns_of_the_expiry(url: &str, certs: &Path) {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(certs.join("server.crt"))
+        .output()
+        .unwrap();
+    let end = String::from_utf8_lossy(&out.stdout).into_owned();
+    // notAfter=2026-11-27 14:03:12Z
+    let end = end.trim().trim_start_matches("notAfter=");
+    assert!(end.len() >= 16, "openssl's expiry: {end:?}");
+    let expected = format!("expiring on {}", &end[..16]);
+    let config = certs.join("doctor.toml");
+    std::fs::write(&config, crate::util::node_config(url, "tls-doctor", "")).unwrap();
+    let out = crate::util::sqlcron(&["--config", config.to_str().unwrap(), "doctor"]);
+    let text = crate::util::stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.contains("certificate"))
+        .unwrap_or_else(|| panic!("no certificate line:\n{text}"));
+    assert!(line.starts_with("WARN"), "{line}");
+    assert!(line.contains("CN=localhost"), "{line}");
+    assert!(line.contains(&expected), "{line}, expected {expected}");
+    assert!(line.contains("renew the certificate"), "{line}");
+    assert_ne!(out.status.code(), Some(0), "a warning:\n{text}");
+}
+
 /// Connects and reads the clock; the error text otherwise.
 async fn try_connect(url: &str) -> Result<Store, String> {
     let store = Store::connect(&crate::util::db_url(url), 1).map_err(|e| e.to_string())?;
@@ -133,6 +161,13 @@ async fn postgres_tls_verifies_the_ca_and_the_host_name() {
     assert_eq!(tls, Some(1), "the connection is encrypted");
     store.migrate().await.unwrap();
     store.close().await;
+    doctor_warns_of_the_expiry(
+        &url(
+            "localhost",
+            &format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+        ),
+        &certs,
+    );
     // verify-ca checks the chain, not the name: 127.0.0.1 is fine.
     try_connect(&url(
         "127.0.0.1",
@@ -203,7 +238,20 @@ async fn mariadb_tls_verifies_the_ca_and_the_host_name() {
         cipher.is_some_and(|c| !c.is_empty()),
         "the connection is encrypted"
     );
+    store
+        .execute_raw("CREATE DATABASE sqlcron_doctor")
+        .await
+        .unwrap();
     store.close().await;
+    let doctor_url = format!(
+        "mysql://root@localhost:{}/sqlcron_doctor?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+        my.port,
+        ca.display()
+    );
+    let store = try_connect(&doctor_url).await.unwrap();
+    store.migrate().await.unwrap();
+    store.close().await;
+    doctor_warns_of_the_expiry(&doctor_url, &certs);
     try_connect(&url(
         "127.0.0.1",
         &format!("ssl-mode=VERIFY_CA&ssl-ca={}", ca.display()),

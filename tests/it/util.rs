@@ -216,6 +216,18 @@ impl DaemonProcess {
     }
 }
 
+/// A child process of a test, killed (by its PID) and reaped when the test ends however it ends.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 impl Drop for DaemonProcess {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
@@ -249,12 +261,25 @@ pub fn default_user() -> String {
 }
 
 /// A TCP port free on 127.0.0.1 right now, for a throwaway server.
+///
+/// Ports come from below the kernel's ephemeral range (32768 and up on Linux), so that no
+/// outgoing connection of the suite takes one between this check and the server's own bind (a
+/// port the kernel handed out by binding port 0 may be picked as another connection's source
+/// port a moment later); each is handed out once per test process.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % COUNT;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < COUNT, "no free port left below the ephemeral range");
+        let port = (FIRST + (start + n) % COUNT) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Whether a process runs (a zombie waiting for its parent counts as ended).
@@ -334,4 +359,38 @@ pub fn chown_if_root(path: &std::path::Path, user: &str) {
 /// A database URL as the store takes it (parsed as `config` parses it).
 pub fn db_url(text: &str) -> sqlcron::store::DatabaseUrl {
     sqlcron::store::DatabaseUrl::parse(text).unwrap()
+}
+
+/// The first finished run of `job` (any outcome), waiting up to 30 s.
+pub async fn first_run(store: &Store, job: &str) -> sqlcron::store::HistoryRow {
+    eventually(
+        Duration::from_secs(30),
+        &format!("a run of {job}"),
+        || async {
+            store
+                .history(Some(job), 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|r| r.outcome != "running")
+        },
+    )
+    .await
+}
+
+/// The first run of `job` that ended ok, waiting up to 20 s.
+pub async fn ran_ok(store: &Store, job: &str) -> sqlcron::store::HistoryRow {
+    eventually(
+        Duration::from_secs(20),
+        &format!("an ok run of {job}"),
+        || async {
+            store
+                .history(Some(job), 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|r| r.outcome == "ok")
+        },
+    )
+    .await
 }

@@ -1,0 +1,265 @@
+//! The midnight burst against the machine's limit (`cargo bench --bench daemon -- ratio`): the
+//! same body (a bash script appending one line with its start time to a file) started N times by
+//! `xargs -P16` alone, then as N jobs due in the same second through sqlcron (three nodes on
+//! PostgreSQL and on MariaDB, one node on SQLite), for N = 1,000, 5,000 and 20,000
+//! (`SQLCRON_BENCH_SIZES=1000,5000` to choose). Printed per database and N: the drain (first
+//! start to last start, from the body's own clock), p99 lateness (start minus the slot), the
+//! ratio of the drain to `xargs`'s, CPU per job of the daemons and of the database server (from
+//! `/proc`), and transactions and statements per job (from the server's statistics).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sqlcron::store::{Dialect, Store};
+
+use super::{
+    Daemon, Db, MY_ADMIN, PG_ADMIN, commits, cpu_seconds, db_url, percentile, postmaster_pid,
+    start_daemon, stop, wait_ready,
+};
+
+/// The body every start runs: its name (argument or `SQLCRON_JOB`) and the time it started.
+const BODY: &str = "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
+
+/// Start times (ms since the epoch) the body wrote to `out`, one per line.
+fn starts(out: &Path) -> Vec<f64> {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map(|s| s * 1000.0)
+        .collect()
+}
+
+/// What one way of starting N bodies measured.
+struct Drain {
+    /// First start to last start, seconds.
+    drain: f64,
+    /// p99 of start minus the moment they were all due, seconds.
+    p99: f64,
+    started: usize,
+}
+
+fn drain_of(mut t: Vec<f64>, due_ms: f64) -> Drain {
+    t.sort_by(|a, b| a.total_cmp(b));
+    let late: Vec<f64> = t.iter().map(|s| (s - due_ms) / 1000.0).collect();
+    Drain {
+        drain: match (t.first(), t.last()) {
+            (Some(a), Some(b)) => (b - a) / 1000.0,
+            _ => f64::NAN,
+        },
+        p99: percentile(&late, 0.99),
+        started: t.len(),
+    }
+}
+
+/// The bodies alone: `seq N | xargs -P16 -n1 body`.
+fn xargs(dir: &Path, body: &Path, n: usize) -> Drain {
+    let out = dir.join(format!("xargs-{n}.txt"));
+    let _ = std::fs::remove_file(&out);
+    let due = now_ms();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("seq 1 {n} | xargs -P16 -n1 {}", body.display()))
+        .env("RATIO_OUT", &out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    drain_of(starts(&out), due)
+}
+
+fn now_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1000.0
+}
+
+/// The MariaDB server's process, found by its pid file.
+async fn mariadbd_pid() -> Option<u32> {
+    let admin = Store::connect(&db_url(MY_ADMIN), 1).ok()?;
+    let file = admin
+        .scalar::<String>("SELECT @@pid_file")
+        .await
+        .ok()
+        .flatten();
+    admin.close().await;
+    std::fs::read_to_string(file?).ok()?.trim().parse().ok()
+}
+
+/// The server's counters: (transactions, statements) so far, where the server keeps them.
+async fn server_counts(db: &Db) -> (Option<i64>, Option<i64>) {
+    match db.dialect {
+        Dialect::Postgres => {
+            let tx = commits(db, true).await;
+            let admin = Store::connect(&db_url(PG_ADMIN), 1).unwrap();
+            let statements = admin
+                .scalar_i64(&format!(
+                    "SELECT CAST(SUM(calls) AS BIGINT) FROM pg_stat_statements s \
+                     JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{}'",
+                    db.name
+                ))
+                .await
+                .ok()
+                .flatten();
+            admin.close().await;
+            (Some(tx), statements)
+        }
+        Dialect::Mysql => {
+            let admin = Store::connect(&db_url(MY_ADMIN), 1).unwrap();
+            let read = |name: &str| {
+                format!(
+                    "SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS \
+                     WHERE VARIABLE_NAME = '{name}'"
+                )
+            };
+            let tx = admin
+                .scalar_i64(&read("HANDLER_COMMIT"))
+                .await
+                .ok()
+                .flatten();
+            let statements = admin.scalar_i64(&read("QUESTIONS")).await.ok().flatten();
+            admin.close().await;
+            (tx, statements)
+        }
+        Dialect::Sqlite => (None, None),
+    }
+}
+
+/// N jobs due in the same second through sqlcron: `nodes` daemons, 16 places each.
+async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, xargs: &Drain) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    if dialect == Dialect::Postgres {
+        // Statement counts where the server has the extension loaded; "n/a" otherwise.
+        let _ = store
+            .execute_raw("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("starts.txt");
+    let me = sqlcron::exec::account::current().expect("the bench user's account");
+    let extra = format!(
+        "[daemon]\nmax_parallel = 16\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n\
+         inherit_env = [\"RATIO_OUT\"]\n",
+        me.name
+    );
+    // SAFETY: set before the daemons start, read by them through inherit_env.
+    unsafe { std::env::set_var("RATIO_OUT", &out) };
+    let mut daemons: Vec<Daemon> = (0..nodes)
+        .map(|i| start_daemon(dir.path(), &format!("r{i}"), &db.url, &extra, "warn"))
+        .collect();
+    for d in &daemons {
+        wait_ready(d).await;
+    }
+    let server = match dialect {
+        Dialect::Postgres => postmaster_pid().await,
+        Dialect::Mysql => mariadbd_pid().await,
+        Dialect::Sqlite => None,
+    };
+    let server_cpu = |pid: Option<u32>| pid.map(|p| cpu_seconds(p).0 + cpu_seconds(p).1);
+    let now = store.now().await.unwrap();
+    let slot = now - now.rem_euclid(1000) + 3_000;
+    let sql = match dialect {
+        Dialect::Postgres => format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             SELECT 'ratio' || g, '0 0 1 1 *', '{}', {slot}, {slot} FROM generate_series(1, {n}) g",
+            body.display()
+        ),
+        Dialect::Mysql => format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             SELECT CONCAT('ratio', seq), '0 0 1 1 *', '{}', {slot}, {slot} FROM seq_1_to_{n}",
+            body.display()
+        ),
+        Dialect::Sqlite => format!(
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < {n}) \
+             INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             SELECT 'ratio' || x, '0 0 1 1 *', '{}', {slot}, {slot} FROM g",
+            body.display()
+        ),
+    };
+    store.execute_raw(&sql).await.unwrap();
+    let (tx_before, st_before) = server_counts(&db).await;
+    let cpu_before = server_cpu(server);
+    let daemons_before: f64 = daemons.iter().map(|d| cpu_seconds(d.child.id()).0).sum();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while starts(&out).len() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The releases of the last runs, then the daemons' own CPU before they stop.
+    let wait_released = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < wait_released {
+        let running = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE exec_by IS NOT NULL")
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let daemons_cpu: f64 = daemons
+        .iter()
+        .map(|d| cpu_seconds(d.child.id()).0)
+        .sum::<f64>()
+        - daemons_before;
+    let (tx_after, st_after) = server_counts(&db).await;
+    for d in &mut daemons {
+        stop(d);
+    }
+    // PostgreSQL's backends are counted once they exit (the daemons disconnected).
+    let server_cpu = match (server_cpu(server), cpu_before) {
+        (Some(a), Some(b)) => format!("{:.2} ms", (a - b) * 1000.0 / n as f64),
+        _ => "n/a (in the daemons)".into(),
+    };
+    let per_job = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (Some(a), Some(b)) if a >= b => format!("{:.2}", (a - b) as f64 / n as f64),
+        _ => "n/a".into(),
+    };
+    let d = drain_of(starts(&out), slot as f64);
+    println!(
+        "ratio      {:<8} N={n:<6} {nodes} node(s): drain {:.2} s vs xargs -P16 {:.2} s = {:.2}x; \
+         p99 lateness {:.2} s (xargs {:.2} s); started {}/{n}; CPU per job: daemons {:.2} ms, \
+         database {server_cpu}; per job: {} transactions, {} statements",
+        dialect.name(),
+        d.drain,
+        xargs.drain,
+        d.drain / xargs.drain,
+        d.p99,
+        xargs.p99,
+        d.started,
+        daemons_cpu * 1000.0 / n as f64,
+        per_job(tx_after, tx_before),
+        per_job(st_after, st_before),
+    );
+    store.close().await;
+    db.drop_db().await;
+}
+
+pub async fn ratio(dialects: &[Dialect]) {
+    let sizes: Vec<usize> = std::env::var("SQLCRON_BENCH_SIZES")
+        .unwrap_or_else(|_| "1000,5000,20000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.sh");
+    std::fs::write(&body, BODY).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&body, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The job user must reach the body: a world-readable directory.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for &n in &sizes {
+        let alone = xargs(dir.path(), &body, n);
+        println!(
+            "ratio      xargs    N={n:<6} the bodies alone, xargs -P16: drain {:.2} s, p99 lateness {:.2} s, started {}",
+            alone.drain, alone.p99, alone.started
+        );
+        for &d in dialects {
+            let nodes = if d == Dialect::Sqlite { 1 } else { 3 };
+            through_sqlcron(d, nodes, &body, n, &alone).await;
+        }
+    }
+}

@@ -1,0 +1,11 @@
+-- API tokens of the web dashboard (docs/dashboard.md), made by `sqlcron web-token`. A token is
+-- `sqlcron_<prefix>_<secret>`: `prefix` finds the row, `hash` is the SHA-256 (hex) of the
+-- secret, never the secret itself. `expires` (database clock, ms) is NULL for no expiry.
+CREATE TABLE cron_web_tokens (
+    name TEXT PRIMARY KEY,
+    prefix TEXT NOT NULL UNIQUE,
+    hash TEXT NOT NULL,
+    role TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    expires INTEGER
+);

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Tests the packages as an operator would (docs/packaging.md):
+#   1. builds the .deb and .rpm (scripts/package.sh) and an older .deb (0.0.1-1) of the same binary;
+#   2. lintian on the .deb: no errors (the remaining warnings are explained in docs/packaging.md);
+#   3. a disposable Debian 12 root (mmdebstrap, cached under target/package-test/) in a temporary
+#      directory, and in it: install the old package, edit the conffile, upgrade to the new one
+#      (the edit kept), `sqlcron --version`, `check`, `migrate`, a job run by a short daemon,
+#      `systemd-analyze verify` of the installed unit, remove (database kept), purge (user, state
+#      and configuration gone);
+#   4. the RPM: `rpm -qlp` and `rpm -qp --scripts`, then `rpm --root <tmp> -i --nodeps`.
+# Exits non-zero with a message on the first failure; the chroot is unmounted and removed always.
+#   SQLCRON_BIN=target/debug/sqlcron scripts/package-test.sh   # package a binary built already
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() { echo "package-test.sh: FAILED: $*" >&2; exit 1; }
+step() { echo "== $*"; }
+
+if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+missing=()
+command -v lintian >/dev/null || missing+=(lintian)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+command -v rpm >/dev/null || missing+=(rpm)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "package-test.sh: installing ${missing[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+step "building the packages"
+scripts/package.sh >/dev/null || fail "scripts/package.sh"
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+deb=target/packages/sqlcron_${version}-1_amd64.deb
+rpm_file=$(ls target/packages/sqlcron-"${version}"-1.*.rpm 2>/dev/null | head -n1)
+[ -f "$deb" ] || fail "no $deb"
+[ -n "$rpm_file" ] || fail "no RPM in target/packages"
+old_deb=target/packages/sqlcron_0.0.1-1_amd64.deb
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s) \
+    cargo deb --no-build --no-strip --deb-version 0.0.1-1 --output "$old_deb" >/dev/null \
+    || fail "building the older package"
+
+step "lintian"
+lintian_out=$(lintian --no-tag-display-limit "$deb" 2>&1 || true)
+echo "$lintian_out"
+if grep -q '^E:' <<<"$lintian_out"; then fail "lintian reports errors"; fi
+
+step "the RPM's files and scriptlets"
+files=$(rpm -qlp "$rpm_file")
+for f in /usr/bin/sqlcron /usr/lib/systemd/system/sqlcron.service /etc/sqlcron/sqlcron.toml \
+    /usr/lib/sysusers.d/sqlcron.conf /usr/lib/tmpfiles.d/sqlcron.conf \
+    /usr/share/man/man1/sqlcron.1.gz /usr/share/bash-completion/completions/sqlcron; do
+    grep -qx "$f" <<<"$files" || fail "the RPM lacks $f"
+done
+scripts=$(rpm -qp --scripts "$rpm_file")
+for s in preinstall postinstall preuninstall postuninstall; do
+    grep -q "^$s scriptlet" <<<"$scripts" || fail "the RPM lacks its $s scriptlet"
+done
+rpm -qp --qf '[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILEFLAGS:fflags} %{FILENAMES}\n]' \
+    "$rpm_file" | grep -q '^-rw-r----- root:sqlcron c.*n.* /etc/sqlcron/sqlcron.toml$' \
+    || fail "the RPM's sqlcron.toml is not a 0640 root:sqlcron noreplace config file"
+
+work=$(mktemp -d /tmp/sqlcron-package-test.XXXXXX)
+root=$work/root
+cleanup() {
+    for m in "$root/proc" "$root/dev/pts" "$root/dev"; do
+        mountpoint -q "$m" 2>/dev/null && $SUDO umount -l "$m"
+    done
+    $SUDO rm -rf "$work"
+}
+trap cleanup EXIT
+
+step "the RPM installed into a temporary root (rpm --root, no scriptlets' dependencies)"
+mkdir -p "$work/rpmroot"
+rpm --root "$work/rpmroot" --dbpath /var/lib/rpm -i --nodeps --noscripts "$rpm_file" \
+    || fail "rpm --root -i"
+[ -x "$work/rpmroot/usr/bin/sqlcron" ] || fail "rpm --root: no /usr/bin/sqlcron"
+"$work/rpmroot/usr/bin/sqlcron" --version | grep -q "commit" || fail "the RPM's sqlcron --version"
+
+# The Debian root: mmdebstrap from the machine's Debian mirror, cached (delete the tarball to
+# refresh it). systemd is in it as on any Debian server (it provides systemd-sysusers).
+mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+mirror=${mirror:-http://deb.debian.org/debian}
+tarball=target/package-test/bookworm.tar
+if [ ! -s "$tarball" ]; then
+    step "making the Debian 12 root ($mirror)"
+    mkdir -p target/package-test
+    $SUDO mmdebstrap --quiet --format=tar --variant=apt --include=systemd,ca-certificates bookworm \
+        "$tarball.part" "deb $mirror bookworm main" || fail "mmdebstrap"
+    mv "$tarball.part" "$tarball"
+fi
+mkdir -p "$root"
+$SUDO tar -C "$root" -xf "$tarball"
+$SUDO mount -t proc proc "$root/proc"
+$SUDO mount --bind /dev "$root/dev"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp "$deb" "$old_deb" "$root/tmp/"
+in_root() { $SUDO chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    DEBIAN_FRONTEND=noninteractive "$@"; }
+as_sqlcron() { in_root runuser -u sqlcron -- env STATE_DIRECTORY=/var/lib/sqlcron "$@"; }
+
+# File owners are read inside the root: its sqlcron user and group have ids the host may give
+# to other names.
+step "install the older package"
+in_root apt-get install -y -qq "/tmp/$(basename "$old_deb")" >"$work/apt.log" 2>&1 \
+    || { cat "$work/apt.log"; fail "apt install of the older package"; }
+in_root getent passwd sqlcron >/dev/null || fail "no sqlcron user after install"
+[ "$(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)" = "640 root:sqlcron" ] \
+    || fail "sqlcron.toml is $(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml), not 640 root:sqlcron"
+[ "$(in_root stat -c '%a %U' /var/lib/sqlcron)" = "750 sqlcron" ] \
+    || fail "/var/lib/sqlcron is $(in_root stat -c '%a %U' /var/lib/sqlcron), not 750 sqlcron"
+[ -L "$root/etc/systemd/system/multi-user.target.wants/sqlcron.service" ] \
+    || fail "the unit is not enabled after install"
+
+step "edit the conffile, upgrade"
+cat >>"$root/etc/sqlcron/sqlcron.toml" <<'TOML'
+
+# operator's edit
+[[job]]
+name = "hello"
+schedule = "0 0 1 1 *"
+command = "echo hello from the package"
+TOML
+in_root apt-get install -y -qq "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 \
+    || { cat "$work/apt.log"; fail "apt install (upgrade) of the new package"; }
+in_root dpkg-query -W -f '${Version}' sqlcron | grep -qx "${version}-1" || fail "upgrade: not ${version}-1"
+grep -q "operator's edit" "$root/etc/sqlcron/sqlcron.toml" || fail "upgrade lost the edited conffile"
+[ "$(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)" = "640 root:sqlcron" ] \
+    || fail "sqlcron.toml mode after upgrade: $(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)"
+
+step "sqlcron --version, check, migrate, a job run"
+in_root sqlcron --version | tee "$work/version"
+grep -q "^sqlcron ${version} (commit " "$work/version" || fail "sqlcron --version"
+as_sqlcron sqlcron check || fail "sqlcron check"
+as_sqlcron sqlcron migrate || fail "sqlcron migrate"
+[ -f "$root/var/lib/sqlcron/sqlcron.db" ] || fail "no database in /var/lib/sqlcron"
+as_sqlcron sh -c 'echo $$ >/tmp/sqlcron-daemon.pid; exec sqlcron daemon' >"$work/daemon.log" 2>&1 &
+daemon=$!
+ran=
+deadline=$((SECONDS + 60))
+while [ $SECONDS -lt $deadline ]; do
+    if as_sqlcron sqlcron run hello >/dev/null 2>&1; then break; fi
+    sleep 0.5
+done
+while [ $SECONDS -lt $deadline ]; do
+    if as_sqlcron sqlcron history hello 2>/dev/null | grep -qw ok; then ran=1; break; fi
+    sleep 0.5
+done
+# The daemon's own pid (the chroot shares the host's pid namespace): SIGTERM, then wait.
+if [ -s "$root/tmp/sqlcron-daemon.pid" ]; then
+    $SUDO kill -TERM "$(cat "$root/tmp/sqlcron-daemon.pid")" 2>/dev/null || true
+fi
+wait "$daemon" 2>/dev/null || true
+[ -n "$ran" ] || { cat "$work/daemon.log"; fail "the job hello did not run ok under the packaged daemon"; }
+as_sqlcron sqlcron history hello
+
+step "systemd-analyze verify of the installed unit"
+# Its Documentation= names the man page: checked here as a file, not by the host's `man`.
+[ -f "$root/usr/share/man/man1/sqlcron.1.gz" ] || fail "no man page installed"
+systemd-analyze verify --man=no --root="$root" /usr/lib/systemd/system/sqlcron.service 2>&1 | tee "$work/verify" \
+    || fail "systemd-analyze verify"
+if grep -v -e 'Failed to .* environment' -e '^$' "$work/verify" | grep -qi 'sqlcron.service'; then
+    fail "systemd-analyze verify reports problems with the unit"
+fi
+
+step "remove: the database, configuration and user stay"
+in_root apt-get remove -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "apt remove"; }
+[ ! -e "$root/usr/bin/sqlcron" ] || fail "remove left /usr/bin/sqlcron"
+[ -f "$root/var/lib/sqlcron/sqlcron.db" ] || fail "remove deleted the database"
+[ -f "$root/etc/sqlcron/sqlcron.toml" ] || fail "remove deleted the configuration"
+in_root getent passwd sqlcron >/dev/null || fail "remove deleted the user"
+
+step "purge: user, state and configuration gone"
+in_root apt-get purge -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "apt purge"; }
+[ ! -e "$root/var/lib/sqlcron" ] || fail "purge left /var/lib/sqlcron"
+[ ! -e "$root/etc/sqlcron" ] || fail "purge left /etc/sqlcron"
+! in_root getent passwd sqlcron >/dev/null || fail "purge left the sqlcron user"
+! in_root getent group sqlcron >/dev/null || fail "purge left the sqlcron group"
+[ ! -e "$root/etc/systemd/system/multi-user.target.wants/sqlcron.service" ] || fail "purge left the unit enabled"
+
+echo "package-test.sh: all package checks passed"

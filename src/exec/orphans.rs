@@ -1,0 +1,295 @@
+//! What a run leaves behind: processes that left the run's process group (`setsid`, a double
+//! fork) and so escape the `killpg` that ends a run, a timeout, a lost lease or a replace.
+//!
+//! Every process a run starts carries `SQLCRON_RUN_ID=<daemon instance>.<n>` in its
+//! environment, inherited by whatever it starts. The daemon is a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`): a process whose parent dies is handed to the daemon instead of
+//! init. After each run's end, and every second, the daemon looks at those of its children it
+//! did not start itself (orphans):
+//!
+//! - an orphan whose environment names a run still going is that run's, and left alone;
+//! - one that names a run that has ended is killed (SIGKILL; its process group too when it leads
+//!   one);
+//! - one without the variable (it cleared its environment) came from one of the runs going when
+//!   it was first seen: it is killed once all of those have ended.
+//!
+//! Orphans that exited are reaped by their PID (never `waitpid(-1)`: the runtime reaps the
+//! processes the daemon started). When the daemon itself dies, its orphans go to init; the job
+//! reaper then kills every process that carries one of the daemon's run ids (`reaper.rs`).
+//! Where the daemon has a delegated control group (systemd, `Delegate=yes`), each run also has a
+//! group of its own, killed whole with `cgroup.kill` at the run's end (`limits.rs`): that covers
+//! a process that both cleared its environment and left its group while the daemon died.
+//! No database.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+/// The variable that ties a process to its run.
+pub const VAR: &str = "SQLCRON_RUN_ID";
+
+struct State {
+    /// This daemon's prefix of run ids: its PID and start time, unique on the host.
+    instance: String,
+    next: u64,
+    /// Runs going: id -> the PID of the run's main process once spawned (0 before).
+    live: HashMap<String, i32>,
+    /// Orphans without the variable: PID -> the runs going when first seen, still going.
+    unmarked: HashMap<i32, HashSet<String>>,
+    subreaper: bool,
+    /// The job reaper's PID: the daemon's own child, never an orphan (0: none yet).
+    reaper: i32,
+}
+
+fn state() -> MutexGuard<'static, State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE
+        .get_or_init(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            Mutex::new(State {
+                instance: format!("{}-{:x}", std::process::id(), nanos),
+                next: 0,
+                live: HashMap::new(),
+                unmarked: HashMap::new(),
+                subreaper: false,
+                reaper: 0,
+            })
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Makes this process the subreaper of everything it starts. The daemon calls it once at start;
+/// without it (other commands) orphans go to init as usual and only the process group is ended.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    state().subreaper = true;
+    Ok(())
+}
+
+/// The job reaper was (re)started as `pid`: a child of the daemon that is not an orphan.
+pub fn set_reaper(pid: i32) {
+    state().reaper = pid;
+}
+
+/// A run is about to start: its id, for [`VAR`]. From now on its processes are left alone.
+pub fn begin() -> String {
+    let mut s = state();
+    s.next += 1;
+    let id = format!("{}.{}", s.instance, s.next);
+    s.live.insert(id.clone(), 0);
+    id
+}
+
+/// The run's main process is `pid` (the daemon's own child, reaped by the runtime).
+pub fn spawned(id: &str, pid: i32) {
+    if let Some(p) = state().live.get_mut(id) {
+        *p = pid;
+    }
+}
+
+/// The run has ended: whatever it left behind is killed (as a subreaper), and the call returns
+/// once those are gone or after a second at most.
+pub async fn end(id: &str) {
+    let subreaper = {
+        let mut s = state();
+        s.live.remove(id);
+        s.subreaper
+    };
+    // One look is a read of one file; only when it killed something does the wait for those
+    // to go (and their children, handed over in turn) move to a blocking thread.
+    if subreaper && !sweep_once() {
+        let _ = tokio::task::spawn_blocking(sweep).await;
+    }
+}
+
+/// The run is gone without an end (it could not be spawned, or its task was dropped): what it
+/// left is found by the next periodic sweep.
+pub fn forget(id: &str) {
+    state().live.remove(id);
+}
+
+/// Kills the orphans of ended runs and reaps exited ones, repeating while any remain (a killed
+/// orphan's own children are handed to the daemon in turn), for a second at most.
+pub fn sweep() {
+    for _ in 0..100 {
+        if sweep_once() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One look: returns whether nothing of an ended run is left.
+fn sweep_once() -> bool {
+    let children = children();
+    let mut guard = state();
+    let reaper = guard.reaper;
+    let s = &mut *guard;
+    let own: HashSet<i32> = s.live.values().copied().filter(|p| *p > 0).collect();
+    // A run being spawned has a main process not yet in `own`: it may already have exited, and
+    // reaping it here would take its exit status from the runtime. Zombies wait for a later look.
+    let spawning = s.live.values().any(|p| *p == 0);
+    s.unmarked.retain(|pid, _| children.contains(pid));
+    let mut pending = false;
+    for &pid in &children {
+        if own.contains(&pid) || pid == reaper {
+            continue;
+        }
+        let Some(stat) = Stat::read(pid) else {
+            continue;
+        };
+        if stat.zombie {
+            if !spawning {
+                reap(pid);
+            }
+            continue;
+        }
+        let ended = match marker(pid) {
+            Some(id) if id.starts_with(&format!("{}.", s.instance)) => !s.live.contains_key(&id),
+            // Another daemon's run id or none: the runs going now are its possible origins.
+            _ => {
+                let live = &s.live;
+                let origins = s
+                    .unmarked
+                    .entry(pid)
+                    .or_insert_with(|| live.keys().cloned().collect());
+                origins.retain(|id| live.contains_key(id));
+                origins.is_empty()
+            }
+        };
+        if ended {
+            if stat.pgid == pid && !own.contains(&pid) {
+                kill_group(pid);
+            }
+            kill(pid);
+            pending = true;
+            tracing::warn!(
+                pid,
+                "ended a process its run left behind (it had left the run's process group)"
+            );
+        }
+    }
+    !pending
+}
+
+/// The children of this process's main thread: where the kernel hands a subreaper's adopted
+/// processes (the first live thread of its thread group). The runs' own processes are children
+/// of whichever thread spawned them and are not read here; one file read, not one per thread.
+fn children() -> Vec<i32> {
+    let path = format!("/proc/self/task/{}/children", std::process::id());
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .collect()
+}
+
+/// The fields of `/proc/PID/stat` this needs.
+struct Stat {
+    zombie: bool,
+    pgid: i32,
+}
+
+impl Stat {
+    fn read(pid: i32) -> Option<Stat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command name in parentheses (which may hold spaces and parentheses):
+        // state, ppid, pgrp, ...
+        let rest = &text[text.rfind(')')? + 1..];
+        let mut fields = rest.split_whitespace();
+        let state = fields.next()?;
+        let _ppid = fields.next()?;
+        let pgid = fields.next()?.parse().ok()?;
+        Some(Stat {
+            zombie: state == "Z" || state == "X",
+            pgid,
+        })
+    }
+}
+
+/// The run id in a process's environment, if it has one and it can be read.
+pub fn marker(pid: i32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    marker_in(&env)
+}
+
+fn marker_in(environ: &[u8]) -> Option<String> {
+    let prefix = format!("{VAR}=");
+    environ
+        .split(|b| *b == 0)
+        .find_map(|e| e.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Kills every process on the host whose run id is `id`, or starts with `prefix.` when `id`
+/// ends in `.`: what the job reaper does for a run whose lease ran out, and for all of a dead
+/// daemon's runs.
+pub fn kill_marked(id: &str) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id() as i32;
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Some(m) = marker(pid) else { continue };
+        let hit = if id.ends_with('.') {
+            m.starts_with(id)
+        } else {
+            m == id
+        };
+        if hit {
+            kill(pid);
+        }
+    }
+}
+
+fn kill(pid: i32) {
+    // SAFETY: kill has no memory-safety preconditions; a PID that is gone fails with ESRCH.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+fn kill_group(pgid: i32) {
+    // SAFETY: as for kill.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
+    }
+}
+
+fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: waitpid on one PID that is our child and not one the runtime waits for.
+    unsafe {
+        libc::waitpid(pid, &mut status, libc::WNOHANG);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_marker_is_read_from_an_environment_block() {
+        let env = b"PATH=/bin\0SQLCRON_RUN_ID=12-ab.7\0HOME=/\0";
+        assert_eq!(marker_in(env).as_deref(), Some("12-ab.7"));
+        assert_eq!(marker_in(b"PATH=/bin\0XSQLCRON_RUN_ID=1\0"), None);
+        assert_eq!(marker_in(b""), None);
+    }
+}

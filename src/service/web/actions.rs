@@ -1,0 +1,333 @@
+//! What the dashboard changes: run now, pause, resume, drain, undrain. Each re-checks the
+//! caller's role and the request's origin on the server, goes through the store call the CLI
+//! uses (the same rules, the same audit row, with `web:<user>` as who), then sends the browser
+//! back to the page it came from.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+
+use crate::model::access::Action;
+use crate::model::actor::Actor;
+
+use super::Web;
+use super::auth::same_origin;
+use super::pages::allowed;
+
+/// The caller, when the request comes from the dashboard's own pages and their role allows
+/// `action`; otherwise the refusal to send.
+pub(crate) async fn actor(
+    web: &Web,
+    headers: &HeaderMap,
+    action: Action,
+) -> Result<Actor, Response> {
+    let who = allowed(web, headers, action).await?;
+    // A cookie goes with any request the browser makes; a bearer token only with those its
+    // holder makes, so only cookie callers must prove the request came from our pages.
+    if !who.token
+        && let Err(why) = same_origin(headers)
+    {
+        return Err((StatusCode::FORBIDDEN, format!("{why}\n")).into_response());
+    }
+    Ok(Actor {
+        who: who.who(),
+        host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string()),
+        pid: Some(i64::from(std::process::id())),
+    })
+}
+
+/// Does `action` to `target` through the store call the CLI uses. False: no such target.
+async fn perform(
+    web: &Web,
+    actor: &Actor,
+    action: Action,
+    target: &str,
+) -> crate::store::Result<bool> {
+    let s = &web.store;
+    let done = match action {
+        Action::RunNow => s.request_run(target, actor).await,
+        Action::Pause => s.set_enabled(target, false, actor).await,
+        Action::Resume => s.set_enabled(target, true, actor).await,
+        Action::Drain => s.set_drain(target, true, actor).await,
+        Action::Undrain => s.set_drain(target, false, actor).await,
+        Action::BreakLock => s
+            .lock_break(target, None, actor)
+            .await
+            .map(|broken| !broken.is_empty()),
+        Action::StopRun => s.request_stop(target, actor).await,
+        Action::RetryEvent => match target.parse::<i64>() {
+            Ok(id) => s.event_retry(id, actor).await,
+            Err(_) => Ok(false),
+        },
+        // Backfill has its own page and form (backfill.rs).
+        Action::Read | Action::Backfill => Ok(true),
+    };
+    if let Ok(true) = done {
+        tracing::info!(who = %actor.who, action = ?action, target, "web: action");
+    }
+    done
+}
+
+/// Back to the page the browser came from, if it is a dashboard page; else the overview.
+pub(crate) fn back(web: &Web, headers: &HeaderMap) -> Response {
+    let to = headers
+        .get(header::REFERER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|r| dashboard_path(r, &web.config.base_path))
+        .unwrap_or_else(|| web.href("/"));
+    Redirect::to(&to).into_response()
+}
+
+async fn act(web: &Web, headers: &HeaderMap, action: Action, target: &str) -> Response {
+    let actor = match actor(web, headers, action).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match perform(web, &actor, action, target).await {
+        Ok(true) => back(web, headers),
+        Ok(false) => (
+            StatusCode::NOT_FOUND,
+            format!("nothing by that name to act on (or no live holder): {target}\n"),
+        )
+            .into_response(),
+        Err(e) => super::pages::unavailable(e),
+    }
+}
+
+/// Jobs one bulk action may name.
+const BULK_MAX: usize = 500;
+
+/// `POST /jobs/bulk` with `action=pause|resume|run` and one `job=NAME` per selected job (the
+/// jobs list's check boxes): each job goes through the same call, rules and audit row as one
+/// action; a job that no longer exists is left out.
+pub(crate) async fn bulk(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    axum::Form(fields): axum::Form<Vec<(String, String)>>,
+) -> Response {
+    let action = match fields
+        .iter()
+        .find(|(k, _)| k == "action")
+        .map(|(_, v)| v.as_str())
+    {
+        Some("pause") => Action::Pause,
+        Some("resume") => Action::Resume,
+        Some("run") => Action::RunNow,
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "action must be pause, resume or run\n",
+            )
+                .into_response();
+        }
+    };
+    let jobs: std::collections::BTreeSet<&str> = fields
+        .iter()
+        .filter(|(k, _)| k == "job")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    if jobs.is_empty() || jobs.len() > BULK_MAX {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("select between 1 and {BULK_MAX} jobs\n"),
+        )
+            .into_response();
+    }
+    let actor = match actor(&web, &headers, action).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    for job in jobs {
+        if let Err(e) = perform(&web, &actor, action, job).await {
+            return super::pages::unavailable(e);
+        }
+    }
+    back(&web, &headers)
+}
+
+/// The path (and query) of a `Referer` that points into the dashboard, to send the browser back
+/// there: only the path is kept, never the host, so the answer cannot lead elsewhere.
+fn dashboard_path(referer: &str, base: &str) -> Option<String> {
+    let (_, rest) = referer.split_once("://")?;
+    let path = &rest[rest.find('/')?..];
+    let path = path.split('#').next().unwrap_or_default();
+    let inside = if base.is_empty() {
+        path.starts_with('/')
+    } else {
+        path == base
+            || path.starts_with(&format!("{base}/"))
+            || path.starts_with(&format!("{base}?"))
+    };
+    (inside && !path.starts_with("//") && !path.contains('\\')).then(|| path.to_string())
+}
+
+/// `GET /jobs/{name}/stop`: what stopping does, and the button (operators).
+pub(crate) async fn confirm_stop(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let who = match allowed(&web, &headers, Action::StopRun).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let row = match web.store.job(&name).await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return (StatusCode::NOT_FOUND, format!("no job named \"{name}\"\n")).into_response();
+        }
+        Err(e) => return super::pages::unavailable(e),
+    };
+    let job = web.href(&format!("/jobs/{}", super::pages::encode(&name)));
+    let body = maud::html! {
+        h1 { "Stop " (name) "?" }
+        @if let Some(node) = &row.exec_by {
+            p { "The run in progress on " strong { (node) } " is stopped at the node's next lease extension (within a third of the lease): its process group gets SIGTERM, then SIGKILL after the job's kill grace. It is recorded " code { "stopped" } " and not retried; the next slot runs as scheduled. This cannot be undone." }
+            form method="post" action=(format!("{job}/stop")) {
+                input type="hidden" name="confirm" value="yes";
+                button.danger type="submit" { "Stop the run" }
+                " "
+                a href=(job) { "Cancel" }
+            }
+        } @else {
+            p { "Nothing runs " (name) " now." }
+        }
+    };
+    super::pages::page(&web, Some(&who), "Stop a run", body).into_response()
+}
+
+/// `POST /jobs/{name}/stop` with `confirm=yes`.
+pub(crate) async fn stop(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    axum::Form(form): axum::Form<Confirm>,
+) -> Response {
+    let why = "stopping a run cannot be undone: confirm it on the job's stop page\n";
+    act_confirmed(&web, &headers, &form, Action::StopRun, &name, why).await
+}
+
+/// `act`, for what cannot be undone: only with `confirm=yes` (the confirmation page's button).
+/// The caller is checked first, so a caller without the role learns nothing more than that.
+async fn act_confirmed(
+    web: &Web,
+    headers: &HeaderMap,
+    form: &Confirm,
+    action: Action,
+    target: &str,
+    why: &'static str,
+) -> Response {
+    if form.confirm != "yes" {
+        if let Err(r) = actor(web, headers, action).await {
+            return r;
+        }
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
+    act(web, headers, action, target).await
+}
+
+pub(crate) async fn run_now(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    act(&web, &headers, Action::RunNow, &name).await
+}
+
+pub(crate) async fn pause(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    act(&web, &headers, Action::Pause, &name).await
+}
+
+pub(crate) async fn resume(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    act(&web, &headers, Action::Resume, &name).await
+}
+
+pub(crate) async fn drain(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    act(&web, &headers, Action::Drain, &name).await
+}
+
+/// The form of the confirmation page (`/locks/{name}/break`): the break happens only with
+/// `confirm=yes`, so a stray click on the locks page cannot stop a holder.
+#[derive(serde::Deserialize)]
+pub(crate) struct Confirm {
+    #[serde(default)]
+    confirm: String,
+}
+
+pub(crate) async fn break_lock(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    axum::Form(form): axum::Form<Confirm>,
+) -> Response {
+    let why = "breaking a lock stops its holder: confirm it on the lock's page\n";
+    act_confirmed(&web, &headers, &form, Action::BreakLock, &name, why).await
+}
+
+pub(crate) async fn retry_event(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Response {
+    act(&web, &headers, Action::RetryEvent, &id.to_string()).await
+}
+
+pub(crate) async fn undrain(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    act(&web, &headers, Action::Undrain, &name).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dashboard_path;
+
+    #[test]
+    fn the_way_back_stays_in_the_dashboard() {
+        let p = |r: &str, b: &str| dashboard_path(r, b);
+        assert_eq!(
+            p("http://h:8080/cron/jobs?q=a", "/cron").as_deref(),
+            Some("/cron/jobs?q=a")
+        );
+        assert_eq!(p("https://proxy/cron", "/cron").as_deref(), Some("/cron"));
+        assert_eq!(p("http://h/jobs", "").as_deref(), Some("/jobs"));
+        assert_eq!(p("http://h/cronx/jobs", "/cron"), None);
+        assert_eq!(p("http://h//evil.example/x", ""), None);
+        assert_eq!(p("http://h/other", "/cron"), None);
+        assert_eq!(p("not a url", ""), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever a browser sends as `Referer`, the way back is a path inside the dashboard
+        /// or nothing: never another host, never a protocol-relative `//` path.
+        #[test]
+        fn any_referer_leads_back_inside_or_nowhere(referer in "\\PC{0,80}", base in "(/[a-z]{1,5}){0,2}") {
+            if let Some(path) = dashboard_path(&referer, &base) {
+                proptest::prop_assert!(path.starts_with('/'));
+                proptest::prop_assert!(!path.starts_with("//"));
+                proptest::prop_assert!(!path.contains('\\'));
+                let inside = base.is_empty()
+                    || path == base
+                    || path.starts_with(&format!("{base}/"))
+                    || path.starts_with(&format!("{base}?"));
+                proptest::prop_assert!(inside);
+            }
+        }
+    }
+}

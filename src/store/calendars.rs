@@ -1,0 +1,106 @@
+//! `cron_calendars`: the named calendars every node reads, written from the TOML's
+//! `[[calendar]]` tables at start and reload, or with SQL.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{Result, Store, StoreError};
+
+/// One row of `cron_calendars`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalendarRow {
+    pub name: String,
+    /// One entry per line.
+    pub entries: String,
+    /// Written by an apply of the TOML (else made with SQL).
+    pub from_toml: bool,
+}
+
+/// What an apply of the calendars changed, by name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CalendarReport {
+    pub written: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+fn calendar_row(r: &sqlx::any::AnyRow) -> std::result::Result<CalendarRow, sqlx::Error> {
+    Ok(CalendarRow {
+        name: r.try_get("name")?,
+        entries: r.try_get("entries")?,
+        from_toml: r.try_get::<i64, _>("from_toml")? != 0,
+    })
+}
+
+impl Store {
+    /// Every calendar, by name.
+    pub async fn calendars(&self) -> Result<Vec<CalendarRow>> {
+        let rows = sqlx::query(AssertSqlSafe(
+            "SELECT name, entries, from_toml FROM cron_calendars ORDER BY name",
+        ))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read calendars"))?;
+        rows.iter()
+            .map(calendar_row)
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read calendars"))
+    }
+
+    /// The calendars named (those that exist).
+    pub async fn calendars_named(&self, names: &[String]) -> Result<Vec<CalendarRow>> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let marks = vec!["?"; names.len()].join(", ");
+        let text = self.dialect.render(&format!(
+            "SELECT name, entries, from_toml FROM cron_calendars WHERE name IN ({marks})"
+        ));
+        let mut q = sqlx::query(AssertSqlSafe(text));
+        for n in names {
+            q = q.bind(n.clone());
+        }
+        let rows = q
+            .fetch_all(&self.db)
+            .await
+            .map_err(sql_err!(self, "read calendars"))?;
+        rows.iter()
+            .map(calendar_row)
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read calendars"))
+    }
+
+    /// Writes the TOML's calendars `(name, entries)`: those whose entries differ are written,
+    /// those an earlier apply wrote and the TOML no longer defines are removed; calendars made
+    /// with SQL under other names are left alone.
+    pub async fn apply_calendars(&self, defs: &[(String, String)]) -> Result<CalendarReport> {
+        let stored = self.calendars().await?;
+        let mut report = CalendarReport::default();
+        for (name, entries) in defs {
+            let text = match stored.iter().find(|r| &r.name == name) {
+                Some(r) if &r.entries == entries && r.from_toml => continue,
+                Some(_) => "UPDATE cron_calendars SET entries = ?, from_toml = 1 WHERE name = ?",
+                None => "INSERT INTO cron_calendars (entries, from_toml, name) VALUES (?, 1, ?)",
+            };
+            sqlx::query(AssertSqlSafe(self.dialect.render(text)))
+                .bind(entries.clone())
+                .bind(name.clone())
+                .execute(&self.db)
+                .await
+                .map_err(sql_err!(self, "write calendar"))?;
+            report.written.push(name.clone());
+        }
+        for gone in stored
+            .iter()
+            .filter(|r| r.from_toml && !defs.iter().any(|(n, _)| *n == r.name))
+        {
+            sqlx::query(AssertSqlSafe(self.dialect.render(
+                "DELETE FROM cron_calendars WHERE name = ? AND from_toml = 1",
+            )))
+            .bind(gone.name.clone())
+            .execute(&self.db)
+            .await
+            .map_err(sql_err!(self, "remove calendar"))?;
+            report.removed.push(gone.name.clone());
+        }
+        Ok(report)
+    }
+}

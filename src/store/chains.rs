@@ -1,0 +1,220 @@
+//! Job chains (`after`): the rows that name upstreams, the upstream runs after a row's cursor,
+//! and the trigger rows (`job#after-<run id>`), each made in one transaction with the cursor's
+//! advance, compared and set: a trigger row is made once however many nodes see the run, and
+//! never again once the cursor has passed it.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{Result, Store, StoreError};
+use crate::model::actor::Actor;
+use crate::model::chains::UpstreamRun;
+
+/// The history rows of a job and of its chained rows (`job#after-<id>`): binds the name, then
+/// [`chained_pattern`]. SQLite's `LIKE` ignores the case of ASCII letters (`Extract#after-1` is
+/// not a run of `extract`): there the pattern is a `GLOB`, whose special characters a name cannot
+/// hold.
+pub(super) fn of_job(dialect: super::Dialect) -> &'static str {
+    match dialect {
+        super::Dialect::Sqlite => "(job_name = ? OR job_name GLOB ?)",
+        _ => "(job_name = ? OR job_name LIKE ? ESCAPE '!')",
+    }
+}
+
+/// The pattern of `job`'s chained rows, for [`of_job`].
+pub(super) fn chained_pattern(dialect: super::Dialect, job: &str) -> String {
+    match dialect {
+        super::Dialect::Sqlite => format!("{job}#after-*"),
+        _ => format!("{}#after-%", super::backfill::like_literal(job)),
+    }
+}
+
+/// A row that names upstreams.
+#[derive(Debug, Clone)]
+pub struct ChainRow {
+    pub name: String,
+    /// `after_jobs`, as written.
+    pub after: String,
+    /// `chain_cursor`: a JSON object of the last history id looked at per upstream.
+    pub cursor: Option<String>,
+    /// Enabled and not parked: its triggers make rows (else they pass, as its slots would).
+    pub enabled: bool,
+}
+
+/// A trigger row to make.
+#[derive(Debug, Clone)]
+pub struct NewTrigger {
+    pub name: String,
+    /// `@at <the upstream's end>`.
+    pub schedule: String,
+    pub starting_deadline: String,
+    /// `cron_table.upstream_run`.
+    pub upstream: String,
+}
+
+impl Store {
+    /// The rows that name upstreams (a host-local job's template and copies have no chains).
+    pub async fn chain_rows(&self) -> Result<Vec<ChainRow>> {
+        let rows = sqlx::query(AssertSqlSafe(
+            "SELECT name, after_jobs, chain_cursor, enabled, error FROM cron_table \
+             WHERE after_jobs IS NOT NULL AND template IS NULL \
+             AND (run_on IS NULL OR run_on <> 'every_node')",
+        ))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read chains"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(ChainRow {
+                    name: r.try_get("name")?,
+                    after: r.try_get("after_jobs")?,
+                    cursor: r.try_get("chain_cursor")?,
+                    enabled: r.try_get::<i64, _>("enabled").unwrap_or(1) != 0
+                        && r.try_get::<Option<String>, _>("error")?.is_none(),
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read chains"))
+    }
+
+    /// The runs of `job` (its own and its chained rows') with a history id above `after`, in id
+    /// order, at most `limit`.
+    pub async fn upstream_runs(
+        &self,
+        job: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<UpstreamRun>> {
+        let pattern = chained_pattern(self.dialect, job);
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT id, job_name, slot, outcome, ended FROM cron_runs \
+             WHERE {} AND id > ? ORDER BY id LIMIT ?",
+            of_job(self.dialect)
+        ))))
+        .bind(job.to_string())
+        .bind(pattern)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read upstream runs"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(UpstreamRun {
+                    id: r.try_get("id")?,
+                    job: r.try_get("job_name")?,
+                    slot: r.try_get("slot")?,
+                    outcome: r.try_get("outcome")?,
+                    ended: r.try_get("ended")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read upstream runs"))
+    }
+
+    /// The runs of `job`'s chained rows whose slot is in `from..=to`, by slot.
+    pub async fn chained_runs(
+        &self,
+        job: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<crate::model::history::HistoryRow>> {
+        let pattern = chained_pattern(self.dialect, job);
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {} FROM cron_runs WHERE {} AND job_name <> ? \
+             AND slot >= ? AND slot <= ? ORDER BY slot, id LIMIT 2000",
+            super::admin::LIGHT_HISTORY_COLUMNS,
+            of_job(self.dialect)
+        ))))
+        .bind(job.to_string())
+        .bind(pattern)
+        .bind(job.to_string())
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read chained runs"))?;
+        rows.iter()
+            .map(super::admin::history_row)
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode history"))
+    }
+
+    /// The highest history id of `job`'s runs (0 without any): where a new chain starts.
+    pub async fn last_run_id(&self, job: &str) -> Result<i64> {
+        let pattern = chained_pattern(self.dialect, job);
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT MAX(id) AS id FROM cron_runs WHERE {}",
+            of_job(self.dialect)
+        ))))
+        .bind(job.to_string())
+        .bind(pattern)
+        .fetch_one(&self.db)
+        .await
+        .map_err(sql_err!(self, "read last run"))?;
+        Ok(row
+            .try_get::<Option<i64>, _>("id")
+            .map_err(sql_err!(self, "read last run"))?
+            .unwrap_or(0))
+    }
+
+    /// Makes `trigger` (if any) as a copy of `job`'s row, and moves the row's cursor from `old`
+    /// to `new`, in one transaction. False when another node moved the cursor first (or made
+    /// the trigger row): nothing was written, and the next look reads the cursor again.
+    pub async fn advance_chain(
+        &self,
+        job: &str,
+        old: Option<&str>,
+        new: &str,
+        trigger: Option<&NewTrigger>,
+        actor: &Actor,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        if let Some(t) = trigger {
+            let mark = self.mark(&mut tx, actor).await?;
+            let cols = super::backfill::COPIED.join(", ");
+            let made = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+                "INSERT INTO cron_table (name, schedule, misfire, starting_deadline, pool, source, \
+                 changed_by, calendars, upstream_run, {cols}) \
+                 SELECT ?, ?, 'run_once', ?, pool, 'chain', ?, '{}', ?, {cols} \
+                 FROM cron_table WHERE name = ?",
+                super::backfill::BACKFILL_CALENDARS
+            ))))
+            .bind(t.name.clone())
+            .bind(t.schedule.clone())
+            .bind(t.starting_deadline.clone())
+            .bind(mark)
+            .bind(t.upstream.clone())
+            .bind(job.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_err!(self, "add trigger row"));
+            match made {
+                Ok(d) if d.rows_affected() == 1 => {}
+                Ok(_) => return Ok(false),
+                Err(e) if e.is_unique_violation() => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        let moved = match old {
+            Some(old) => sqlx::query(AssertSqlSafe(self.dialect.render(
+                "UPDATE cron_table SET chain_cursor = ? WHERE name = ? AND chain_cursor = ?",
+            )))
+            .bind(new.to_string())
+            .bind(job.to_string())
+            .bind(old.to_string()),
+            None => sqlx::query(AssertSqlSafe(self.dialect.render(
+                "UPDATE cron_table SET chain_cursor = ? WHERE name = ? AND chain_cursor IS NULL",
+            )))
+            .bind(new.to_string())
+            .bind(job.to_string()),
+        }
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "move chain cursor"))?;
+        if moved.rows_affected() != 1 {
+            return Ok(false);
+        }
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,129 @@
+//! Keeping a claim: the lease extension of the runs a node supervises, and the requests to
+//! stop a run (`sqlcron stop`, the dashboard) that the extension finds.
+
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+impl Store {
+    /// Extends the leases of the runs this node still supervises, in one statement. Returns
+    /// the ids whose claim is lost (no longer ours), and those still ours whose run someone
+    /// asked to stop (`stop_token` equal to the claim's token): their leases are extended by a
+    /// second statement, so that the run is stopped and recorded within a lease of its own.
+    pub async fn extend(
+        &self,
+        node: &str,
+        held: &[(i64, i64)],
+        lease: Duration,
+    ) -> Result<Extended> {
+        if held.is_empty() {
+            return Ok(Extended::default());
+        }
+        let extended = self.extend_leases(node, held, lease, true).await?;
+        if extended == held.len() {
+            return Ok(Extended::default());
+        }
+        // Some claims are gone, or asked to stop: find which.
+        let ids = vec!["?"; held.len()].join(", ");
+        let text = self.dialect.render(&format!(
+            "SELECT id, token, exec_by, stop_token FROM cron_table WHERE id IN ({ids})"
+        ));
+        let mut q = sqlx::query(AssertSqlSafe(text));
+        for (id, _) in held {
+            q = q.bind(*id);
+        }
+        let rows = q
+            .fetch_all(&self.db)
+            .await
+            .map_err(sql_err!(self, "check leases"))?;
+        let mut still: std::collections::HashSet<i64> = Default::default();
+        let mut stopping = vec![];
+        for r in &rows {
+            let decode = || -> std::result::Result<_, sqlx::Error> {
+                Ok((
+                    r.try_get::<i64, _>("id")?,
+                    r.try_get::<i64, _>("token")?,
+                    r.try_get::<Option<String>, _>("exec_by")?,
+                    r.try_get::<Option<i64>, _>("stop_token")?,
+                ))
+            };
+            let (id, token, by, stop) = decode().map_err(sql_err!(self, "check leases"))?;
+            if by.as_deref() == Some(node) && held.contains(&(id, token)) {
+                still.insert(id);
+                if stop == Some(token) {
+                    stopping.push((id, token));
+                }
+            }
+        }
+        if !stopping.is_empty() {
+            self.extend_leases(node, &stopping, lease, false).await?;
+        }
+        Ok(Extended {
+            lost: held
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| !still.contains(id))
+                .collect(),
+            stopping: stopping.into_iter().map(|(id, _)| id).collect(),
+        })
+    }
+
+    /// One statement extending the leases of `held`; with `unless_stopping`, not those asked
+    /// to stop. How many rows it changed (MySQL counts only rows whose values changed).
+    async fn extend_leases(
+        &self,
+        node: &str,
+        held: &[(i64, i64)],
+        lease: Duration,
+        unless_stopping: bool,
+    ) -> Result<usize> {
+        let pairs = vec!["(id = ? AND token = ?)"; held.len()].join(" OR ");
+        let stop = if unless_stopping {
+            " AND (stop_token IS NULL OR stop_token <> token)"
+        } else {
+            ""
+        };
+        let text = self.dialect.render(&format!(
+            "UPDATE cron_table SET lease_until = {{now}} + ?, next_exec = {{now}} + ? \
+             WHERE exec_by = ? AND ({pairs}){stop}"
+        ));
+        let lease_ms = lease.as_millis() as i64;
+        let mut q = sqlx::query(AssertSqlSafe(text))
+            .bind(lease_ms)
+            .bind(lease_ms)
+            .bind(node.to_string());
+        for (id, token) in held {
+            q = q.bind(*id).bind(*token);
+        }
+        let done = q
+            .execute(&self.db)
+            .await
+            .map_err(sql_err!(self, "extend leases"))?;
+        Ok(done.rows_affected() as usize)
+    }
+
+    /// Asks the node holding `name`'s claim to stop its run (`sqlcron stop`, the dashboard):
+    /// the claim's token goes to `stop_token`, audited as `stop`. False when the job does not
+    /// exist or nothing holds it.
+    pub async fn request_stop(&self, name: &str, actor: &Actor) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor).await?;
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_table SET stop_token = token, changed_by = ? \
+             WHERE name = ? AND exec_by IS NOT NULL AND lease_until > {now}",
+        )))
+        .bind(mark)
+        .bind(name.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "request a stop"))?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        self.audit_in(&mut *tx, actor, "stop", name, None).await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,440 @@
+//! What the web dashboard reads and its sessions (docs/dashboard.md). Every read is bounded (a
+//! page, a limit) and served by an index; the dashboard runs on its own pool, with a statement
+//! timeout, so it cannot slow the run path.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::admin::{HISTORY_COLUMNS, LIGHT_HISTORY_COLUMNS, history_row};
+use super::*;
+
+/// A place in the feed of run changes: the newest record seen (by id) and the latest ending
+/// seen (end time, then id). Shown to browsers as `started.ended.ended_id`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCursor {
+    pub started_id: i64,
+    pub ended: i64,
+    pub ended_id: i64,
+}
+
+impl RunCursor {
+    /// Moves past `run`.
+    pub fn advance(&mut self, run: &HistoryRow) {
+        self.started_id = self.started_id.max(run.id);
+        if let Some(e) = run.ended
+            && (e, run.id) > (self.ended, self.ended_id)
+        {
+            self.ended = e;
+            self.ended_id = run.id;
+        }
+    }
+}
+
+impl std::fmt::Display for RunCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.started_id, self.ended, self.ended_id)
+    }
+}
+
+impl std::str::FromStr for RunCursor {
+    type Err = ();
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        let mut parts = s.splitn(3, '.').map(|p| p.parse::<i64>().map_err(|_| ()));
+        let (Some(a), Some(b), Some(c)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(());
+        };
+        Ok(RunCursor {
+            started_id: a?,
+            ended: b?,
+            ended_id: c?,
+        })
+    }
+}
+
+/// An API token as its row holds it: never the secret, only its SHA-256 (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebToken {
+    pub name: String,
+    pub prefix: String,
+    pub hash: String,
+    pub role: String,
+}
+
+/// A signed-in browser, as the session table holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSession {
+    pub user: String,
+    pub role: String,
+    pub expires: i64,
+}
+
+impl Store {
+    /// A page of jobs by name: those after `after` (exclusive) whose name contains `search`,
+    /// at most `limit`.
+    pub async fn jobs_page(
+        &self,
+        search: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<JobRow>> {
+        // `!` escapes: a backslash is itself an escape in MySQL's string literals.
+        let pattern = format!(
+            "%{}%",
+            search
+                .replace('!', "!!")
+                .replace('%', "!%")
+                .replace('_', "!_")
+        );
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE name > ? AND name LIKE ? ESCAPE '!' \
+             ORDER BY name LIMIT ?"
+        ))))
+        .bind(after.unwrap_or("").to_string())
+        .bind(pattern)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list jobs"))?;
+        Ok(claim::decode_rows(&rows))
+    }
+
+    /// The enabled jobs that fall due next, soonest first (parked rows excluded).
+    pub async fn next_due(&self, limit: i64) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE enabled = 1 AND next_exec < ? \
+             ORDER BY next_exec LIMIT ?"
+        ))))
+        .bind(PARKED)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list due jobs"))?;
+        Ok(claim::decode_rows(&rows))
+    }
+
+    /// The names of parked rows (they run nowhere until fixed), at most `limit`.
+    pub async fn parked_jobs(&self, limit: i64) -> Result<Vec<String>> {
+        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
+            "SELECT name FROM cron_table WHERE error IS NOT NULL OR next_exec = ? ORDER BY name LIMIT ?",
+        )))
+        .bind(PARKED)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list parked jobs"))
+    }
+
+    /// Each placement that enabled jobs ask for, with how many ask and the first of them by
+    /// name, at most `limit` placements (one pass over the table, no per-row work).
+    pub async fn placements_in_use(&self, limit: i64) -> Result<Vec<(String, i64, String)>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT placement, COUNT(*) AS n, MIN(name) AS first FROM cron_table \
+             WHERE enabled = 1 AND placement IS NOT NULL GROUP BY placement \
+             ORDER BY placement LIMIT ?",
+        )))
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list placements in use"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("placement")?,
+                    r.try_get("n")?,
+                    r.try_get("first")?,
+                ))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode placement"))
+    }
+
+    /// The jobs held by a node right now (`exec_by` set), at most `limit`.
+    pub async fn running(&self, limit: i64) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE claim_id IS NOT NULL \
+             ORDER BY name LIMIT ?"
+        ))))
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list running jobs"))?;
+        Ok(claim::decode_rows(&rows)
+            .into_iter()
+            .filter(|j| j.exec_by.is_some())
+            .collect())
+    }
+
+    /// How many runs ended since `since` (database clock, ms), by outcome.
+    pub async fn outcomes_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT outcome, COUNT(*) AS n FROM cron_runs WHERE ended >= ? GROUP BY outcome ORDER BY outcome",
+        )))
+        .bind(since)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "count outcomes"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>("outcome")?,
+                    r.try_get::<i64, _>("n")?,
+                ))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode outcomes"))
+    }
+
+    /// One run record by its id.
+    pub async fn run_record(&self, id: i64) -> Result<Option<HistoryRow>> {
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {HISTORY_COLUMNS} FROM cron_runs WHERE id = ?"
+        ))))
+        .bind(id)
+        .fetch_optional(&self.db)
+        .await
+        .map_err(sql_err!(self, "read run"))?;
+        row.as_ref()
+            .map(history_row)
+            .transpose()
+            .map_err(sql_err!(self, "decode run"))
+    }
+
+    /// The runs that started or ended after `cursor`, oldest change first, at most `limit` of
+    /// each (new records by id; endings by end time, then id: both on an index).
+    pub async fn runs_changed(&self, cursor: &RunCursor, limit: i64) -> Result<Vec<HistoryRow>> {
+        let started = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE id > ? ORDER BY id LIMIT ?"
+        ))))
+        .bind(cursor.started_id)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read new runs"))?;
+        let ended = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE ended > ? OR (ended = ? AND id > ?) \
+             ORDER BY ended, id LIMIT ?"
+        ))))
+        .bind(cursor.ended)
+        .bind(cursor.ended)
+        .bind(cursor.ended_id)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read ended runs"))?;
+        let mut runs = started
+            .iter()
+            .chain(ended.iter())
+            .map(history_row)
+            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode runs"))?;
+        runs.sort_by_key(|r| (r.id, r.ended));
+        runs.dedup_by(|a, b| a.id == b.id && a.ended == b.ended);
+        Ok(runs)
+    }
+
+    /// The newest runs, of one job or all, without their output (see [`Store::history`]).
+    pub async fn runs_light(&self, job: Option<&str>, limit: i64) -> Result<Vec<HistoryRow>> {
+        self.history_of(LIGHT_HISTORY_COLUMNS, job, limit).await
+    }
+
+    /// Where the change feed stands now: the newest record and the latest ending.
+    pub async fn run_cursor(&self) -> Result<RunCursor> {
+        let started_id: Option<i64> = sqlx::query("SELECT MAX(id) AS n FROM cron_runs")
+            .fetch_one(&self.db)
+            .await
+            .and_then(|r| r.try_get("n"))
+            .map_err(sql_err!(self, "read run cursor"))?;
+        let last = sqlx::query(
+            "SELECT ended, id FROM cron_runs WHERE ended IS NOT NULL ORDER BY ended DESC, id DESC LIMIT 1",
+        )
+        .fetch_optional(&self.db)
+        .await
+        .map_err(sql_err!(self, "read run cursor"))?;
+        let (ended, ended_id) = match last {
+            Some(r) => (
+                r.try_get("ended")
+                    .map_err(sql_err!(self, "read run cursor"))?,
+                r.try_get("id").map_err(sql_err!(self, "read run cursor"))?,
+            ),
+            None => (0, 0),
+        };
+        Ok(RunCursor {
+            started_id: started_id.unwrap_or(0),
+            ended,
+            ended_id,
+        })
+    }
+
+    /// The runs that were under way at some time in `from..to`: ended in it, or not ended
+    /// and started before `to`; at most `limit`, by start.
+    pub async fn runs_in_window(&self, from: i64, to: i64, limit: i64) -> Result<Vec<HistoryRow>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE (ended >= ? AND started < ?) \
+             OR (ended IS NULL AND started < ? AND outcome = 'running') ORDER BY started, id LIMIT ?"
+        ))))
+        .bind(from)
+        .bind(to)
+        .bind(to)
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read runs in window"))?;
+        rows.iter()
+            .map(history_row)
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "decode runs"))
+    }
+
+    /// Records an API token (its prefix and the hash of its secret) and the audit entry, in one
+    /// transaction. False when a token of that name exists.
+    pub async fn create_web_token(
+        &self,
+        token: &WebToken,
+        lifetime_ms: Option<i64>,
+        actor: &crate::model::actor::Actor,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let taken: Option<String> = sqlx::query_scalar(AssertSqlSafe(
+            self.dialect
+                .render("SELECT name FROM cron_web_tokens WHERE name = ?"),
+        ))
+        .bind(token.name.clone())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "read tokens"))?;
+        if taken.is_some() {
+            return Ok(false);
+        }
+        sqlx::query(AssertSqlSafe(self.dialect.render(
+            "INSERT INTO cron_web_tokens (name, prefix, hash, role, created, expires) \
+             VALUES (?, ?, ?, ?, {now}, CASE WHEN ? = 1 THEN {now} + ? ELSE NULL END)",
+        )))
+        .bind(token.name.clone())
+        .bind(token.prefix.clone())
+        .bind(token.hash.clone())
+        .bind(token.role.clone())
+        .bind(i64::from(lifetime_ms.is_some()))
+        .bind(lifetime_ms.unwrap_or(0))
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "create token"))?;
+        let detail = format!("role {}", token.role);
+        self.audit_in(
+            &mut *tx,
+            actor,
+            "web_token_create",
+            &token.name,
+            Some(detail),
+        )
+        .await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+
+    /// The live (unexpired) token with this prefix.
+    pub async fn web_token(&self, prefix: &str) -> Result<Option<WebToken>> {
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT name, prefix, hash, role FROM cron_web_tokens WHERE prefix = ? \
+             AND (expires IS NULL OR expires > {now})",
+        )))
+        .bind(prefix.to_string())
+        .fetch_optional(&self.db)
+        .await
+        .map_err(sql_err!(self, "read token"))?;
+        row.map(|r| {
+            Ok(WebToken {
+                name: r.try_get("name")?,
+                prefix: r.try_get("prefix")?,
+                hash: r.try_get("hash")?,
+                role: r.try_get("role")?,
+            })
+        })
+        .transpose()
+        .map_err(sql_err!(self, "decode token"))
+    }
+
+    /// Deletes a token, with its audit entry. False if there is none of that name.
+    pub async fn revoke_web_token(
+        &self,
+        name: &str,
+        actor: &crate::model::actor::Actor,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let done = sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("DELETE FROM cron_web_tokens WHERE name = ?"),
+        ))
+        .bind(name.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "revoke token"))?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.audit_in(&mut *tx, actor, "web_token_revoke", name, None)
+            .await?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
+        Ok(true)
+    }
+
+    /// Records a session: `id` is the hash of the cookie's secret. Expired sessions go first.
+    pub async fn create_web_session(
+        &self,
+        id: &str,
+        user: &str,
+        role: &str,
+        lifetime_ms: i64,
+    ) -> Result<()> {
+        sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("DELETE FROM cron_web_sessions WHERE expires < {now}"),
+        ))
+        .execute(&self.db)
+        .await
+        .map_err(sql_err!(self, "prune sessions"))?;
+        sqlx::query(AssertSqlSafe(self.dialect.render(
+            "INSERT INTO cron_web_sessions (id, user_name, role, created, expires) \
+             VALUES (?, ?, ?, {now}, {now} + ?)",
+        )))
+        .bind(id.to_string())
+        .bind(user.to_string())
+        .bind(role.to_string())
+        .bind(lifetime_ms)
+        .execute(&self.db)
+        .await
+        .map_err(sql_err!(self, "create session"))?;
+        Ok(())
+    }
+
+    /// The live session with this id, if any.
+    pub async fn web_session(&self, id: &str) -> Result<Option<WebSession>> {
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT user_name, role, expires FROM cron_web_sessions WHERE id = ? AND expires > {now}",
+        )))
+        .bind(id.to_string())
+        .fetch_optional(&self.db)
+        .await
+        .map_err(sql_err!(self, "read session"))?;
+        row.map(|r| {
+            Ok(WebSession {
+                user: r.try_get("user_name")?,
+                role: r.try_get("role")?,
+                expires: r.try_get("expires")?,
+            })
+        })
+        .transpose()
+        .map_err(sql_err!(self, "decode session"))
+    }
+
+    /// Ends a session (sign-out), on every node at once.
+    pub async fn delete_web_session(&self, id: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render("DELETE FROM cron_web_sessions WHERE id = ?"),
+        ))
+        .bind(id.to_string())
+        .execute(&self.db)
+        .await
+        .map_err(sql_err!(self, "end session"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,263 @@
+//! Chains between jobs on three databases. `after`: a chain of three jobs runs each link once
+//! for each upstream run, with the upstream's run in its environment, even when the node that
+//! ran the upstream is killed right after it finished. `requires`: a slot whose upstream has not
+//! succeeded waits for it up to its start deadline and is then skipped with the reason; a slot
+//! held while the upstream succeeds runs; a row made with SQL that closes a cycle is parked.
+
+use std::time::Duration;
+
+use sqlcron::store::Dialect;
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
+
+for_each_dialect!(
+    a_chain_of_three_runs_each_link_once_through_a_kill,
+    a_slot_waits_for_its_upstream_then_runs_or_is_skipped,
+);
+
+/// The lines a job's runs wrote.
+fn lines(file: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+async fn a_chain_of_three_runs_each_link_once_through_a_kill(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (t_file, l_file) = (dir.path().join("transform"), dir.path().join("load"));
+    let record = |file: &std::path::Path| {
+        format!(
+            "echo \\\"$SQLCRON_UPSTREAM_JOB $SQLCRON_UPSTREAM_RUN_ID $SQLCRON_UPSTREAM_OUTCOME\\\" >> {}",
+            file.display()
+        )
+    };
+    let jobs = format!(
+        "[[job]]\nname = \"extract\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+         on = {{ nodes = [\"n1\"] }}\n\
+         [[job]]\nname = \"transform\"\nafter = [\"extract\"]\ncommand = \"{}\"\n\
+         on = {{ nodes = [\"n2\"] }}\n\
+         [[job]]\nname = \"load\"\nafter = [{{ job = \"transform\", on = \"done\" }}]\ncommand = \"{}\"\n\
+         on = {{ nodes = [\"n2\"] }}\n",
+        record(&t_file),
+        record(&l_file)
+    );
+    let mut nodes: Vec<Option<DaemonProcess>> = ["n1", "n2"]
+        .iter()
+        .map(|n| {
+            Some(DaemonProcess::start(
+                dir.path(),
+                n,
+                &node_config(&db.url, n, &jobs),
+            ))
+        })
+        .collect();
+    let conf = dir.path().join("n1.toml");
+    // Both nodes have looked at the chains (their cursors start at extract's latest run).
+    eventually(Duration::from_secs(30), "the chains' cursors", || async {
+        let rows = store.chain_rows().await.ok()?;
+        (rows.len() == 2 && rows.iter().all(|r| r.cursor.is_some())).then_some(())
+    })
+    .await;
+    // extract runs on n1, which is killed right after each of its runs; the chained runs are
+    // n2's (a run killed with its node is run again, by design: here the chain's own runs are
+    // kept apart from the kill, so that each runs exactly once).
+    for round in 1..=2usize {
+        if nodes[0].is_none() {
+            nodes[0] = Some(DaemonProcess::start(
+                dir.path(),
+                &format!("n1-{round}"),
+                &node_config(&db.url, "n1", &jobs),
+            ));
+        }
+        let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "extract"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let extract = eventually(Duration::from_secs(30), "extract ran", || async {
+            let h = store.history(Some("extract"), 10).await.ok()?;
+            (h.iter().filter(|r| r.outcome == "ok").count() == round).then(|| h[0].clone())
+        })
+        .await;
+        // The node that ran extract dies right after: the other one carries the chain on.
+        assert_eq!(extract.node.as_deref(), Some("n1"));
+        let mut victim = nodes[0].take().unwrap();
+        victim.child.kill().unwrap();
+        victim.child.wait().unwrap();
+        let loads = eventually(Duration::from_secs(60), "the chain ran", || async {
+            let l = lines(&l_file);
+            (l.len() >= round).then_some(l)
+        })
+        .await;
+        let transforms = lines(&t_file);
+        assert_eq!(transforms.len(), round, "{transforms:?}");
+        assert_eq!(transforms[round - 1], format!("extract {} ok", extract.id));
+        let transform_run = store
+            .history(None, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.job == format!("transform#after-{}", extract.id))
+            .expect("transform's run for this extract run");
+        assert_eq!(
+            loads[round - 1],
+            format!("transform {} ok", transform_run.id)
+        );
+    }
+    // explain names the upstream run of each chained run; status draws the chain.
+    let out = sqlcron(&["--config", conf.to_str().unwrap(), "explain", "load"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).matches("triggered by transform run ").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    let out = sqlcron(&["--config", conf.to_str().unwrap(), "status"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("extract\n└─ transform (after, on success)\n   └─ load (after, on done)\n"),
+        "{text}"
+    );
+    // Settle, then each link ran once per upstream run.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let history = store.history(None, 100).await.unwrap();
+    let shown: Vec<_> = history
+        .iter()
+        .map(|r| (r.id, &r.job, r.attempt, &r.outcome, &r.node))
+        .collect();
+    assert_eq!(lines(&t_file).len(), 2, "{:?} {shown:?}", lines(&t_file));
+    assert_eq!(lines(&l_file).len(), 2, "{:?} {shown:?}", lines(&l_file));
+    for r in history.iter().filter(|r| r.job.contains("#after-")) {
+        assert_eq!(r.outcome, "ok", "{r:?}");
+    }
+    for n in nodes.into_iter().flatten() {
+        let log = n.log_text();
+        assert!(n.stop().success(), "{log}");
+    }
+}
+
+async fn a_slot_waits_for_its_upstream_then_runs_or_is_skipped(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    // extract never falls due by itself: it runs when the test says so.
+    let jobs = "[[job]]\nname = \"extract\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+                [[job]]\nname = \"load\"\nschedule = \"@every 10s\"\ncommand = \"true\"\n\
+                starting_deadline = \"8s\"\nrequires = { job = \"extract\", within = \"1m\" }\n";
+    let node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", jobs));
+    let conf = dir.path().join("n1.toml");
+    // No success of extract: a slot of load waits, then is skipped, saying why.
+    let skipped = eventually(Duration::from_secs(40), "a slot skipped", || async {
+        let h = store.history(Some("load"), 50).await.ok()?;
+        h.into_iter().find(|r| r.outcome == "skipped")
+    })
+    .await;
+    let message = skipped.message.clone().unwrap_or_default();
+    assert!(
+        message
+            .starts_with("requires: extract has not succeeded within 1m before the slot (waited "),
+        "{message}"
+    );
+    let history = store.history(Some("load"), 50).await.unwrap();
+    assert!(
+        history.iter().all(|r| r.outcome == "skipped"),
+        "load ran without its upstream: {history:?}"
+    );
+    let out = sqlcron(&[
+        "--config",
+        conf.to_str().unwrap(),
+        "explain",
+        "load",
+        "--from",
+        &chrono::DateTime::from_timestamp_millis(skipped.slot)
+            .unwrap()
+            .to_rfc3339(),
+        "--to",
+        &chrono::DateTime::from_timestamp_millis(skipped.slot)
+            .unwrap()
+            .to_rfc3339(),
+    ]);
+    assert!(
+        stdout(&out).contains("skipped: extract has not succeeded within 1m"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    // A slot held for extract: due, no record, the row looking again later.
+    let held = eventually(Duration::from_secs(30), "a slot held", || async {
+        let now = store.now().await.ok()?;
+        let row = store.job("load").await.ok()??;
+        let slot = row.slot?;
+        let recorded = store
+            .history(Some("load"), 50)
+            .await
+            .ok()?
+            .iter()
+            .any(|r| r.slot == slot);
+        (slot <= now && now - slot < 5_000 && !recorded && row.exec_by.is_none()).then_some(slot)
+    })
+    .await;
+    // extract succeeds while it is held: the held slot runs.
+    let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "extract"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ran = eventually(Duration::from_secs(30), "the held slot ran", || async {
+        let h = store.history(Some("load"), 50).await.ok()?;
+        h.into_iter()
+            .find(|r| r.slot == held && r.outcome != "running")
+    })
+    .await;
+    assert_eq!(ran.outcome, "ok", "{ran:?}");
+    assert!(
+        ran.started.unwrap() > held,
+        "it started after the slot, once extract had succeeded: {ran:?}"
+    );
+    // explain says what the slot waited for.
+    let at = chrono::DateTime::from_timestamp_millis(held)
+        .unwrap()
+        .to_rfc3339();
+    let out = sqlcron(&[
+        "--config",
+        conf.to_str().unwrap(),
+        "explain",
+        "load",
+        "--from",
+        &at,
+        "--to",
+        &at,
+    ]);
+    assert!(
+        stdout(&out).contains("s for extract)"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+
+    // A row made with SQL that closes a cycle of upstreams is parked with the cycle.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, requires) \
+             VALUES ('a', '@daily', 'true', '[{\"job\": \"b\", \"within\": \"1h\"}]')",
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "a prepared", || async {
+        store.job("a").await.ok()??.next_exec.map(|_| ())
+    })
+    .await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, requires) \
+             VALUES ('b', '@daily', 'true', '[{\"job\": \"a\", \"within\": \"1h\"}]')",
+        )
+        .await
+        .unwrap();
+    let error = eventually(Duration::from_secs(20), "b parked", || async {
+        store.job("b").await.ok()??.error
+    })
+    .await;
+    assert_eq!(error, "requires/after: a cycle: b → a → b");
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+}

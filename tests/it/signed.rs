@@ -1,0 +1,256 @@
+//! Signed jobs (`[security] sql_jobs = "signed"`): a database writer without the signing key
+//! cannot make any node run a command. Rows written with SQL run only with a valid signature;
+//! TOML rows only as the file says; every_node copies only as their trusted template; event
+//! hooks only as the trusted job names them.
+
+use std::time::Duration;
+
+use sqlcron::store::{Dialect, Store};
+
+use crate::util::*;
+
+async fn parked(store: &Store, job: &str) -> String {
+    eventually(
+        Duration::from_secs(15),
+        &format!("{job} parked"),
+        || async { store.job(job).await.unwrap().and_then(|j| j.error) },
+    )
+    .await
+}
+
+fn cli(config: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    sqlcron(&all)
+}
+
+async fn only_signed_rows_run(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("signing.key");
+    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = stdout(&out).trim().to_string();
+    let mut mode = std::fs::metadata(&key).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+    // An existing key is never overwritten.
+    let again = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    mode = std::fs::metadata(&key).unwrap();
+    assert!(mode.len() > 0);
+
+    let marker = dir.path().join("forged-hook-ran");
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!(
+            "[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n\
+             [[job]]\nname = \"from-toml\"\nschedule = \"* * * * * *\"\ncommand = \"false\"\n\
+             on_failure = \"true\"\n"
+        ),
+    );
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    // The daemon has applied its file (which removes TOML rows it does not hold).
+    eventually(Duration::from_secs(15), "the TOML job applied", || async {
+        store.job("from-toml").await.unwrap().map(|_| ())
+    })
+    .await;
+
+    let insert = |name: &str, extra_cols: &str, extra_vals: &str| {
+        format!(
+            "INSERT INTO cron_table (name, schedule, command{extra_cols}) \
+             VALUES ('{name}', '* * * * * *', 'echo {name}'{extra_vals})"
+        )
+    };
+    for sql in [
+        insert(
+            "unsigned",
+            ", alerts",
+            &format!(", '{{\"on_failure\": \"touch {}\"}}'", marker.display()),
+        ),
+        insert("to-sign", "", ""),
+        insert("forged-toml", ", source", ", 'toml'"),
+        insert("tmpl", ", run_on", ", 'every_node'"),
+        // A copy nobody made, claiming the template's trust for another command.
+        insert("fake@n", ", template, source", ", 'tmpl', 'copy'"),
+        insert("bad-signature", ", signature", ", 'ed25519:AAAA'"),
+    ] {
+        store.execute_raw(&sql).await.unwrap();
+    }
+    let e = parked(&store, "unsigned").await;
+    assert!(
+        e.starts_with("unsigned:") && e.contains("sqlcron sign"),
+        "{e}"
+    );
+    let e = parked(&store, "forged-toml").await;
+    assert!(e.starts_with("unsigned:"), "{e}");
+    let e = parked(&store, "fake@n").await;
+    assert!(e.starts_with("every_node copy: runs something else"), "{e}");
+    // The node's own copy of an unsigned template is refused with the template's reason...
+    let e = parked(&store, "tmpl@n").await;
+    assert!(e.starts_with("template \"tmpl\": unsigned"), "{e}");
+    // ... and runs once the template is signed.
+    let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), "tmpl"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = ran_ok(&store, "tmpl@n").await;
+    assert_eq!(run.output.as_deref().map(str::trim), Some("tmpl"));
+    let e = parked(&store, "bad-signature").await;
+    assert!(e.starts_with("signature:"), "{e}");
+    parked(&store, "to-sign").await;
+
+    // Signing unparks the row, and it runs.
+    let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), "to-sign"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("echo to-sign"), "{}", stdout(&out));
+    let run = ran_ok(&store, "to-sign").await;
+    assert_eq!(run.output.as_deref().map(str::trim), Some("to-sign"));
+    let audit = store.audit_log(Some("to-sign"), 10).await.unwrap();
+    assert!(audit.iter().any(|a| a.action == "sign"), "{audit:?}");
+
+    // Changed after signing: refused at its next claim.
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo tampered' WHERE name = 'to-sign'")
+        .await
+        .unwrap();
+    let e = parked(&store, "to-sign").await;
+    assert!(e.contains("does not match the job's definition"), "{e}");
+
+    // The TOML job runs; an event row naming another command is not delivered; nor is one
+    // carrying the hook an untrusted row names.
+    let now = store.now().await.unwrap();
+    for (dedupe, job, hook) in [
+        (
+            "forged-1",
+            "from-toml",
+            format!("{{\"command\":\"touch {}\"}}", marker.display()),
+        ),
+        (
+            "forged-2",
+            "unsigned",
+            format!("{{\"command\":\"touch {}\"}}", marker.display()),
+        ),
+    ] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_events (dedupe, job_name, kind, created, hook, payload, state, \
+                 next_try) VALUES ('{dedupe}', '{job}', 'failure', {now}, '{hook}', '{{}}', \
+                 'pending', {now})"
+            ))
+            .await
+            .unwrap();
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the forged events refused",
+        || async {
+            let events = store.events(None, 100).await.unwrap();
+            let refused = events
+                .iter()
+                .filter(|e| {
+                    e.error
+                        .as_deref()
+                        .is_some_and(|m| m.contains("refused in signed mode"))
+                })
+                .count();
+            (refused == 2).then_some(())
+        },
+    )
+    .await;
+    assert!(!marker.exists(), "a forged hook ran");
+    // The TOML job's own hook is delivered (the job fails each second).
+    eventually(
+        Duration::from_secs(20),
+        "the TOML hook delivered",
+        || async {
+            let events = store.events(Some("from-toml"), 100).await.unwrap();
+            events.iter().find(|e| e.state == "sent").map(|_| ())
+        },
+    )
+    .await;
+
+    // A TOML row changed with SQL is refused until the file is applied again.
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo sql' WHERE name = 'from-toml'")
+        .await
+        .unwrap();
+    let e = parked(&store, "from-toml").await;
+    assert!(e.contains("differs from the job \"from-toml\""), "{e}");
+
+    // `sqlcron at --key` makes a runnable one-off; without the key it is refused.
+    let out = cli(
+        &cfg,
+        &[
+            "at",
+            "now",
+            "--name",
+            "once-signed",
+            "--key",
+            key.to_str().unwrap(),
+            "--",
+            "echo once",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli(
+        &cfg,
+        &["at", "now", "--name", "once-unsigned", "--", "echo once"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    ran_ok(&store, "once-signed").await;
+    let e = parked(&store, "once-unsigned").await;
+    assert!(e.starts_with("unsigned:"), "{e}");
+
+    // No refused row ever ran.
+    for job in [
+        "unsigned",
+        "forged-toml",
+        "fake@n",
+        "bad-signature",
+        "once-unsigned",
+    ] {
+        let runs = store.history(Some(job), 10).await.unwrap();
+        assert!(runs.is_empty(), "{job} ran: {runs:?}");
+    }
+    let tampered = store.history(Some("to-sign"), 100).await.unwrap();
+    assert!(
+        tampered
+            .iter()
+            .all(|r| r.output.as_deref().is_none_or(|o| !o.contains("tampered"))),
+        "{tampered:?}"
+    );
+    drop(node);
+}
+
+for_each_dialect!(only_signed_rows_run);
+
+/// `sql_jobs = "signed"` without a key, or a key that is not one, is refused by `check`.
+#[test]
+fn signed_mode_needs_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    for (text, expect) in [
+        (
+            "[security]\nsql_jobs = \"signed\"\n",
+            "needs the keys that sign jobs",
+        ),
+        (
+            "[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"nope\"]\n",
+            "is not a public key",
+        ),
+        (
+            "[security]\nsql_jobs = \"closed\"\n",
+            "must be \"open\" or \"signed\"",
+        ),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let out = cli(&cfg, &["check"]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+    }
+}

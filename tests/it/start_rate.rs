@@ -1,0 +1,207 @@
+//! The cluster-wide start rate (`[cluster] max_starts_per_second`): three daemons sharing one
+//! budget start 2,000 due jobs at the set rate (never above it by more than 10 % in any 5-second
+//! window), oldest slot first, each once, none lost; a
+//! pool's own budget spaces its jobs further; `explain` says how long the rate held a run.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use sqlcron::store::{Dialect, Store};
+
+use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
+
+for_each_dialect!(three_nodes_share_one_start_rate_oldest_slot_first);
+
+const JOBS: i64 = 2_000;
+const POOLED: i64 = 12;
+const RATE: i64 = 100;
+
+/// Rows `prefix1..=prefixN`, due at `base + i` ms (slot order = name order), in `pool`.
+async fn fill(store: &Store, dialect: Dialect, prefix: &str, n: i64, base: i64, pool: &str) {
+    let pool = if pool.is_empty() {
+        "NULL".to_string()
+    } else {
+        format!("'{pool}'")
+    };
+    let sql = match dialect {
+        Dialect::Postgres => format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec, pool) \
+             SELECT '{prefix}' || g, '0 0 1 1 *', 'true', {base} + g, {base} + g, {pool} \
+             FROM generate_series(1, {n}) g"
+        ),
+        Dialect::Mysql => format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec, pool) \
+             SELECT CONCAT('{prefix}', seq), '0 0 1 1 *', 'true', {base} + seq, {base} + seq, {pool} \
+             FROM seq_1_to_{n}"
+        ),
+        Dialect::Sqlite => format!(
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < {n}) \
+             INSERT INTO cron_table (name, schedule, command, slot, next_exec, pool) \
+             SELECT '{prefix}' || x, '0 0 1 1 *', 'true', {base} + x, {base} + x, {pool} FROM g"
+        ),
+    };
+    store.execute_raw(&sql).await.unwrap();
+}
+
+/// (job, slot, started, outcome) of every run record.
+async fn runs(store: &Store) -> Vec<(String, i64, i64, String)> {
+    store
+        .history(None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.job, r.slot, r.started.unwrap_or(0), r.outcome))
+        .collect()
+}
+
+async fn three_nodes_share_one_start_rate_oldest_slot_first(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "max_parallel = 32\n[pools]\nslow = 100\n\
+         [cluster]\nmax_starts_per_second = {RATE}\nburst = 10\n\
+         [cluster.pools.slow]\nmax_starts_per_second = 2\nburst = 1\n"
+    );
+    let nodes: Vec<DaemonProcess> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|n| DaemonProcess::start(dir.path(), n, &node_config(&db.url, n, &extra)))
+        .collect();
+    let conf = dir.path().join("r1.toml");
+    eventually(Duration::from_secs(60), "three nodes up", || async {
+        let up = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_nodes WHERE stopped IS NULL")
+            .await
+            .ok()??;
+        let budgets = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_start_rate")
+            .await
+            .ok()??;
+        (up == 3 && budgets == 2).then_some(())
+    })
+    .await;
+
+    // 2,000 jobs due within two seconds, each its own slot; a dozen more in the slow pool.
+    let now = store.now().await.unwrap();
+    let base = now + 1_000;
+    fill(&store, dialect, "rated", JOBS, base, "").await;
+    fill(&store, dialect, "pooled", POOLED, base, "slow").await;
+    let total = (JOBS + POOLED) as usize;
+    let all = eventually(Duration::from_secs(120), "every job run", || async {
+        let r = runs(&store).await;
+        (r.iter().filter(|r| r.3 == "ok").count() >= total).then_some(r)
+    })
+    .await;
+    // Let a duplicate, if any, show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = {
+        let again = runs(&store).await;
+        assert!(again.len() >= all.len());
+        again
+    };
+
+    // Each job once, none lost.
+    assert_eq!(all.len(), total, "one record per job");
+    let names: BTreeSet<&str> = all.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(names.len(), total, "each job once");
+    assert!(all.iter().all(|r| r.3 == "ok"), "every run ok");
+
+    // The rate: in each whole five-second window from the first start, the set rate within 10 %.
+    let mut starts: Vec<i64> = all.iter().map(|r| r.2).collect();
+    starts.sort();
+    let first = starts[0];
+    let last = *starts.last().unwrap();
+    // Whole windows up to the start a burst before the last (a straggler, such as a row whose
+    // claim had to be taken over, does not open windows of its own).
+    let windows = (starts[starts.len() - 11] - first) / 5_000;
+    assert!(windows >= 3, "the starts took {} ms", last - first);
+    let counts: Vec<i64> = (0..windows)
+        .map(|w| {
+            let from = first + w * 5_000;
+            starts
+                .iter()
+                .filter(|s| **s >= from && **s < from + 5_000)
+                .count() as i64
+        })
+        .collect();
+    println!(
+        "start rate {}: {total} starts in {} ms; per 5-s window {counts:?}",
+        dialect.name(),
+        last - first
+    );
+    // The ceiling holds in every window (10 % over at most: the burst, and turns given in
+    // one window and started in the next). The budget is also used: on average 85 % of the
+    // rate at least. How close each window comes to the rate from below depends on the machine
+    // (three daemons beside the rest of the suite on two cores): the rate is a ceiling.
+    let want = RATE * 5;
+    for (w, n) in counts.iter().enumerate() {
+        assert!(
+            *n * 10 <= want * 11,
+            "window {w}: {n} starts, the rate allows {want}: {counts:?}"
+        );
+    }
+    let mean = counts.iter().sum::<i64>() as f64 / counts.len() as f64;
+    assert!(
+        mean >= want as f64 * 0.85,
+        "{mean:.0} starts per window on average, the rate allows {want}: {counts:?}"
+    );
+
+    // Oldest slot first: the job with the r-th oldest slot starts about r / rate after the
+    // first start (the nodes take turns a second ahead at most).
+    let mut rated: Vec<&(String, i64, i64, String)> =
+        all.iter().filter(|r| r.0.starts_with("rated")).collect();
+    rated.sort_by_key(|r| r.1);
+    let mut worst = 0;
+    for (rank, r) in rated.iter().enumerate() {
+        let expected = first + rank as i64 * 1000 / RATE;
+        worst = worst.max((r.2 - expected).abs());
+    }
+    println!(
+        "start rate {}: worst distance from the place in slot order {worst} ms",
+        dialect.name()
+    );
+    assert!(
+        worst <= 3_000,
+        "a job started {worst} ms away from its place in slot order"
+    );
+
+    // The slow pool (2 a second, one at once): its k-th start is given the turn k × 500 ms
+    // after the first's. A start may come after its turn (a loaded machine), never before: the
+    // first start was late by less than 1.5 s.
+    let mut pooled: Vec<i64> = all
+        .iter()
+        .filter(|r| r.0.starts_with("pooled"))
+        .map(|r| r.2)
+        .collect();
+    pooled.sort();
+    for (k, at) in pooled.iter().enumerate() {
+        assert!(
+            at - pooled[0] >= k as i64 * 500 - 1_500,
+            "pooled start {k} came {} ms after the first: {pooled:?}",
+            at - pooled[0]
+        );
+    }
+
+    // explain says how long the rate held one of the last jobs.
+    let out = sqlcron(&[
+        "--config",
+        conf.to_str().unwrap(),
+        "explain",
+        &format!("rated{JOBS}"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let held = text
+        .split("held ")
+        .nth(1)
+        .and_then(|t| t.split(" s by the start rate").next())
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no hold in:\n{text}"));
+    assert!(held >= 10.0, "{text}");
+
+    for n in nodes {
+        let log = n.log_text();
+        assert!(n.stop().success(), "{log}");
+    }
+    store.close().await;
+}
