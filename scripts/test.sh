@@ -40,21 +40,19 @@ cargo fmt --check
 clippy_log=$(mktemp)
 CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --all-targets --quiet -- -D warnings >"$clippy_log" 2>&1 &
 clippy=$!
-# The fuzz targets need a build of their own (instrumented): it runs at the lowest CPU priority
-# while the tests below run, which mostly wait on daemons and databases.
-fuzz_log=$(mktemp)
-nice -n 19 scripts/fuzz.sh --build-only >"$fuzz_log" 2>&1 &
-fuzz_build=$!
-# The package test (docs/packaging.md): builds the .deb and .rpm with the release profile, lintian,
-# and install/upgrade/remove/purge in a throwaway Debian 12 root; also at the lowest priority,
-# beside the database tests. SQLCRON_SKIP_PACKAGE_TEST=1 leaves it out (a quick local run).
 package_log=$(mktemp)
 package_test=
+trap 'kill "$clippy" ${package_test:+"$package_test"} 2>/dev/null || true; rm -f "$clippy_log" "$package_log"' EXIT
+cargo test --all-targets --no-run
+# The package test (docs/packaging.md): packs the binary the tests just built (stripped; the
+# release build that `scripts/package.sh` makes by default would cost the suite a second full
+# build), runs lintian, and installs, upgrades, removes and purges the .deb in a throwaway
+# Debian 12 root; at the lowest CPU priority beside the database tests.
+# SQLCRON_SKIP_PACKAGE_TEST=1 leaves it out (a quick local run).
 if [ "${SQLCRON_SKIP_PACKAGE_TEST:-}" != 1 ]; then
-    nice -n 19 scripts/package-test.sh >"$package_log" 2>&1 &
+    SQLCRON_BIN=target/debug/sqlcron nice -n 19 scripts/package-test.sh >"$package_log" 2>&1 &
     package_test=$!
 fi
-trap 'kill "$clippy" "$fuzz_build" ${package_test:+"$package_test"} 2>/dev/null || true; rm -f "$clippy_log" "$fuzz_log" "$package_log"' EXIT
 # Everything but the chaos soak, in parallel; then the soak alone, one database after the other
 # (three daemons and a throwaway server each; SQLCRON_SOAK_SECS sets its length, default 60 s).
 cargo test --all-targets -- --skip soak::
@@ -63,13 +61,12 @@ if ! wait "$clippy"; then
     echo "test.sh: cargo clippy --all-targets -- -D warnings failed" >&2
     exit 1
 fi
-if ! wait "$fuzz_build"; then
-    cat "$fuzz_log" >&2
-    echo "test.sh: building the fuzz targets failed" >&2
-    exit 1
+# The fuzz targets' checks run in the suite as property tests (tests/fuzz_inputs.rs); the
+# coverage-guided runs need an instrumented build of their own and run only when asked:
+# SQLCRON_FUZZ_SECS=20 scripts/test.sh (seconds per target).
+if [ -n "${SQLCRON_FUZZ_SECS:-}" ] && [ "$SQLCRON_FUZZ_SECS" != 0 ]; then
+    scripts/fuzz.sh
 fi
-# The fuzz targets (schedule parser, configuration, row decoding), 20 s each (SQLCRON_FUZZ_SECS).
-scripts/fuzz.sh
 cargo test --test it soak:: -- --test-threads=1
 if [ -n "$package_test" ]; then
     if ! wait "$package_test"; then

@@ -2,12 +2,7 @@
 //! problems, never a panic.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks.rs"]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let env = sqlcron::config::Environment::default();
-    let _ = sqlcron::config::parse(text, std::path::Path::new("fuzz.toml"), &env);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::config(data));
