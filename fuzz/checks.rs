@@ -19,7 +19,10 @@ pub fn schedule(data: &[u8]) {
         // 2026-03-29T00:30:00Z, just before a DST change in Berlin.
         let after = chrono::DateTime::from_timestamp(1_774_744_200, 0).unwrap();
         if let Some(next) = schedule.next_after(after) {
-            assert!(next > after, "{text:?} in {zone}: {next} is not after {after}");
+            assert!(
+                next > after,
+                "{text:?} in {zone}: {next} is not after {after}"
+            );
         }
     }
 }
@@ -38,7 +41,9 @@ pub fn config(data: &[u8]) {
 /// columns' values; an empty value is NULL.
 pub fn row(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let mut fields = text.split('\0').map(|f| (!f.is_empty()).then(|| f.to_string()));
+    let mut fields = text
+        .split('\0')
+        .map(|f| (!f.is_empty()).then(|| f.to_string()));
     let mut next = || fields.next().flatten();
     let mut row = JobRow {
         id: 1,

@@ -34,6 +34,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cargo fmt --check
+# A failing test's own message, not a backtrace, is what the end of a CI log shows.
+export RUST_BACKTRACE=0
 # The lints need a build of their own (check mode, its own target directory so that it does not
 # wait for the tests' build lock): at the lowest CPU priority beside the tests, which mostly wait
 # on daemons and databases; a lint failure fails the suite at the end.

@@ -49,7 +49,8 @@ fn edit() -> impl Strategy<Value = Edit> {
     ];
     let at = 0.0..1.0f64;
     prop_oneof![
-        (at.clone(), prop::collection::vec(byte.clone(), 1..8)).prop_map(|(a, b)| Edit::Insert(a, b)),
+        (at.clone(), prop::collection::vec(byte.clone(), 1..8))
+            .prop_map(|(a, b)| Edit::Insert(a, b)),
         (at.clone(), byte).prop_map(|(a, b)| Edit::Replace(a, b)),
         (at.clone(), 1..64usize).prop_map(|(a, n)| Edit::Delete(a, n)),
         (at, 1..64usize).prop_map(|(a, n)| Edit::Double(a, n)),

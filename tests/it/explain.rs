@@ -79,7 +79,7 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
 
     // A failed run retried with success.
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         "flaky failed and retried",
         || async {
             let h = outcomes(&store, "flaky").await;
@@ -93,7 +93,7 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
     .await;
 
     // An outage: both nodes frozen for longer than the starting deadline.
-    eventually(Duration::from_secs(20), "skipper runs", || async {
+    eventually(Duration::from_secs(60), "skipper runs", || async {
         outcomes(&store, "skipper")
             .await
             .iter()
@@ -109,7 +109,7 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
         n.signal(libc::SIGCONT);
     }
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         "skipped slots recorded",
         || async {
             outcomes(&store, "skipper")
@@ -124,7 +124,7 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
     // A run lost with its node and rerun by the other.
     std::fs::write(dir.path().join("go"), "").unwrap();
     let started = dir.path().join("started");
-    let victim = eventually(Duration::from_secs(20), "long started", || async {
+    let victim = eventually(Duration::from_secs(60), "long started", || async {
         std::fs::read_to_string(&started)
             .ok()
             .map(|s| s.trim().to_string())
@@ -135,8 +135,8 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
     let mut killed = nodes[i].take().unwrap();
     killed.signal(libc::SIGKILL);
     let _ = killed.child.wait();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    eventually(Duration::from_secs(31), "long rerun", || async {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    eventually(Duration::from_secs(61), "long rerun", || async {
         let h = outcomes(&store, "long").await;
         if std::time::Instant::now() > deadline {
             let logs: Vec<String> = nodes.iter().flatten().map(|n| n.log_text()).collect();
