@@ -24,6 +24,7 @@ pub mod notify;
 mod placing;
 mod recorded;
 mod release;
+mod release_batch;
 mod shutdown;
 mod slot_gate;
 mod start_rate;
@@ -135,6 +136,8 @@ struct Shared {
     /// Woken when the node begins to stop: rows waiting for their turn from the start rate
     /// are handed over unrun.
     stop_holds: Notify,
+    /// Releases waiting to be written together (see `release_batch.rs`).
+    releases: release_batch::Releases,
 }
 
 pub struct Daemon {
@@ -177,6 +180,7 @@ impl Daemon {
                 chains_wake: Notify::new(),
                 rates: Default::default(),
                 stop_holds: Notify::new(),
+                releases: Default::default(),
             }),
         }
     }

@@ -299,6 +299,7 @@ pub mod locks;
 mod migrate;
 pub mod one_off;
 mod pooler;
+mod release;
 mod retention;
 pub mod start_rate;
 pub mod topology;
@@ -311,6 +312,7 @@ pub use audit::AuditRow;
 pub use drift::{Drift, drift};
 pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
 pub use locks::{LockRow, LockState};
+pub use release::ReleaseOf;
 pub use retention::{Duty, DutyRow, Pruned};
 
 impl Store {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlcron::config::{Environment, parse};
 use sqlcron::daemon::{Control, Daemon};
-use sqlcron::store::{Dialect, Store};
+use sqlcron::store::{Dialect, Fenced, Release, ReleaseOf, RunKey, RunResult, Store};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -29,6 +29,7 @@ for_each_server!(
     stall_longer_than_the_lease_kills_the_run_before_the_rerun,
     stall_longer_than_the_lease_with_ignore_lets_the_run_finish,
     release_blocked_longer_than_the_lease_keeps_the_lease_and_lands,
+    a_batch_of_releases_cut_off_part_way_or_at_its_commit_reads_back_once,
 );
 
 /// The database's address as the proxy needs it, and the URL through the proxy.
@@ -143,6 +144,114 @@ async fn reply_lost_after_the_release_runs_the_slot_once(dialect: Dialect) {
     assert_eq!(row.exec_by, None);
     assert!(row.slot.unwrap() > slot, "released to the next slot");
     assert_eq!(row.last_status.as_deref(), Some("ok"));
+}
+
+/// Issue 29: releases written together (one transaction, `daemon/release_batch.rs`) whose
+/// connection is lost part way (the reply of the first release inside the transaction: the
+/// server rolls it all back) or at the commit (the reply of `COMMIT`: it all landed) read back
+/// as single releases do: each is then written alone, and lands or finds itself already done,
+/// and every run is recorded once with its outcome.
+async fn a_batch_of_releases_cut_off_part_way_or_at_its_commit_reads_back_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let url = crate::util::db_url(&through(&db, &proxy));
+    for name in ["p1", "p2", "p3"] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command) VALUES ('{name}', '0 0 1 1 *', 'true')"
+            ))
+            .await
+            .unwrap();
+    }
+    let ended = Release {
+        slot: 61_000,
+        attempts: 0,
+        next_exec: 4_102_444_800_000,
+        clear_run_now: false,
+        outcome: Some(RunResult {
+            outcome: sqlcron::model::job::Outcome::Ok,
+            exit_code: Some(0),
+            signal: None,
+            started: 1_000,
+            output: "done\n".into(),
+            message: None,
+        }),
+    };
+    for (round, cut) in ["part way", "at the commit"].iter().enumerate() {
+        // A fresh connection: the proxy knows a statement by the text sent when preparing it.
+        let via = Store::connect(&url, 1).unwrap();
+        for name in ["p1", "p2", "p3"] {
+            make_due(&store, name).await;
+        }
+        let (_, rows) = via.claim("a", 3, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(rows.len(), 3, "{cut}");
+        let keys: Vec<RunKey> = rows
+            .iter()
+            .map(|r| RunKey {
+                job: r.name.clone(),
+                slot: 1_000 + round as i64,
+                attempt: 0,
+            })
+            .collect();
+        let starts: Vec<(i64, i64, &RunKey)> = rows
+            .iter()
+            .zip(&keys)
+            .map(|(r, k)| (r.id, r.token, k))
+            .collect();
+        assert_eq!(via.start_runs("a", &starts).await.unwrap(), vec![true; 3]);
+        let batch: Vec<ReleaseOf<'_>> = rows
+            .iter()
+            .zip(&keys)
+            .map(|(r, k)| ReleaseOf {
+                id: r.id,
+                token: r.token,
+                release: &ended,
+                run: Some(k),
+            })
+            .collect();
+        let lost_before = proxy.replies_lost();
+        if round == 0 {
+            proxy.lose_reply_of("next_exec = CASE WHEN dirty").await;
+        } else {
+            proxy.lose_reply_to("COMMIT").await;
+        }
+        assert!(via.release_together("a", &batch).await.is_err(), "{cut}");
+        assert_eq!(
+            proxy.replies_lost(),
+            lost_before + 1,
+            "{cut}: the fault was injected"
+        );
+        // What the server kept: nothing (part way) or all of it (at the commit).
+        let mut kept = 0;
+        for r in &rows {
+            if store.job(&r.name).await.unwrap().unwrap().exec_by.is_none() {
+                kept += 1;
+            }
+        }
+        assert_eq!(kept, round * 3, "{cut}");
+        // Each written alone, as the daemon then does.
+        let again = Store::connect(&url, 1).unwrap();
+        for r in &batch {
+            let fenced = again
+                .release(r.id, "a", r.token, r.release, r.run)
+                .await
+                .unwrap();
+            let want = if round == 0 {
+                Fenced::Done
+            } else {
+                Fenced::Lost
+            };
+            assert_eq!(fenced, want, "{cut}");
+        }
+        for k in &keys {
+            let runs = store.runs_between(&k.job, k.slot, k.slot).await.unwrap();
+            let outcomes: Vec<&str> = runs.iter().map(|r| r.outcome.as_str()).collect();
+            assert_eq!(outcomes, ["ok"], "{cut}: {}", k.job);
+        }
+        via.close().await;
+        again.close().await;
+    }
 }
 
 /// Issue 9: every connection reset while a job runs: the extensions fail once, the pool

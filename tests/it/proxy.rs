@@ -23,8 +23,9 @@ struct Switches {
     stalled: watch::Sender<bool>,
     /// Bumped to reset every open connection.
     resets: watch::Sender<u64>,
-    /// Statement text whose next execution's reply is lost (once).
-    lose_reply_of: Mutex<Option<Vec<u8>>>,
+    /// Statement text whose next execution's reply is lost (once); with `true`, the reply to the
+    /// packet carrying the text itself (a simple query such as `COMMIT`, sent and run at once).
+    lose_reply_of: Mutex<Option<(Vec<u8>, bool)>>,
     /// Replies lost so far.
     lost: AtomicU64,
 }
@@ -101,7 +102,13 @@ impl Proxy {
 
     /// Loses the reply of the next execution of a statement containing `text`.
     pub async fn lose_reply_of(&self, text: &str) {
-        *self.switches.lose_reply_of.lock().await = Some(text.as_bytes().to_vec());
+        *self.switches.lose_reply_of.lock().await = Some((text.as_bytes().to_vec(), false));
+    }
+
+    /// Loses the reply to the next simple query containing `text` (such as `COMMIT`): the
+    /// server runs it, the client's connection is reset instead of answered.
+    pub async fn lose_reply_to(&self, text: &str) {
+        *self.switches.lose_reply_of.lock().await = Some((text.as_bytes().to_vec(), true));
     }
 
     /// How many replies were lost so far.
@@ -163,10 +170,14 @@ async fn relay(client: TcpStream, s: Arc<Switches>) {
                     let mut a = arming.lock().unwrap();
                     match *a {
                         Arming::Off => {
-                            if let Some(t) = target.as_ref()
+                            if let Some((t, simple)) = target.as_ref()
                                 && contains(&buf[..n], t)
                             {
-                                *a = Arming::Prepared;
+                                *a = if *simple {
+                                    Arming::Executed
+                                } else {
+                                    Arming::Prepared
+                                };
                                 *target = None;
                             }
                         }

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use sqlcron::store::{Dialect, Extended, Fenced, PARKED, Release, RunKey, RunResult, Store};
+use sqlcron::store::{
+    Dialect, Extended, Fenced, PARKED, Release, ReleaseOf, RunKey, RunResult, Store,
+};
 
 use crate::util::TestDb;
 
@@ -13,6 +15,7 @@ for_each_dialect!(
     writes_are_fenced_by_the_claim_token,
     run_is_recorded_once_per_slot_and_attempt,
     run_starts_are_recorded_together_and_fenced_each,
+    releases_written_together_are_fenced_each_and_all_or_nothing,
     schedule_change_with_sql_resets_next_exec,
     expired_lease_is_taken_over_with_the_previous_holder_visible,
     extend_reports_lost_claims,
@@ -362,6 +365,186 @@ async fn run_starts_are_recorded_together_and_fenced_each(dialect: Dialect) {
     assert_eq!(
         store.history(Some(&rows[1].name), 10).await.unwrap().len(),
         0
+    );
+}
+
+/// Releases written in one transaction (the burst path, `daemon/release_batch.rs`): each is
+/// fenced by its own row and token, a stale one writes nothing of its own while the others
+/// land, and a batch that fails part way writes nothing at all (each is then written alone).
+async fn releases_written_together_are_fenced_each_and_all_or_nothing(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    for name in ["b1", "b2", "b3"] {
+        insert(&store, name, "* * * * *", "true").await;
+        make_due(&store, name).await;
+    }
+    let (_, rows) = store.claim("a", 3, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    let keys: Vec<RunKey> = rows
+        .iter()
+        .map(|r| RunKey {
+            job: r.name.clone(),
+            slot: 1_000,
+            attempt: 0,
+        })
+        .collect();
+    let starts: Vec<(i64, i64, &RunKey)> = rows
+        .iter()
+        .zip(&keys)
+        .map(|(r, k)| (r.id, r.token, k))
+        .collect();
+    assert_eq!(
+        store.start_runs("a", &starts).await.unwrap(),
+        vec![true, true, true]
+    );
+    let ended = |output: &str| Release {
+        slot: 61_000,
+        attempts: 0,
+        next_exec: 61_000,
+        clear_run_now: false,
+        outcome: Some(RunResult {
+            outcome: sqlcron::model::job::Outcome::Ok,
+            exit_code: Some(0),
+            signal: None,
+            started: 1_000,
+            output: output.into(),
+            message: None,
+        }),
+    };
+    let releases: Vec<Release> = ["one\n", "two\n", "three\n"]
+        .iter()
+        .map(|o| ended(o))
+        .collect();
+    // The three releases, the one at `stale` under a token that is no longer the claim's.
+    let batch = |stale: usize| -> Vec<ReleaseOf<'_>> {
+        rows.iter()
+            .zip(&keys)
+            .zip(&releases)
+            .enumerate()
+            .map(|(i, ((r, k), rel))| ReleaseOf {
+                id: r.id,
+                token: if i == stale { r.token + 1 } else { r.token },
+                release: rel,
+                run: Some(k),
+            })
+            .collect()
+    };
+    // The second claim is stale (its token is not the claim's): neither its run's end nor its
+    // release is written; the others land.
+    assert_eq!(
+        store.release_together("a", &batch(1)).await.unwrap(),
+        vec![Fenced::Done, Fenced::Lost, Fenced::Done]
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let history = store.history(Some(&r.name), 10).await.unwrap();
+        let job = store.job(&r.name).await.unwrap().unwrap();
+        if i == 1 {
+            assert_eq!(history[0].outcome, "running", "{}", r.name);
+            assert_eq!(job.exec_by.as_deref(), Some("a"));
+        } else {
+            assert_eq!(history[0].outcome, "ok", "{}", r.name);
+            assert_eq!(history[0].token, Some(r.token));
+            assert_eq!(job.exec_by, None);
+            assert_eq!(job.next_exec, Some(61_000));
+            assert_eq!(job.last_status.as_deref(), Some("ok"));
+        }
+    }
+    assert_eq!(
+        store.history(Some(&rows[2].name), 1).await.unwrap()[0]
+            .output
+            .as_deref(),
+        Some("three\n")
+    );
+    // Written again (a lost reply, retried): nothing is ours any more, nothing changes.
+    assert_eq!(
+        store.release_together("a", &batch(1)).await.unwrap(),
+        vec![Fenced::Lost, Fenced::Lost, Fenced::Lost]
+    );
+
+    // All or nothing: when the second release fails (a trigger of the test refuses slot 666),
+    // the first is not written either; both runs stay running and both rows claimed.
+    let refuse: &[&str] = match dialect {
+        Dialect::Sqlite => &[
+            "CREATE TRIGGER test_refuse BEFORE UPDATE OF slot ON cron_table \
+             WHEN NEW.slot = 666 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        ],
+        Dialect::Postgres => &[
+            "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON cron_table FOR EACH ROW \
+             WHEN (NEW.slot = 666) EXECUTE FUNCTION test_refuse()",
+        ],
+        Dialect::Mysql => &[
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON cron_table FOR EACH ROW \
+             BEGIN IF NEW.slot = 666 THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF; END",
+        ],
+    };
+    for sql in refuse {
+        store.execute_raw(sql).await.unwrap();
+    }
+    for name in ["b1", "b3"] {
+        make_due(&store, name).await;
+    }
+    let (_, again) = store.claim("a", 3, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(again.len(), 2);
+    let again_keys: Vec<RunKey> = again
+        .iter()
+        .map(|r| RunKey {
+            job: r.name.clone(),
+            slot: 2_000,
+            attempt: 0,
+        })
+        .collect();
+    let starts: Vec<(i64, i64, &RunKey)> = again
+        .iter()
+        .zip(&again_keys)
+        .map(|(r, k)| (r.id, r.token, k))
+        .collect();
+    assert_eq!(
+        store.start_runs("a", &starts).await.unwrap(),
+        vec![true, true]
+    );
+    let refused = Release {
+        slot: 666,
+        ..releases[1].clone()
+    };
+    let failing = [
+        ReleaseOf {
+            id: again[0].id,
+            token: again[0].token,
+            release: &releases[0],
+            run: Some(&again_keys[0]),
+        },
+        ReleaseOf {
+            id: again[1].id,
+            token: again[1].token,
+            release: &refused,
+            run: Some(&again_keys[1]),
+        },
+    ];
+    let err = store.release_together("a", &failing).await.unwrap_err();
+    assert!(err.to_string().contains("refused by the test"), "{err}");
+    for (r, k) in again.iter().zip(&again_keys) {
+        let job = store.job(&r.name).await.unwrap().unwrap();
+        assert_eq!(job.exec_by.as_deref(), Some("a"), "{} was released", r.name);
+        let runs = store.runs_between(&r.name, k.slot, k.slot).await.unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].outcome, "running", "{}'s run was ended", r.name);
+    }
+    // Each alone, as the daemon then writes them: the good one lands.
+    assert_eq!(
+        store
+            .release(
+                again[0].id,
+                "a",
+                again[0].token,
+                &releases[0],
+                Some(&again_keys[0])
+            )
+            .await
+            .unwrap(),
+        Fenced::Done
     );
 }
 
