@@ -147,8 +147,9 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
     );
     // SAFETY: set before the daemons start, read by them through inherit_env.
     unsafe { std::env::set_var("RATIO_OUT", &out) };
+    // Logging at `info`, as a service does by default (two lines per run).
     let mut daemons: Vec<Daemon> = (0..nodes)
-        .map(|i| start_daemon(dir.path(), &format!("r{i}"), &db.url, &extra, "warn"))
+        .map(|i| start_daemon(dir.path(), &format!("r{i}"), &db.url, &extra, "info"))
         .collect();
     for d in &daemons {
         wait_ready(d).await;

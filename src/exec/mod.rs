@@ -1,7 +1,8 @@
 //! Running one thing on this host: a process ([`runner`]) or an HTTP request ([`http`]), as a
 //! Unix account ([`account`]), with its env file ([`envfile`]), header file ([`headers_file`])
 //! and resource limits ([`limits`]), ended by the job reaper if the daemon dies ([`reaper`]),
-//! with what it leaves behind ([`orphans`]). How a run ended is [`outcome`].
+//! with what it leaves behind ([`orphans`]). How a run ended is [`outcome`]; a shell command
+//! that needs no shell is started directly ([`plain_command`]).
 //!
 //! No database and no claims: the daemon decides what to run and records what happened.
 //! Imports only `model`.
@@ -13,5 +14,6 @@ pub mod http;
 pub mod limits;
 pub mod orphans;
 pub mod outcome;
+pub mod plain_command;
 pub mod reaper;
 pub mod runner;

@@ -146,11 +146,33 @@ fn signal_group(pgid: i32, signal: i32) {
 }
 
 /// Runs the command to its end. `stop` asks for an early stop.
+///
+/// A shell command that needs no shell (`exec/plain_command.rs`) is started directly; if that
+/// program cannot be started, nothing ran, and the text goes through `/bin/sh -c` after all,
+/// so that what is recorded (the shell's message, 127 or 126) is what the shell says.
 pub async fn run(
     spec: &RunSpec,
+    stop: watch::Receiver<StopRequest>,
+) -> Result<RunOutcome, SpawnError> {
+    if let Program::Shell(text) = &spec.program
+        && let Some(words) = crate::exec::plain_command::plain_words(text)
+    {
+        match run_program(spec, &Program::Argv(words), stop.clone()).await {
+            Err(e) => {
+                tracing::debug!(job = %spec.job, error = %e, "started through the shell after all");
+            }
+            done => return done,
+        }
+    }
+    run_program(spec, &spec.program, stop).await
+}
+
+async fn run_program(
+    spec: &RunSpec,
+    program: &Program,
     mut stop: watch::Receiver<StopRequest>,
 ) -> Result<RunOutcome, SpawnError> {
-    let (mut cmd, what) = match &spec.program {
+    let (mut cmd, what) = match program {
         Program::Http(call) => {
             let stop = stop.clone();
             return Ok(crate::exec::http::call(call, spec.timeout, spec.output_tail, stop).await);
@@ -534,6 +556,58 @@ mod tests {
         assert!(!out.success());
         let out = run(&spec("true"), no_stop()).await.unwrap();
         assert!(out.success());
+    }
+
+    /// A script that prints the name of the process that started it.
+    fn parent_teller(dir: &std::path::Path) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("parent.sh");
+        std::fs::write(&path, "#!/bin/sh\ncat /proc/$PPID/comm\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_command_that_needs_no_shell_is_started_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = parent_teller(dir.path());
+        let direct = run(&spec(&format!("{script} plain-arg")), no_stop())
+            .await
+            .unwrap();
+        assert!(direct.success());
+        assert_ne!(direct.output, "sh\n", "started by a shell");
+        // Shell syntax keeps the shell.
+        let shell = run(&spec(&format!("{script}; true")), no_stop())
+            .await
+            .unwrap();
+        assert_eq!(shell.output, "sh\n");
+    }
+
+    #[tokio::test]
+    async fn a_plain_command_that_cannot_start_is_the_shells_to_report() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Not found: the shell's message and 127.
+        let missing = dir.path().join("missing");
+        let out = run(&spec(&missing.display().to_string()), no_stop())
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(127));
+        assert!(out.output.contains("not found"), "{}", out.output);
+        // Not executable: 126.
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "echo never\n").unwrap();
+        let out = run(&spec(&plain.display().to_string()), no_stop())
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(126), "{}", out.output);
+        // A script without `#!`: the shell runs it, as it always did.
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = run(&spec(&plain.display().to_string()), no_stop())
+            .await
+            .unwrap();
+        assert!(out.success(), "{}", out.output);
+        assert_eq!(out.output, "never\n");
     }
 
     #[tokio::test]
