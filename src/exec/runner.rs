@@ -157,19 +157,26 @@ pub async fn run(
     if let Program::Shell(text) = &spec.program
         && let Some(words) = crate::exec::plain_command::plain_words(text)
     {
-        match run_program(spec, &Program::Argv(words), stop.clone()).await {
+        // What `/bin/sh` would have exported: the directory the program starts in.
+        let pwd = spec
+            .workdir
+            .clone()
+            .or_else(|| std::env::current_dir().ok());
+        match run_program(spec, &Program::Argv(words), pwd, stop.clone()).await {
             Err(e) => {
                 tracing::debug!(job = %spec.job, error = %e, "started through the shell after all");
             }
             done => return done,
         }
     }
-    run_program(spec, &spec.program, stop).await
+    run_program(spec, &spec.program, None, stop).await
 }
 
+/// Runs `program` with `spec`; `pwd`: set `PWD` (a command started without its shell).
 async fn run_program(
     spec: &RunSpec,
     program: &Program,
+    pwd: Option<PathBuf>,
     mut stop: watch::Receiver<StopRequest>,
 ) -> Result<RunOutcome, SpawnError> {
     let (mut cmd, what) = match program {
@@ -207,6 +214,9 @@ async fn run_program(
     }
     for (k, v) in &spec.env {
         cmd.env(k, v);
+    }
+    if let Some(pwd) = pwd {
+        cmd.env("PWD", pwd);
     }
     // Set last: a job's own `env` cannot choose which run its processes belong to.
     let run_id = crate::exec::orphans::begin();
@@ -576,6 +586,25 @@ mod tests {
             .unwrap();
         assert!(direct.success());
         assert_ne!(direct.output, "sh\n", "started by a shell");
+        // The environment is the shell's: `PWD` as `/bin/sh` exports it.
+        let mut s = spec("/usr/bin/env");
+        s.workdir = Some(dir.path().to_path_buf());
+        s.output_tail = 4096;
+        let env = run(&s, no_stop()).await.unwrap();
+        s.program = Program::Shell("/usr/bin/env; true".into());
+        let shell_env = run(&s, no_stop()).await.unwrap();
+        // Each run has its own id.
+        let lines = |o: &str| -> Vec<String> {
+            o.lines()
+                .filter(|l| !l.starts_with("SQLCRON_RUN_ID="))
+                .map(str::to_string)
+                .collect()
+        };
+        let mut a = lines(&env.output);
+        let mut b = lines(&shell_env.output);
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
         // Shell syntax keeps the shell.
         let shell = run(&spec(&format!("{script}; true")), no_stop())
             .await
