@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlcron::config::{Environment, parse};
 use sqlcron::daemon::{Control, Daemon};
-use sqlcron::store::{Dialect, Fenced, Release, ReleaseOf, RunKey, RunResult, Store};
+use sqlcron::store::{Dialect, Fenced, ReleaseOf, Store};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -164,42 +164,15 @@ async fn a_batch_of_releases_cut_off_part_way_or_at_its_commit_reads_back_once(d
             .await
             .unwrap();
     }
-    let ended = Release {
-        slot: 61_000,
-        attempts: 0,
-        next_exec: 4_102_444_800_000,
-        clear_run_now: false,
-        outcome: Some(RunResult {
-            outcome: sqlcron::model::job::Outcome::Ok,
-            exit_code: Some(0),
-            signal: None,
-            started: 1_000,
-            output: "done\n".into(),
-            message: None,
-        }),
-    };
+    let ended = crate::util::ok_release(4_102_444_800_000, "done\n");
     for (round, cut) in ["part way", "at the commit"].iter().enumerate() {
         // A fresh connection: the proxy knows a statement by the text sent when preparing it.
         let via = Store::connect(&url, 1).unwrap();
         for name in ["p1", "p2", "p3"] {
             make_due(&store, name).await;
         }
-        let (_, rows) = via.claim("a", 3, Duration::from_secs(30)).await.unwrap();
+        let (rows, keys) = crate::util::claim_and_start(&via, "a", 3, 1_000 + round as i64).await;
         assert_eq!(rows.len(), 3, "{cut}");
-        let keys: Vec<RunKey> = rows
-            .iter()
-            .map(|r| RunKey {
-                job: r.name.clone(),
-                slot: 1_000 + round as i64,
-                attempt: 0,
-            })
-            .collect();
-        let starts: Vec<(i64, i64, &RunKey)> = rows
-            .iter()
-            .zip(&keys)
-            .map(|(r, k)| (r.id, r.token, k))
-            .collect();
-        assert_eq!(via.start_runs("a", &starts).await.unwrap(), vec![true; 3]);
         let batch: Vec<ReleaseOf<'_>> = rows
             .iter()
             .zip(&keys)

@@ -378,42 +378,11 @@ async fn releases_written_together_are_fenced_each_and_all_or_nothing(dialect: D
         insert(&store, name, "* * * * *", "true").await;
         make_due(&store, name).await;
     }
-    let (_, rows) = store.claim("a", 3, Duration::from_secs(10)).await.unwrap();
+    let (rows, keys) = crate::util::claim_and_start(&store, "a", 3, 1_000).await;
     assert_eq!(rows.len(), 3);
-    let keys: Vec<RunKey> = rows
-        .iter()
-        .map(|r| RunKey {
-            job: r.name.clone(),
-            slot: 1_000,
-            attempt: 0,
-        })
-        .collect();
-    let starts: Vec<(i64, i64, &RunKey)> = rows
-        .iter()
-        .zip(&keys)
-        .map(|(r, k)| (r.id, r.token, k))
-        .collect();
-    assert_eq!(
-        store.start_runs("a", &starts).await.unwrap(),
-        vec![true, true, true]
-    );
-    let ended = |output: &str| Release {
-        slot: 61_000,
-        attempts: 0,
-        next_exec: 61_000,
-        clear_run_now: false,
-        outcome: Some(RunResult {
-            outcome: sqlcron::model::job::Outcome::Ok,
-            exit_code: Some(0),
-            signal: None,
-            started: 1_000,
-            output: output.into(),
-            message: None,
-        }),
-    };
     let releases: Vec<Release> = ["one\n", "two\n", "three\n"]
         .iter()
-        .map(|o| ended(o))
+        .map(|o| crate::util::ok_release(61_000, o))
         .collect();
     // The three releases, the one at `stale` under a token that is no longer the claim's.
     let batch = |stale: usize| -> Vec<ReleaseOf<'_>> {
@@ -486,25 +455,8 @@ async fn releases_written_together_are_fenced_each_and_all_or_nothing(dialect: D
     for name in ["b1", "b3"] {
         make_due(&store, name).await;
     }
-    let (_, again) = store.claim("a", 3, Duration::from_secs(10)).await.unwrap();
+    let (again, again_keys) = crate::util::claim_and_start(&store, "a", 3, 2_000).await;
     assert_eq!(again.len(), 2);
-    let again_keys: Vec<RunKey> = again
-        .iter()
-        .map(|r| RunKey {
-            job: r.name.clone(),
-            slot: 2_000,
-            attempt: 0,
-        })
-        .collect();
-    let starts: Vec<(i64, i64, &RunKey)> = again
-        .iter()
-        .zip(&again_keys)
-        .map(|(r, k)| (r.id, r.token, k))
-        .collect();
-    assert_eq!(
-        store.start_runs("a", &starts).await.unwrap(),
-        vec![true, true]
-    );
     let refused = Release {
         slot: 666,
         ..releases[1].clone()

@@ -394,3 +394,50 @@ pub async fn ran_ok(store: &Store, job: &str) -> sqlcron::store::HistoryRow {
     )
     .await
 }
+
+/// A release after a run that ended `ok` with `output`: slot 61 000, the next run at `next_exec`.
+pub fn ok_release(next_exec: i64, output: &str) -> sqlcron::store::Release {
+    sqlcron::store::Release {
+        slot: 61_000,
+        attempts: 0,
+        next_exec,
+        clear_run_now: false,
+        outcome: Some(sqlcron::store::RunResult {
+            outcome: sqlcron::model::job::Outcome::Ok,
+            exit_code: Some(0),
+            signal: None,
+            started: 1_000,
+            output: output.into(),
+            message: None,
+        }),
+    }
+}
+
+/// Claims up to `n` due rows for `node` and records the start of each one's run of `slot`
+/// (attempt 0), all of which must succeed: the rows and their runs.
+pub async fn claim_and_start(
+    store: &Store,
+    node: &str,
+    n: usize,
+    slot: i64,
+) -> (Vec<sqlcron::store::JobRow>, Vec<sqlcron::store::RunKey>) {
+    let (_, rows) = store.claim(node, n, Duration::from_secs(30)).await.unwrap();
+    let keys: Vec<sqlcron::store::RunKey> = rows
+        .iter()
+        .map(|r| sqlcron::store::RunKey {
+            job: r.name.clone(),
+            slot,
+            attempt: 0,
+        })
+        .collect();
+    let starts: Vec<(i64, i64, &sqlcron::store::RunKey)> = rows
+        .iter()
+        .zip(&keys)
+        .map(|(r, k)| (r.id, r.token, k))
+        .collect();
+    assert_eq!(
+        store.start_runs(node, &starts).await.unwrap(),
+        vec![true; rows.len()]
+    );
+    (rows, keys)
+}
