@@ -139,7 +139,12 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
             continue;
         }
         let attempt = Instant::now();
-        let result = shared.store.extend(&shared.node, &held, lease).await;
+        // Never beside a batch of releases (see `release_batch.rs`): both lock several of this
+        // node's rows. Trust counts from before the wait.
+        let result = {
+            let _writes = shared.releases.exclusive().await;
+            shared.store.extend(&shared.node, &held, lease).await
+        };
         let mut supervision = shared.supervision();
         match result {
             Ok(found) => {

@@ -305,27 +305,23 @@ impl Shared {
         loop {
             // Retries go in two statements, so that a wait for the history row never holds the
             // job's row (and with it the lease extensions).
-            // The first try joins the releases being written together (`release_batch.rs`),
-            // or goes alone when there are none or that batch failed.
+            // The first try joins the releases being written together (`release_batch.rs`);
+            // when its batch failed (nothing written), the next try goes alone at once.
             let written = if first {
+                first = false;
                 match self
                     .releases
                     .submit(&self.store, &self.node, row.id, row.token, &release, key)
                     .await
                 {
-                    Some(fenced) => Ok(fenced),
-                    None => {
-                        self.store
-                            .release(row.id, &self.node, row.token, &release, key)
-                            .await
-                    }
+                    Some(written) => written,
+                    None => continue,
                 }
             } else {
                 self.store
                     .release_in_steps(row.id, &self.node, row.token, &release, key)
                     .await
             };
-            first = false;
             match written {
                 Ok(Fenced::Done) => {
                     if let Some(key) = key

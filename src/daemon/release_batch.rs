@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use crate::store::{Fenced, Release, ReleaseOf, RunKey, Store};
+use crate::store::{Fenced, Release, ReleaseOf, RunKey, Store, StoreError};
 
 /// Most releases in one transaction: bounds how long its row locks are held.
 const MOST: usize = 64;
@@ -24,7 +24,7 @@ struct Waiting {
     token: i64,
     release: Release,
     run: Option<RunKey>,
-    done: oneshot::Sender<Option<Fenced>>,
+    done: oneshot::Sender<Option<Result<Fenced, StoreError>>>,
 }
 
 #[derive(Default)]
@@ -38,12 +38,37 @@ struct Queue {
 #[derive(Default, Clone)]
 pub(super) struct Releases {
     queue: Arc<Mutex<Queue>>,
+    /// Held while a batch's transaction runs, and by the lease extension while its statement
+    /// runs ([`Releases::exclusive`]): both write several of this node's rows, and in different
+    /// orders they could each hold a row the other waits for.
+    writes: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Answers every release still waiting when a flush task ends without finishing (a panic, or
+/// its runtime shutting down): each is then written alone, and the next release starts a flush
+/// of its own.
+struct FlushGuard {
+    releases: Releases,
+    finished: bool,
+}
+
+impl Drop for FlushGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut q = self.releases.lock();
+        q.flushing = false;
+        for w in q.waiting.drain(..) {
+            let _ = w.done.send(None);
+        }
+    }
 }
 
 impl Releases {
-    /// Hands the release of row `id` (claim `token`) to the batch being formed. `Some`: it was
-    /// written, with its own fenced result. `None`: its write failed (a batch that fails writes
-    /// nothing); the caller writes it alone, with its retries.
+    /// Hands the release of row `id` (claim `token`) to the batch being formed. `Some`: what
+    /// writing it alone answered, or its own fenced result in a batch that landed. `None`: its
+    /// batch failed and wrote nothing; the caller writes it alone, with its retries.
     pub(super) async fn submit(
         &self,
         store: &Store,
@@ -52,7 +77,7 @@ impl Releases {
         token: i64,
         release: &Release,
         run: Option<&RunKey>,
-    ) -> Option<Fenced> {
+    ) -> Option<Result<Fenced, StoreError>> {
         let (done, result) = oneshot::channel();
         let start = {
             let mut q = self.lock();
@@ -75,13 +100,24 @@ impl Releases {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Waits until no batch of releases is being written and keeps others from starting while
+    /// the guard lives: for the lease extension's statement (see [`Releases::writes`]).
+    pub(super) async fn exclusive(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writes.lock().await
+    }
+
     /// Writes what waits, in batches of at most [`MOST`], until nothing waits.
     async fn flush(self, store: Store, node: String) {
+        let mut guard = FlushGuard {
+            releases: self.clone(),
+            finished: false,
+        };
         loop {
             let batch: Vec<Waiting> = {
                 let mut q = self.lock();
                 if q.waiting.is_empty() {
                     q.flushing = false;
+                    guard.finished = true;
                     return;
                 }
                 let n = q.waiting.len().min(MOST);
@@ -89,13 +125,12 @@ impl Releases {
             };
             if let [w] = batch.as_slice() {
                 // Alone: the single statement, written here so that what arrives meanwhile
-                // gathers into the next batch. A failure goes back to its own task.
+                // gathers into the next batch; its answer, error included, goes to its task.
                 let written = store
                     .release(w.id, &node, w.token, &w.release, w.run.as_ref())
-                    .await
-                    .ok();
-                for w in batch {
-                    let _ = w.done.send(written);
+                    .await;
+                if let Some(w) = batch.into_iter().next() {
+                    let _ = w.done.send(Some(written));
                 }
                 continue;
             }
@@ -108,13 +143,16 @@ impl Releases {
                     run: w.run.as_ref(),
                 })
                 .collect();
-            let written = store.release_together(&node, &of).await;
+            let written = {
+                let _writes = self.exclusive().await;
+                store.release_together(&node, &of).await
+            };
             drop(of);
             match written {
                 // One result per release, in order (a waiter left without one writes alone).
                 Ok(fenced) => {
                     for (w, f) in batch.into_iter().zip(fenced) {
-                        let _ = w.done.send(Some(f));
+                        let _ = w.done.send(Some(Ok(f)));
                     }
                 }
                 Err(e) => {

@@ -6,8 +6,9 @@
 //!
 //! Anything the shell would read differently keeps the shell: quotes, escapes, variables and
 //! substitutions, globs, `~`, comments, redirections, pipes, lists, subshells and braces, a
-//! first word that assigns a variable, and a first word that is a shell keyword or a builtin
-//! with no program of the same name (`exit 3`, `cd /tmp`, `export X`, `. file`). When the program
+//! first word that assigns a variable, and a first word that is a shell keyword or builtin
+//! (`exit 3`, `cd /tmp`, `export X`, `. file`; also `echo`, `true`, `printf` and the like, whose
+//! programs answer some arguments differently from the builtins). When the program
 //! cannot be started directly (not found, not executable, not a binary or a script with `#!`),
 //! the runner starts the text through the shell after all, so its message and exit status
 //! (127, 126) are the shell's, as before.
@@ -16,14 +17,16 @@
 /// means the shell.
 const PLAIN: &[u8] = b"_-./:,+=@%^";
 
-/// Words the shell reads as syntax or runs itself with no program of the same name to fall
-/// back on (POSIX special builtins, reserved words, and what bash or dash add).
+/// Words the shell reads as syntax or runs itself: reserved words, POSIX special builtins and
+/// what bash or dash add, and the builtins that also exist as programs but answer differently
+/// (`echo -e x`, `true --help`, `printf --version`, `kill -l`, `test --help`).
 const SHELL_WORDS: &[&str] = &[
     ".", ":", "alias", "bg", "break", "builtin", "case", "cd", "command", "continue", "declare",
-    "do", "done", "elif", "else", "esac", "eval", "exec", "exit", "export", "fc", "fg", "fi",
-    "for", "function", "getopts", "hash", "if", "in", "jobs", "let", "local", "read", "readonly",
-    "return", "select", "set", "shift", "source", "then", "time", "times", "trap", "type",
-    "typeset", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
+    "do", "done", "echo", "elif", "else", "esac", "eval", "exec", "exit", "export", "false", "fc",
+    "fg", "fi", "for", "function", "getopts", "hash", "if", "in", "jobs", "kill", "let", "local",
+    "printf", "pwd", "read", "readonly", "return", "select", "set", "shift", "source", "test",
+    "then", "time", "times", "trap", "true", "type", "typeset", "ulimit", "umask", "unalias",
+    "unset", "until", "wait", "while",
 ];
 
 /// The program and its arguments when `text` needs no shell, else `None`.
@@ -69,7 +72,6 @@ mod tests {
             words("  pg_dump\t-Fc  --file=/var/backups/db.dump mydb "),
             some(&["pg_dump", "-Fc", "--file=/var/backups/db.dump", "mydb"])
         );
-        assert_eq!(words("true"), some(&["true"]));
         assert_eq!(
             words("curl -fsS https://example.com/ping"),
             some(&["curl", "-fsS", "https://example.com/ping"])
@@ -126,10 +128,20 @@ mod tests {
     }
 
     #[test]
-    fn a_builtin_with_a_program_of_its_name_is_plain() {
-        // `echo`, `printf`, `test`, `kill`, `pwd`, `false` exist as programs and behave alike.
-        assert_eq!(words("echo hello"), some(&["echo", "hello"]));
-        assert_eq!(words("false"), some(&["false"]));
-        assert_eq!(words("test -e /tmp"), some(&["test", "-e", "/tmp"]));
+    fn builtins_that_are_also_programs_keep_the_shell() {
+        // `/bin/echo -e x` prints `x`, dash's echo prints `-e x`; `/bin/true --help` prints help.
+        for text in [
+            "echo hello",
+            "echo -e x",
+            "true",
+            "true --help",
+            "false",
+            "printf %s x",
+            "kill -l",
+            "test -e /tmp",
+            "pwd",
+        ] {
+            assert_eq!(plain_words(text), None, "{text:?}");
+        }
     }
 }

@@ -157,11 +157,13 @@ pub async fn run(
     if let Program::Shell(text) = &spec.program
         && let Some(words) = crate::exec::plain_command::plain_words(text)
     {
-        // What `/bin/sh` would have exported: the directory the program starts in.
+        // What `/bin/sh` would have exported: the directory the program starts in, as
+        // `getcwd` names it.
         let pwd = spec
             .workdir
             .clone()
-            .or_else(|| std::env::current_dir().ok());
+            .or_else(|| std::env::current_dir().ok())
+            .and_then(|d| std::fs::canonicalize(d).ok());
         match run_program(spec, &Program::Argv(words), pwd, stop.clone()).await {
             Err(e) => {
                 tracing::debug!(job = %spec.job, error = %e, "started through the shell after all");
