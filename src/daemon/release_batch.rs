@@ -165,3 +165,57 @@ impl Releases {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(releases: &Releases) -> oneshot::Receiver<Option<Result<Fenced, StoreError>>> {
+        let (done, rx) = oneshot::channel();
+        let mut q = releases.lock();
+        q.waiting.push(Waiting {
+            id: 1,
+            token: 1,
+            release: Release {
+                slot: 0,
+                attempts: 0,
+                next_exec: 0,
+                clear_run_now: false,
+                outcome: None,
+            },
+            run: None,
+            done,
+        });
+        q.flushing = true;
+        rx
+    }
+
+    #[test]
+    fn a_flush_that_ends_early_answers_every_waiting_release_and_lets_the_next_start() {
+        let releases = Releases::default();
+        let mut rx = waiting(&releases);
+        drop(FlushGuard {
+            releases: releases.clone(),
+            finished: false,
+        });
+        assert!(
+            matches!(rx.try_recv(), Ok(None)),
+            "answered: write it alone"
+        );
+        let q = releases.lock();
+        assert!(!q.flushing, "the next release starts a flush of its own");
+        assert!(q.waiting.is_empty());
+    }
+
+    #[test]
+    fn a_finished_flush_leaves_the_queue_to_the_next_one() {
+        let releases = Releases::default();
+        let mut rx = waiting(&releases);
+        drop(FlushGuard {
+            releases: releases.clone(),
+            finished: true,
+        });
+        assert!(rx.try_recv().is_err(), "not answered by the guard");
+        assert!(releases.lock().flushing);
+    }
+}
