@@ -228,10 +228,26 @@ async fn three_nodes_on_three_galera_nodes_run_every_slot_once_through_a_node_cr
         .collect();
     // Three Galera nodes joining by state transfer and three daemons racing their migrations
     // take well under a minute on an idle machine; a cold build beside the suite can triple it.
-    eventually(Duration::from_secs(240), "twenty runs", || async {
-        (runs(&out).1 >= 20).then_some(())
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while runs(&out).1 < 20 {
+        if Instant::now() > deadline {
+            let tails: Vec<String> = nodes
+                .iter()
+                .map(|n| {
+                    let log = n.log_text();
+                    let lines: Vec<&str> = log.lines().collect();
+                    let from = lines.len().saturating_sub(25);
+                    format!("--- {} ---\n{}", n.name, lines[from..].join("\n"))
+                })
+                .collect();
+            panic!(
+                "twenty runs not reached in 240 s ({} ended):\n{}",
+                runs(&out).1,
+                tails.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The Galera node of the sqlcron node that made the latest start dies while that node runs
     // jobs: it loses its database, its runs their lease.
