@@ -115,15 +115,18 @@ impl Store {
                     let _ = sqlx::query(reset).execute(&mut *conn).await;
                 }
                 // A Galera node must serve before anything is written through it.
-                if let Some(g) = super::galera::state(&mut conn)
+                let galera = super::galera::state(&mut conn)
                     .await
-                    .map_err(sql_err!(self, "read the Galera state"))?
-                {
-                    let said = super::galera::judge(&g).map_err(StoreError::Galera)?;
+                    .map_err(sql_err!(self, "read the Galera state"))?;
+                if let Some(g) = &galera {
+                    let said = super::galera::judge(g).map_err(StoreError::Galera)?;
                     tracing::info!("{said}");
                 }
                 if current_on(&mut conn, &MIGRATOR_MYSQL).await {
                     return Ok(());
+                }
+                if galera.is_some() {
+                    return self.migrate_galera(&mut conn).await;
                 }
                 let got: Option<i64> =
                     sqlx::query_scalar("SELECT GET_LOCK('sqlcron.migrate', 300)")
@@ -154,6 +157,75 @@ impl Store {
                 result
             }
         }
+    }
+}
+
+impl Store {
+    /// Migrates through a Galera node. `GET_LOCK` is a node's own on Galera, so nodes starting
+    /// at once on different Galera nodes would run the same migration together (a DDL of one
+    /// failing on the other's, which leaves sqlx's record of that migration half done for
+    /// good). The lock here is a row of `sqlcron_migration_lock`, which certification gives to
+    /// one node of the cluster at a time; it expires after 10 minutes if its holder died. Reads
+    /// wait for the node to have applied what the cluster committed before (`wsrep_sync_wait`),
+    /// so the next holder sees the migrations its predecessor recorded.
+    async fn migrate_galera(&self, conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> Result<()> {
+        // This process, told apart from a process of the same id on another host.
+        let holder = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        for setup in [
+            "SET SESSION wsrep_sync_wait = 15",
+            "CREATE TABLE IF NOT EXISTS sqlcron_migration_lock (name VARCHAR(64) PRIMARY KEY, \
+             holder VARCHAR(255) NOT NULL, until BIGINT NOT NULL)",
+        ] {
+            sqlx::query(setup)
+                .execute(&mut **conn)
+                .await
+                .map_err(sql_err!(self, "prepare the migration lock"))?;
+        }
+        let now = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        loop {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM sqlcron_migration_lock WHERE name = 'migrate' AND until < {now}"
+            )))
+            .execute(&mut **conn)
+            .await;
+            let taken = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO sqlcron_migration_lock (name, holder, until) \
+                 VALUES ('migrate', ?, {now} + 600000)"
+            )))
+            .bind(holder.clone())
+            .execute(&mut **conn)
+            .await;
+            match taken {
+                Ok(_) => break,
+                Err(e) if std::time::Instant::now() > deadline => {
+                    tracing::warn!(error = %e, "could not take the migration lock in 300 s; migrating anyway");
+                    break;
+                }
+                // Held by another node (duplicate key), or lost to it in certification.
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            }
+        }
+        let result = MIGRATOR_MYSQL
+            .run(&mut **conn)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                dialect: self.dialect.name(),
+                source,
+            });
+        let _ =
+            sqlx::query("DELETE FROM sqlcron_migration_lock WHERE name = 'migrate' AND holder = ?")
+                .bind(holder)
+                .execute(&mut **conn)
+                .await;
+        result
     }
 }
 
