@@ -21,7 +21,16 @@ mod dashboard;
 #[path = "daemon/ratio.rs"]
 mod ratio;
 
-const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The PostgreSQL server the benchmarks use: 127.0.0.1:5432, or the port in `SQLCRON_BENCH_PG_PORT`
+/// (`scripts/bench-burst.sh` starts a server of its own there, with `pg_stat_statements`).
+fn pg_url(database: &str) -> String {
+    let port = std::env::var("SQLCRON_BENCH_PG_PORT").unwrap_or_else(|_| "5432".into());
+    format!("postgres://postgres@127.0.0.1:{port}/{database}")
+}
+
+fn pg_admin() -> String {
+    pg_url("postgres")
+}
 const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/mysql";
 /// 2100-01-01: "not due" for the filler rows.
 const FAR: i64 = 4_102_444_800_000;
@@ -35,11 +44,11 @@ struct Db {
 
 async fn admin(dialect: Dialect, sql: &str) {
     let url = if dialect == Dialect::Postgres {
-        PG_ADMIN
+        pg_admin()
     } else {
-        MY_ADMIN
+        MY_ADMIN.to_string()
     };
-    let s = Store::connect(&db_url(url), 1).unwrap();
+    let s = Store::connect(&db_url(&url), 1).unwrap();
     s.execute_raw(sql).await.unwrap();
     s.close().await;
 }
@@ -65,7 +74,7 @@ impl Db {
                 admin(dialect, &format!("CREATE DATABASE {name}")).await;
                 Db {
                     dialect,
-                    url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    url: pg_url(&name),
                     name,
                     _dir: None,
                 }
@@ -883,7 +892,7 @@ fn cpu_seconds(pid: u32) -> (f64, f64) {
 /// The PostgreSQL server's main process, when this machine runs it and may read its data
 /// directory.
 async fn postmaster_pid() -> Option<u32> {
-    let admin = Store::connect(&db_url(PG_ADMIN), 1).unwrap();
+    let admin = Store::connect(&db_url(&pg_admin()), 1).unwrap();
     let dir = admin
         .scalar::<String>("SELECT current_setting('data_directory')")
         .await
@@ -898,7 +907,7 @@ async fn postmaster_pid() -> Option<u32> {
 /// about once a second and at disconnect: with `settle`, wait until the figure stops moving
 /// (with no one connected, it is then exact).
 async fn commits(db: &Db, settle: bool) -> i64 {
-    let admin = Store::connect(&db_url(PG_ADMIN), 1).unwrap();
+    let admin = Store::connect(&db_url(&pg_admin()), 1).unwrap();
     let sql = format!(
         "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '{}'",
         db.name

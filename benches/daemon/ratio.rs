@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use sqlcron::store::{Dialect, Store};
 
 use super::{
-    Daemon, Db, MY_ADMIN, PG_ADMIN, commits, cpu_seconds, db_url, percentile, postmaster_pid,
-    start_daemon, stop, wait_ready,
+    Daemon, Db, MY_ADMIN, commits, cpu_seconds, db_url, percentile, postmaster_pid, start_daemon,
+    stop, wait_ready,
 };
 
 /// The body every start runs: its name (argument or `SQLCRON_JOB`) and the time it started.
@@ -29,6 +29,32 @@ fn starts(out: &Path) -> Vec<f64> {
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map(|s| s * 1000.0)
         .collect()
+}
+
+/// CPU seconds the server has used so far: its own process, its children that exited and those
+/// still running (PostgreSQL's backends), so that a backend that has not exited yet counts too.
+fn server_cpu_seconds(pid: u32) -> f64 {
+    let (own, reaped) = cpu_seconds(pid);
+    let living: f64 = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| parent_of(p) == Some(pid))
+                .map(|p| cpu_seconds(p).0)
+                .sum()
+        })
+        .unwrap_or(0.0);
+    own + reaped + living
+}
+
+/// The parent of process `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// What one way of starting N bodies measured.
@@ -89,21 +115,19 @@ async fn mariadbd_pid() -> Option<u32> {
 }
 
 /// The server's counters: (transactions, statements) so far, where the server keeps them.
-async fn server_counts(db: &Db) -> (Option<i64>, Option<i64>) {
+/// `store` is connected to the bench's database, where `pg_stat_statements` was created.
+async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Option<i64>) {
     match db.dialect {
         Dialect::Postgres => {
             let tx = commits(db, true).await;
-            let admin = Store::connect(&db_url(PG_ADMIN), 1).unwrap();
-            let statements = admin
-                .scalar_i64(&format!(
-                    "SELECT CAST(SUM(calls) AS BIGINT) FROM pg_stat_statements s \
-                     JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{}'",
-                    db.name
-                ))
+            let statements = store
+                .scalar_i64(
+                    "SELECT CAST(SUM(calls) AS BIGINT) FROM pg_stat_statements \
+                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                )
                 .await
                 .ok()
                 .flatten();
-            admin.close().await;
             (Some(tx), statements)
         }
         Dialect::Mysql => {
@@ -159,7 +183,7 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         Dialect::Mysql => mariadbd_pid().await,
         Dialect::Sqlite => None,
     };
-    let server_cpu = |pid: Option<u32>| pid.map(|p| cpu_seconds(p).0 + cpu_seconds(p).1);
+    let server_cpu = |pid: Option<u32>| pid.map(server_cpu_seconds);
     let now = store.now().await.unwrap();
     let slot = now - now.rem_euclid(1000) + 3_000;
     let sql = match dialect {
@@ -181,7 +205,21 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         ),
     };
     store.execute_raw(&sql).await.unwrap();
-    let (tx_before, st_before) = server_counts(&db).await;
+    if let Ok(x) = std::env::var("XX_SQL") {
+        for q in x.split(';') {
+            store.execute_raw(q).await.unwrap();
+        }
+    }
+    if dialect == Dialect::Postgres {
+        // The burst's statements only (this database's; the setup's are forgotten).
+        let _ = store
+            .execute_raw(
+                "SELECT pg_stat_statements_reset(0, \
+                 (SELECT oid FROM pg_database WHERE datname = current_database()), 0)",
+            )
+            .await;
+    }
+    let (tx_before, st_before) = server_counts(&db, &store).await;
     let cpu_before = server_cpu(server);
     let daemons_before: f64 = daemons.iter().map(|d| cpu_seconds(d.child.id()).0).sum();
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -206,12 +244,12 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         .map(|d| cpu_seconds(d.child.id()).0)
         .sum::<f64>()
         - daemons_before;
-    let (tx_after, st_after) = server_counts(&db).await;
+    let server_after = server_cpu(server);
+    let (tx_after, st_after) = server_counts(&db, &store).await;
     for d in &mut daemons {
         stop(d);
     }
-    // PostgreSQL's backends are counted once they exit (the daemons disconnected).
-    let server_cpu = match (server_cpu(server), cpu_before) {
+    let server_cpu = match (server_after, cpu_before) {
         (Some(a), Some(b)) => format!("{:.2} ms", (a - b) * 1000.0 / n as f64),
         _ => "n/a (in the daemons)".into(),
     };
@@ -235,8 +273,33 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         per_job(tx_after, tx_before),
         per_job(st_after, st_before),
     );
+    if dialect == Dialect::Postgres {
+        if let Some(top) = top_statements(&store, n).await {
+            println!("{top}");
+        }
+    }
     store.close().await;
     db.drop_db().await;
+}
+
+/// Where PostgreSQL's time went in the burst: the statements of this database by total time,
+/// with their calls per job (where the server has `pg_stat_statements` loaded).
+async fn top_statements(store: &Store, n: usize) -> Option<String> {
+    store
+        .scalar::<String>(&format!(
+            "SELECT string_agg(format('  %s calls (%s per job), %s ms executing (%s ms each), \
+                 %s ms planning %s times: %s', \
+                 calls, round(calls / {n}.0, 2), round(total_exec_time::numeric, 0), \
+                 round(mean_exec_time::numeric, 3), round(total_plan_time::numeric, 0), plans, \
+                 left(regexp_replace(query, '\\s+', ' ', 'g'), 140)), \
+                 E'\\n' ORDER BY total_exec_time + total_plan_time DESC) \
+             FROM (SELECT * FROM pg_stat_statements \
+                   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                   ORDER BY total_exec_time + total_plan_time DESC LIMIT 12) s"
+        ))
+        .await
+        .ok()
+        .flatten()
 }
 
 pub async fn ratio(dialects: &[Dialect]) {
@@ -253,9 +316,13 @@ pub async fn ratio(dialects: &[Dialect]) {
     // The job user must reach the body: a world-readable directory.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     for &n in &sizes {
-        let alone = xargs(dir.path(), &body, n);
+        // The bodies alone, three times: the median drain is the yardstick (one run of 5,000
+        // varies by 15 % on a 2-core machine).
+        let mut runs: Vec<Drain> = (0..3).map(|_| xargs(dir.path(), &body, n)).collect();
+        runs.sort_by(|a, b| a.drain.total_cmp(&b.drain));
+        let alone = runs.swap_remove(1);
         println!(
-            "ratio      xargs    N={n:<6} the bodies alone, xargs -P16: drain {:.2} s, p99 lateness {:.2} s, started {}",
+            "ratio      xargs    N={n:<6} the bodies alone, xargs -P16 (median of 3): drain {:.2} s, p99 lateness {:.2} s, started {}",
             alone.drain, alone.p99, alone.started
         );
         for &d in dialects {
