@@ -205,11 +205,6 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         ),
     };
     store.execute_raw(&sql).await.unwrap();
-    if let Ok(x) = std::env::var("XX_SQL") {
-        for q in x.split(';') {
-            store.execute_raw(q).await.unwrap();
-        }
-    }
     if dialect == Dialect::Postgres {
         // The burst's statements only (this database's; the setup's are forgotten).
         let _ = store
@@ -273,10 +268,10 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         per_job(tx_after, tx_before),
         per_job(st_after, st_before),
     );
-    if dialect == Dialect::Postgres {
-        if let Some(top) = top_statements(&store, n).await {
-            println!("{top}");
-        }
+    if dialect == Dialect::Postgres
+        && let Some(top) = top_statements(&store, n).await
+    {
+        println!("{top}");
     }
     store.close().await;
     db.drop_db().await;

@@ -16,6 +16,7 @@ for_each_dialect!(
     run_is_recorded_once_per_slot_and_attempt,
     run_starts_are_recorded_together_and_fenced_each,
     releases_written_together_are_fenced_each_and_all_or_nothing,
+    a_batch_of_releases_writes_what_single_releases_write,
     schedule_change_with_sql_resets_next_exec,
     expired_lease_is_taken_over_with_the_previous_holder_visible,
     extend_reports_lost_claims,
@@ -1209,4 +1210,149 @@ async fn deadlock_is_reported_as_a_deadlock() {
         let _ = two.rollback().await;
         pool.close().await;
     }
+}
+
+/// Issue 29: a batch (multi-row statements on PostgreSQL and SQLite) writes to each row and run
+/// exactly what the same releases written one by one write: a run's end with its outcome, a
+/// release without a run (the history untouched), a failed run with a message, a manual run
+/// that clears `run_now`, and a row changed with SQL meanwhile (`dirty`: its slot is
+/// recomputed).
+async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let failed = Release {
+        slot: 62_000,
+        attempts: 1,
+        next_exec: 70_000,
+        clear_run_now: false,
+        outcome: Some(RunResult {
+            outcome: sqlcron::model::job::Outcome::Failed,
+            exit_code: Some(3),
+            signal: None,
+            started: 1_500,
+            output: "oops\n".into(),
+            message: Some("exit status 3".into()),
+        }),
+    };
+    let manual = Release {
+        clear_run_now: true,
+        ..crate::util::ok_release(80_000, "by hand\n")
+    };
+    let quiet = Release {
+        outcome: None,
+        ..crate::util::ok_release(90_000, "")
+    };
+    let ok = crate::util::ok_release(61_000, "fine\n");
+    // (release, whether its run's end is recorded, whether the row was made dirty meanwhile)
+    let cases: [(&Release, bool, bool); 5] = [
+        (&ok, true, false),
+        (&quiet, false, false),
+        (&failed, true, false),
+        (&manual, true, false),
+        (&ok, true, true),
+    ];
+    let mut seen = Vec::new();
+    for (set, together) in [("alone", false), ("batch", true)] {
+        for i in 0..cases.len() {
+            let name = format!("{set}{i}");
+            insert(&store, &name, "* * * * *", "true").await;
+            make_due(&store, &name).await;
+            if cases[i].0.clear_run_now {
+                store
+                    .execute_raw(&format!(
+                        "UPDATE cron_table SET run_now = 1 WHERE name = '{name}'"
+                    ))
+                    .await
+                    .unwrap();
+            }
+        }
+        let (mut rows, mut keys) = crate::util::claim_and_start(&store, "a", 10, 1_000).await;
+        assert_eq!(rows.len(), cases.len(), "{set}");
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| rows[i].name.clone());
+        rows = order.iter().map(|&i| rows[i].clone()).collect();
+        keys = order.iter().map(|&i| keys[i].clone()).collect();
+        for (r, (_, _, dirty)) in rows.iter().zip(&cases) {
+            if *dirty {
+                store
+                    .execute_raw(&format!(
+                        "UPDATE cron_table SET dirty = 1 WHERE id = {}",
+                        r.id
+                    ))
+                    .await
+                    .unwrap();
+            }
+        }
+        let batch: Vec<ReleaseOf<'_>> = rows
+            .iter()
+            .zip(&keys)
+            .zip(&cases)
+            .map(|((r, k), (release, run, _))| ReleaseOf {
+                id: r.id,
+                token: r.token,
+                release,
+                run: run.then_some(k),
+            })
+            .collect();
+        let fenced = if together {
+            store.release_together("a", &batch).await.unwrap()
+        } else {
+            let mut each = Vec::new();
+            for b in &batch {
+                each.push(
+                    store
+                        .release(b.id, "a", b.token, b.release, b.run)
+                        .await
+                        .unwrap(),
+                );
+            }
+            each
+        };
+        assert_eq!(fenced, vec![Fenced::Done; cases.len()], "{set}");
+        let mut written = Vec::new();
+        for r in &rows {
+            let j = store.job(&r.name).await.unwrap().unwrap();
+            let h = &store.history(Some(&r.name), 1).await.unwrap()[0];
+            written.push(format!(
+                "next_exec={:?} slot={:?} attempt={} exec_by={:?} run_now={} status={:?} \
+                 exit={:?} start={:?} node={:?} | {} {:?} {:?} {:?} ended={}",
+                j.next_exec,
+                j.slot,
+                j.attempt,
+                j.exec_by,
+                j.run_now,
+                j.last_status,
+                j.last_exit,
+                j.last_start,
+                j.last_node,
+                h.outcome,
+                h.exit_code,
+                h.output,
+                h.message,
+                h.ended.is_some(),
+            ));
+        }
+        seen.push(written);
+        // Their next slots are long past: out of the way of the next set's claim.
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET enabled = 0 WHERE name LIKE '{set}%'"
+            ))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "a batch writes what single releases write"
+    );
+    // And what they write is what was asked.
+    assert!(
+        seen[1][0].contains("next_exec=Some(61000)"),
+        "{}",
+        seen[1][0]
+    );
+    assert!(seen[1][1].contains("| running"), "{}", seen[1][1]);
+    assert!(seen[1][2].contains("| failed Some(3)"), "{}", seen[1][2]);
+    assert!(seen[1][3].contains("run_now=false"), "{}", seen[1][3]);
+    assert!(seen[1][4].contains("next_exec=None"), "{}", seen[1][4]);
 }
