@@ -5,7 +5,10 @@
 use crate::model::actor::Actor;
 use crate::model::run_as::{Allowed, Target};
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// An account a job's process can run as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +91,67 @@ pub fn lookup(user: &str, group: Option<&str>) -> Result<Account, String> {
     Ok(account)
 }
 
+/// How long an account looked up for a run is used again for other runs: in a burst, one
+/// lookup (the name service, then every group for the supplementary ones) per user and second
+/// instead of one per run. A change to an account reaches runs that start a second later.
+const RECENT_FOR: Duration = Duration::from_secs(1);
+
+/// [`lookup`], reusing an answer younger than [`RECENT_FOR`]. Failures are not kept: an account
+/// created a moment ago is found by the next run.
+fn lookup_recent(user: &str, group: Option<&str>) -> Result<Account, String> {
+    static RECENT: Mutex<Option<Recent<Account>>> = Mutex::new(None);
+    let key = (user.to_string(), group.map(str::to_string));
+    let now = Instant::now();
+    let kept = RECENT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|r| r.get(&key, now, RECENT_FOR));
+    if let Some(account) = kept {
+        return Ok(account);
+    }
+    // Looked up without the lock: a slow name service holds up no other lookup.
+    let account = lookup(user, group)?;
+    RECENT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Recent::default)
+        .put(key, now, RECENT_FOR, account.clone());
+    Ok(account)
+}
+
+/// Answers kept for a while, by (user, group).
+struct Recent<T> {
+    entries: HashMap<(String, Option<String>), (Instant, T)>,
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Recent {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone> Recent<T> {
+    /// The answer for `key` if it was put less than `keep` before `now`.
+    fn get(&self, key: &(String, Option<String>), now: Instant, keep: Duration) -> Option<T> {
+        self.entries
+            .get(key)
+            .filter(|(at, _)| now.saturating_duration_since(*at) < keep)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Keeps `value` for `key` from `now`; answers older than `keep` go when many are kept.
+    fn put(&mut self, key: (String, Option<String>), now: Instant, keep: Duration, value: T) {
+        if self.entries.len() >= 256 {
+            self.entries
+                .retain(|_, (at, _)| now.saturating_duration_since(*at) < keep);
+        }
+        self.entries.insert(key, (now, value));
+    }
+}
+
 /// Why [`checked`] refused an account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
@@ -113,9 +177,11 @@ pub fn checked(user: &str, group: Option<&str>, allowed: &Allowed) -> Result<Acc
     allowed
         .check_names(user, group)
         .map_err(Refused::NotAllowed)?;
-    let own = lookup(user, None).map_err(|e| Refused::Lookup(format!("user: {e}")))?;
+    let own = lookup_recent(user, None).map_err(|e| Refused::Lookup(format!("user: {e}")))?;
     let account = match group {
-        Some(g) => lookup(user, Some(g)).map_err(|e| Refused::Lookup(format!("group: {e}")))?,
+        Some(g) => {
+            lookup_recent(user, Some(g)).map_err(|e| Refused::Lookup(format!("group: {e}")))?
+        }
         None => own.clone(),
     };
     allowed
@@ -273,6 +339,38 @@ pub fn this_process(role: Option<&str>) -> Actor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_is_used_again_for_a_second_only() {
+        let mut recent: Recent<u32> = Recent::default();
+        let t0 = Instant::now();
+        let key = ("alice".to_string(), None);
+        let keep = Duration::from_secs(1);
+        assert_eq!(recent.get(&key, t0, keep), None);
+        recent.put(key.clone(), t0, keep, 7);
+        assert_eq!(
+            recent.get(&key, t0 + Duration::from_millis(999), keep),
+            Some(7)
+        );
+        assert_eq!(recent.get(&key, t0 + keep, keep), None);
+        // Another group is another answer.
+        assert_eq!(
+            recent.get(&("alice".into(), Some("adm".into())), t0, keep),
+            None
+        );
+        // Many answers: the old ones go.
+        for i in 0..300 {
+            recent.put(
+                (format!("u{i}"), None),
+                t0 + Duration::from_secs(2),
+                keep,
+                i,
+            );
+        }
+        assert!(recent.entries.len() <= 300);
+        assert_eq!(recent.get(&key, t0 + Duration::from_secs(2), keep), None);
+        assert!(!recent.entries.contains_key(&key));
+    }
 
     #[test]
     fn same_identity_compares_user_and_every_group() {

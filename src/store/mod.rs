@@ -163,6 +163,9 @@ struct Statements {
     shutdown_release: String,
 }
 
+/// A pooled connection idle this long is pinged before it is used again (see `Store::open`).
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
 /// Releases a claimed row, fenced by node and token. Parameters: manual (twice, see
 /// [`Store::release`]), next_exec, slot, attempts, outcome, has_outcome + exit code, has_outcome +
 /// start, has_outcome, has_outcome + node, then id, node, token.
@@ -493,10 +496,24 @@ impl Store {
                     Ok(())
                 })
             })
+            // A connection is checked with a round trip (a ping) before use only when it sat
+            // idle for a while: one used moments ago is alive, and pinging it before every
+            // statement doubled the round trips of a busy node. A connection that broke in
+            // between fails its statement, which is retried like any other failed write.
+            .test_before_acquire(false)
             // Connections opened before the pool changed server are dropped, not used.
-            .before_acquire(move |_conn, meta| {
+            .before_acquire(move |conn, meta| {
                 let keep = stale.as_ref().is_none_or(|t| !t.is_stale(meta.age));
-                Box::pin(async move { Ok(keep) })
+                Box::pin(async move {
+                    if !keep {
+                        return Ok(false);
+                    }
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        // A failed ping closes the connection without a goodbye.
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
             })
             .connect_lazy_with(options);
         Ok(Store {
