@@ -1253,11 +1253,11 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
     ];
     let mut seen = Vec::new();
     for (set, together) in [("alone", false), ("batch", true)] {
-        for i in 0..cases.len() {
+        for (i, (release, _, _)) in cases.iter().enumerate() {
             let name = format!("{set}{i}");
             insert(&store, &name, "* * * * *", "true").await;
             make_due(&store, &name).await;
-            if cases[i].0.clear_run_now {
+            if release.clear_run_now {
                 store
                     .execute_raw(&format!(
                         "UPDATE cron_table SET run_now = 1 WHERE name = '{name}'"
