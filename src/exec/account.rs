@@ -96,29 +96,11 @@ pub fn lookup(user: &str, group: Option<&str>) -> Result<Account, String> {
 /// instead of one per run. A change to an account reaches runs that start a second later.
 const RECENT_FOR: Duration = Duration::from_secs(1);
 
-/// [`lookup`], reusing an answer younger than [`RECENT_FOR`]. Failures are not kept: an account
-/// created a moment ago is found by the next run.
-fn lookup_recent(user: &str, group: Option<&str>) -> Result<Account, String> {
-    static RECENT: Mutex<Option<Recent<Account>>> = Mutex::new(None);
-    let key = (user.to_string(), group.map(str::to_string));
-    let now = Instant::now();
-    let kept = RECENT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|r| r.get(&key, now, RECENT_FOR));
-    if let Some(account) = kept {
-        return Ok(account);
-    }
-    // Looked up without the lock: a slow name service holds up no other lookup.
-    let account = lookup(user, group)?;
-    RECENT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(Recent::default)
-        .put(key, now, RECENT_FOR, account.clone());
-    Ok(account)
-}
+/// The accounts [`checked`] found and let through lately, by (user, group): the user's own
+/// account and the one the job runs as, looked up together. Failures and refusals are not kept:
+/// an account created a moment ago is found by the next run, and a refused one is looked up
+/// (and refused) again.
+static RECENT: Mutex<Option<Recent<(Account, Account)>>> = Mutex::new(None);
 
 /// Answers kept for a while, by (user, group).
 struct Recent<T> {
@@ -142,14 +124,20 @@ impl<T: Clone> Recent<T> {
             .map(|(_, v)| v.clone())
     }
 
-    /// Keeps `value` for `key` from `now`; answers older than `keep` go when many are kept.
+    /// Keeps `value` for `key` from `now`; answers older than `keep` go when many are kept,
+    /// and all of them if that is not enough (at most [`Recent::MOST`] are kept).
     fn put(&mut self, key: (String, Option<String>), now: Instant, keep: Duration, value: T) {
-        if self.entries.len() >= 256 {
+        if self.entries.len() >= Self::MOST {
             self.entries
                 .retain(|_, (at, _)| now.saturating_duration_since(*at) < keep);
+            if self.entries.len() >= Self::MOST {
+                self.entries.clear();
+            }
         }
         self.entries.insert(key, (now, value));
     }
+
+    const MOST: usize = 256;
 }
 
 /// Why [`checked`] refused an account.
@@ -177,13 +165,35 @@ pub fn checked(user: &str, group: Option<&str>, allowed: &Allowed) -> Result<Acc
     allowed
         .check_names(user, group)
         .map_err(Refused::NotAllowed)?;
-    let own = lookup_recent(user, None).map_err(|e| Refused::Lookup(format!("user: {e}")))?;
-    let account = match group {
-        Some(g) => {
-            lookup_recent(user, Some(g)).map_err(|e| Refused::Lookup(format!("group: {e}")))?
+    let key = (user.to_string(), group.map(str::to_string));
+    let now = Instant::now();
+    let kept = RECENT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|r| r.get(&key, now, RECENT_FOR));
+    let fresh = kept.is_none();
+    let (own, account) = match kept {
+        Some(pair) => pair,
+        // Looked up without the lock: a slow name service holds up no other lookup.
+        None => {
+            let own = lookup(user, None).map_err(|e| Refused::Lookup(format!("user: {e}")))?;
+            let account = match group {
+                Some(g) => {
+                    lookup(user, Some(g)).map_err(|e| Refused::Lookup(format!("group: {e}")))?
+                }
+                None => own.clone(),
+            };
+            (own, account)
         }
-        None => own.clone(),
     };
+    // The account run as must be the user checked (the two lookups could straddle a change
+    // of the user's entry).
+    if account.uid != own.uid || account.name != own.name {
+        return Err(Refused::Lookup(format!(
+            "user: the entry of \"{user}\" changed while it was looked up; try again"
+        )));
+    }
     allowed
         .check(&Target {
             user: &own.name,
@@ -192,6 +202,13 @@ pub fn checked(user: &str, group: Option<&str>, allowed: &Allowed) -> Result<Acc
             user_groups: &own.groups,
         })
         .map_err(Refused::NotAllowed)?;
+    if fresh {
+        RECENT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(Recent::default)
+            .put(key, now, RECENT_FOR, (own, account.clone()));
+    }
     Ok(account)
 }
 
@@ -367,7 +384,7 @@ mod tests {
                 i,
             );
         }
-        assert!(recent.entries.len() <= 300);
+        assert!(recent.entries.len() <= Recent::<u32>::MOST);
         assert_eq!(recent.get(&key, t0 + Duration::from_secs(2), keep), None);
         assert!(!recent.entries.contains_key(&key));
     }

@@ -90,17 +90,28 @@ impl Store {
              WHERE exec_by = ? AND ({pairs}){stop}"
         ));
         let lease_ms = lease.as_millis() as i64;
-        let mut q = sqlx::query(AssertSqlSafe(text))
-            .bind(lease_ms)
-            .bind(lease_ms)
-            .bind(node.to_string());
-        for (id, token) in held {
-            q = q.bind(*id).bind(*token);
+        let query = || {
+            let mut q = sqlx::query(AssertSqlSafe(text.clone()))
+                .bind(lease_ms)
+                .bind(lease_ms)
+                .bind(node.to_string());
+            for (id, token) in held {
+                q = q.bind(*id).bind(*token);
+            }
+            q
+        };
+        let done = match query().execute(&self.db).await {
+            // A pooled connection used within the last second is handed out unchecked (see
+            // `Store::open`): one that broke meanwhile (a server restart, a failover) fails
+            // here, and the extension is sent once more at once, on another connection,
+            // rather than a third of a lease later. Setting the lease again is harmless.
+            Err(sqlx::Error::Io(e)) => {
+                tracing::debug!(error = %e, "lease extension on a broken connection; once more");
+                query().execute(&self.db).await
+            }
+            other => other,
         }
-        let done = q
-            .execute(&self.db)
-            .await
-            .map_err(sql_err!(self, "extend leases"))?;
+        .map_err(sql_err!(self, "extend leases"))?;
         Ok(done.rows_affected() as usize)
     }
 

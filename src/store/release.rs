@@ -93,7 +93,18 @@ impl Store {
         ids.sort_unstable();
         ids.dedup();
         let distinct = ids.len() == batch.len();
-        if batch.len() > 1 && distinct && self.dialect != Dialect::Mysql {
+        // Outputs are bound all at once in a multi-row statement: a batch with much of them
+        // goes statement by statement, holding one run's output at a time.
+        let text_bytes: usize = batch
+            .iter()
+            .filter_map(|r| r.release.outcome.as_ref())
+            .map(|o| o.output.len() + o.message.as_ref().map_or(0, String::len))
+            .sum();
+        if batch.len() > 1
+            && distinct
+            && text_bytes <= ROWS_TEXT_MOST
+            && self.dialect != Dialect::Mysql
+        {
             return self.release_rows(node, batch).await;
         }
         let mut tx = self
@@ -138,7 +149,13 @@ impl Store {
                 let text = self
                     .dialect
                     .render(&format!("WITH {values}, finished AS ({finish}) {released}"));
-                let q = bind_releases(sqlx::query(AssertSqlSafe(text)), self.dialect, batch, rows);
+                let q = bind_releases(
+                    sqlx::query(AssertSqlSafe(text)),
+                    self.dialect,
+                    batch,
+                    rows,
+                    true,
+                );
                 let q = q.bind(node.to_string()).bind(node.to_string());
                 q.fetch_all(&self.db)
                     .await
@@ -154,12 +171,24 @@ impl Store {
                     .await
                     .map_err(sql_err!(self, "begin releases"))?;
                 let text = self.dialect.render(&format!("WITH {values} {finish}"));
-                bind_releases(sqlx::query(AssertSqlSafe(text)), self.dialect, batch, rows)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql_err!(self, "record run end"))?;
+                bind_releases(
+                    sqlx::query(AssertSqlSafe(text)),
+                    self.dialect,
+                    batch,
+                    rows,
+                    true,
+                )
+                .execute(&mut *tx)
+                .await
+                .map_err(sql_err!(self, "record run end"))?;
                 let text = self.dialect.render(&format!("WITH {values} {released}"));
-                let q = bind_releases(sqlx::query(AssertSqlSafe(text)), self.dialect, batch, rows);
+                let q = bind_releases(
+                    sqlx::query(AssertSqlSafe(text)),
+                    self.dialect,
+                    batch,
+                    rows,
+                    false,
+                );
                 let ids = q
                     .bind(node.to_string())
                     .bind(node.to_string())
@@ -265,6 +294,10 @@ impl Store {
     }
 }
 
+/// The most bytes of output and messages a batch written in multi-row statements binds (see
+/// [`Store::release_together`]).
+const ROWS_TEXT_MOST: usize = 4 * 1024 * 1024;
+
 /// The ends of the runs of `v` (see [`release_values`]), each fenced by its claim token as
 /// [`Store::release`] writes one.
 const FINISHED: &str = "UPDATE cron_runs SET ended = {now}, outcome = v_outcome, exit_code = v_exit, \
@@ -305,8 +338,15 @@ fn release_values(rows: usize) -> String {
 }
 
 /// Binds the releases of `batch` as the rows of [`release_values`], then rows that match
-/// nothing (id -1, no run) up to `rows`.
-fn bind_releases(mut q: Query, dialect: Dialect, batch: &[ReleaseOf<'_>], rows: usize) -> Query {
+/// nothing (id -1, no run) up to `rows`. Without `texts`, the outputs and messages are bound
+/// as NULL (for a statement that does not write them).
+fn bind_releases(
+    mut q: Query,
+    dialect: Dialect,
+    batch: &[ReleaseOf<'_>],
+    rows: usize,
+    texts: bool,
+) -> Query {
     for r in batch {
         let outcome = r.release.outcome.as_ref();
         let finished = r.run.filter(|_| outcome.is_some());
@@ -319,12 +359,12 @@ fn bind_releases(mut q: Query, dialect: Dialect, batch: &[ReleaseOf<'_>], rows: 
             .bind(outcome.map(|o| o.outcome.as_str().to_string()))
             .bind(outcome.and_then(|o| o.exit_code))
             .bind(outcome.and_then(|o| o.signal))
-            .bind(outcome.map(|o| {
+            .bind(outcome.filter(|_| texts).map(|o| {
                 dialect
                     .storable_text(&o.output, dialect.output_max())
                     .into_owned()
             }))
-            .bind(outcome.and_then(|o| {
+            .bind(outcome.filter(|_| texts).and_then(|o| {
                 o.message
                     .as_deref()
                     .map(|m| dialect.storable_text(m, MESSAGE_MAX).into_owned())
