@@ -144,61 +144,51 @@ impl Store {
         let values = release_values(rows);
         let finish = FINISHED;
         let released = RELEASED;
-        let returned: Vec<i64> = match self.dialect {
-            Dialect::Postgres => {
-                let text = self
-                    .dialect
-                    .render(&format!("WITH {values}, finished AS ({finish}) {released}"));
-                let q = bind_releases(
-                    sqlx::query(AssertSqlSafe(text)),
-                    self.dialect,
-                    batch,
-                    rows,
+        let query = |text: String, texts: bool| {
+            bind_releases(
+                sqlx::query(AssertSqlSafe(self.dialect.render(&text))),
+                self.dialect,
+                batch,
+                rows,
+                texts,
+            )
+        };
+        // The released rows' ids; parameters after the rows: the node (`last_node`), the node.
+        let released_ids = |rows: Vec<sqlx::any::AnyRow>| {
+            rows.iter()
+                .map(|r| r.try_get::<i64, _>(0))
+                .collect::<std::result::Result<Vec<i64>, _>>()
+                .map_err(sql_err!(self, "release"))
+        };
+        let returned = match self.dialect {
+            Dialect::Postgres => released_ids(
+                query(
+                    format!("WITH {values}, finished AS ({finish}) {released}"),
                     true,
-                );
-                let q = q.bind(node.to_string()).bind(node.to_string());
-                q.fetch_all(&self.db)
-                    .await
-                    .map_err(sql_err!(self, "release"))?
-                    .iter()
-                    .map(|r| r.try_get::<i64, _>(0))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(sql_err!(self, "release"))?
-            }
+                )
+                .bind(node.to_string())
+                .bind(node.to_string())
+                .fetch_all(&self.db)
+                .await
+                .map_err(sql_err!(self, "release"))?,
+            )?,
             _ => {
                 let mut tx = self
                     .begin_write()
                     .await
                     .map_err(sql_err!(self, "begin releases"))?;
-                let text = self.dialect.render(&format!("WITH {values} {finish}"));
-                bind_releases(
-                    sqlx::query(AssertSqlSafe(text)),
-                    self.dialect,
-                    batch,
-                    rows,
-                    true,
-                )
-                .execute(&mut *tx)
-                .await
-                .map_err(sql_err!(self, "record run end"))?;
-                let text = self.dialect.render(&format!("WITH {values} {released}"));
-                let q = bind_releases(
-                    sqlx::query(AssertSqlSafe(text)),
-                    self.dialect,
-                    batch,
-                    rows,
-                    false,
-                );
-                let ids = q
-                    .bind(node.to_string())
-                    .bind(node.to_string())
-                    .fetch_all(&mut *tx)
+                query(format!("WITH {values} {finish}"), true)
+                    .execute(&mut *tx)
                     .await
-                    .map_err(sql_err!(self, "release"))?
-                    .iter()
-                    .map(|r| r.try_get::<i64, _>(0))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(sql_err!(self, "release"))?;
+                    .map_err(sql_err!(self, "record run end"))?;
+                let ids = released_ids(
+                    query(format!("WITH {values} {released}"), false)
+                        .bind(node.to_string())
+                        .bind(node.to_string())
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(sql_err!(self, "release"))?,
+                )?;
                 tx.commit()
                     .await
                     .map_err(sql_err!(self, "commit releases"))?;
