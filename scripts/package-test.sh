@@ -24,6 +24,9 @@ command -v rpm >/dev/null || missing+=(rpm)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "package-test.sh: installing ${missing[*]}" >&2
+    # An installation cut short earlier (a run stopped mid-way) leaves dpkg refusing every
+    # other until it is finished.
+    DEBIAN_FRONTEND=noninteractive $SUDO dpkg --configure -a
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
