@@ -188,17 +188,16 @@ impl Store {
                 .await
                 .map_err(sql_err!(self, "prepare the migration lock"))?;
         }
-        let now = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
         loop {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DELETE FROM sqlcron_migration_lock WHERE name = 'migrate' AND until < {now}"
+            let _ = sqlx::query(sqlx::AssertSqlSafe(self.dialect.render(
+                "DELETE FROM sqlcron_migration_lock WHERE name = 'migrate' AND until < {now}",
             )))
             .execute(&mut **conn)
             .await;
-            let taken = sqlx::query(sqlx::AssertSqlSafe(format!(
+            let taken = sqlx::query(sqlx::AssertSqlSafe(self.dialect.render(
                 "INSERT INTO sqlcron_migration_lock (name, holder, until) \
-                 VALUES ('migrate', ?, {now} + 600000)"
+                 VALUES ('migrate', ?, {now} + 600000)",
             )))
             .bind(holder.clone())
             .execute(&mut **conn)

@@ -1,5 +1,5 @@
 //! Releasing a claimed row: the run's end in the history and the row's next slot, fenced by
-//! `exec_by = node AND token = claim token`; alone, in steps, or several in one transaction.
+//! `exec_by = node AND token = claim token`; alone, in steps, or several together.
 
 use sqlx::{AssertSqlSafe, Row};
 
