@@ -53,6 +53,9 @@ pub enum StoreError {
     /// A Galera node that cannot serve sqlcron (galera.rs says why).
     #[error("{0}")]
     Galera(String),
+    /// A batch written together that did not write what it locked (rolled back).
+    #[error("writing a batch: {0}")]
+    Batch(String),
 }
 
 impl StoreError {
@@ -303,6 +306,7 @@ mod migrate;
 pub mod one_off;
 mod pooler;
 mod release;
+mod release_rows;
 mod retention;
 pub mod start_rate;
 pub mod topology;

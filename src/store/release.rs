@@ -1,12 +1,12 @@
 //! Releasing a claimed row: the run's end in the history and the row's next slot, fenced by
 //! `exec_by = node AND token = claim token`; alone, in steps, or several together.
 
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use super::*;
 
 /// A statement with its values bound.
-type Query = sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>;
+pub(super) type Query = sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>;
 
 /// One release of a batch ([`Store::release_together`]): the claimed row, its token, how it is
 /// released and, after a run, the run whose end is recorded.
@@ -80,10 +80,10 @@ impl Store {
     /// commit whose reply was lost reads back as it does for a single release (the row is no
     /// longer ours, the run record is ended).
     ///
-    /// On PostgreSQL and SQLite the batch is written with multi-row statements (one on
-    /// PostgreSQL, the history and the rows in one transaction on SQLite), fenced row by row
-    /// in the same way; MySQL has no `UPDATE ... RETURNING` to say which rows were released, and
-    /// writes the statements of each release in turn.
+    /// The batch is written with multi-row statements (`release_rows.rs`: one on PostgreSQL;
+    /// the history and the rows in one transaction on SQLite; on MySQL the rows still ours are
+    /// locked first), fenced row by row in the same way. A batch of one, a row twice in it, or
+    /// much output goes statement by statement in one transaction.
     pub async fn release_together(
         &self,
         node: &str,
@@ -100,11 +100,7 @@ impl Store {
             .filter_map(|r| r.release.outcome.as_ref())
             .map(|o| o.output.len() + o.message.as_ref().map_or(0, String::len))
             .sum();
-        if batch.len() > 1
-            && distinct
-            && text_bytes <= ROWS_TEXT_MOST
-            && self.dialect != Dialect::Mysql
-        {
+        if batch.len() > 1 && distinct && text_bytes <= release_rows::rows_text_most(self.dialect) {
             return self.release_rows(node, batch).await;
         }
         let mut tx = self
@@ -131,80 +127,6 @@ impl Store {
             .await
             .map_err(sql_err!(self, "commit releases"))?;
         Ok(fenced)
-    }
-
-    /// [`Store::release_together`] in multi-row statements: the releases become the rows of
-    /// a `VALUES` list, the run ends are written by one `UPDATE cron_runs ... FROM` and the
-    /// rows by one `UPDATE cron_table ... FROM ... RETURNING id`, each row fenced by its own id
-    /// and token as a single release is; the ids returned are the releases that landed.
-    async fn release_rows(&self, node: &str, batch: &[ReleaseOf<'_>]) -> Result<Vec<Fenced>> {
-        // Padded to a power of two with rows that match nothing: a handful of statement texts
-        // to prepare per connection, not one per batch size.
-        let rows = batch.len().next_power_of_two();
-        let values = release_values(rows);
-        let finish = FINISHED;
-        let released = RELEASED;
-        let query = |text: String, texts: bool| {
-            bind_releases(
-                sqlx::query(AssertSqlSafe(self.dialect.render(&text))),
-                self.dialect,
-                batch,
-                rows,
-                texts,
-            )
-        };
-        // The released rows' ids; parameters after the rows: the node (`last_node`), the node.
-        let released_ids = |rows: Vec<sqlx::any::AnyRow>| {
-            rows.iter()
-                .map(|r| r.try_get::<i64, _>(0))
-                .collect::<std::result::Result<Vec<i64>, _>>()
-                .map_err(sql_err!(self, "release"))
-        };
-        let returned = match self.dialect {
-            Dialect::Postgres => released_ids(
-                query(
-                    format!("WITH {values}, finished AS ({finish}) {released}"),
-                    true,
-                )
-                .bind(node.to_string())
-                .bind(node.to_string())
-                .fetch_all(&self.db)
-                .await
-                .map_err(sql_err!(self, "release"))?,
-            )?,
-            _ => {
-                let mut tx = self
-                    .begin_write()
-                    .await
-                    .map_err(sql_err!(self, "begin releases"))?;
-                query(format!("WITH {values} {finish}"), true)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql_err!(self, "record run end"))?;
-                let ids = released_ids(
-                    query(format!("WITH {values} {released}"), false)
-                        .bind(node.to_string())
-                        .bind(node.to_string())
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err(sql_err!(self, "release"))?,
-                )?;
-                tx.commit()
-                    .await
-                    .map_err(sql_err!(self, "commit releases"))?;
-                ids
-            }
-        };
-        Ok(batch
-            .iter()
-            .map(|r| {
-                if returned.contains(&r.id) {
-                    Fenced::Done
-                } else {
-                    Fenced::Lost
-                }
-            })
-            .collect())
     }
 
     /// The statements of one release: the run's end first where it is a statement of its own
@@ -282,108 +204,4 @@ impl Store {
             .bind(token);
         (finish, q)
     }
-}
-
-/// The most bytes of output and messages a batch written in multi-row statements binds (see
-/// [`Store::release_together`]).
-const ROWS_TEXT_MOST: usize = 4 * 1024 * 1024;
-
-/// The ends of the runs of `v` (see [`release_values`]), each fenced by its claim token as
-/// [`Store::release`] writes one.
-const FINISHED: &str = "UPDATE cron_runs SET ended = {now}, outcome = v_outcome, exit_code = v_exit, \
-     exit_signal = v_signal, output = v_output, message = v_message FROM v \
-     WHERE job_name = v_job AND cron_runs.slot = v_run_slot \
-     AND cron_runs.attempt = v_run_attempt AND cron_runs.token = v_token \
-     AND cron_runs.outcome = 'running'";
-
-/// The fenced release of the rows of `v` (see [`release_values`]), as [`Store::release`]
-/// writes one: parameters the node (for `last_node`), then the node (the fence).
-const RELEASED: &str = "UPDATE cron_table SET \
-       next_exec = CASE WHEN dirty = 1 THEN NULL \
-                        WHEN run_now = 1 AND v_manual = 0 THEN {now} ELSE v_next END, \
-       run_now = CASE WHEN v_manual = 1 THEN 0 ELSE run_now END, \
-       dirty = 0, pool_wait = 0, exec_by = NULL, prev_exec_by = NULL, lease_until = NULL, claim_id = NULL, \
-       slot = v_slot, attempt = v_attempts, \
-       last_status = COALESCE(v_outcome, last_status), \
-       last_exit = CASE WHEN v_has = 1 THEN v_exit ELSE last_exit END, \
-       last_start = CASE WHEN v_has = 1 THEN v_started ELSE last_start END, \
-       last_end = CASE WHEN v_has = 1 THEN {now} ELSE last_end END, \
-       last_node = CASE WHEN v_has = 1 THEN ? ELSE last_node END \
-     FROM v WHERE id = v_id AND exec_by = ? AND token = v_token RETURNING id";
-
-/// `v(...) AS (VALUES ...)` with `rows` rows of parameters, one per release: the claimed row
-/// and its token; the run whose end is recorded (its job NULL when none is); the outcome,
-/// exit code, signal, output and message; whether the run was manual; the row's next
-/// `next_exec`, slot and attempts; whether there is an outcome, and when the run started.
-fn release_values(rows: usize) -> String {
-    const ROW: &str = "(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS BIGINT), \
-         CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS TEXT), \
-         CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), \
-         CAST(? AS BIGINT), CAST(? AS BIGINT))";
-    format!(
-        "v (v_id, v_token, v_job, v_run_slot, v_run_attempt, v_outcome, v_exit, v_signal, v_output, \
-         v_message, v_manual, v_next, v_slot, v_attempts, v_has, v_started) AS (VALUES {})",
-        vec![ROW; rows].join(", ")
-    )
-}
-
-/// Binds the releases of `batch` as the rows of [`release_values`], then rows that match
-/// nothing (id -1, no run) up to `rows`. Without `texts`, the outputs and messages are bound
-/// as NULL (for a statement that does not write them).
-fn bind_releases(
-    mut q: Query,
-    dialect: Dialect,
-    batch: &[ReleaseOf<'_>],
-    rows: usize,
-    texts: bool,
-) -> Query {
-    for r in batch {
-        let outcome = r.release.outcome.as_ref();
-        let finished = r.run.filter(|_| outcome.is_some());
-        q = q
-            .bind(r.id)
-            .bind(r.token)
-            .bind(finished.map(|k| k.job.clone()))
-            .bind(finished.map(|k| k.slot))
-            .bind(finished.map(|k| i64::from(k.attempt)))
-            .bind(outcome.map(|o| o.outcome.as_str().to_string()))
-            .bind(outcome.and_then(|o| o.exit_code))
-            .bind(outcome.and_then(|o| o.signal))
-            .bind(outcome.filter(|_| texts).map(|o| {
-                dialect
-                    .storable_text(&o.output, dialect.output_max())
-                    .into_owned()
-            }))
-            .bind(outcome.filter(|_| texts).and_then(|o| {
-                o.message
-                    .as_deref()
-                    .map(|m| dialect.storable_text(m, MESSAGE_MAX).into_owned())
-            }))
-            .bind(i64::from(r.release.clear_run_now))
-            .bind(r.release.next_exec)
-            .bind(r.release.slot)
-            .bind(i64::from(r.release.attempts))
-            .bind(i64::from(outcome.is_some()))
-            .bind(outcome.map(|o| o.started));
-    }
-    for _ in batch.len()..rows {
-        q = q
-            .bind(-1i64)
-            .bind(-1i64)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(0i64)
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(0i64)
-            .bind(0i64)
-            .bind(None::<i64>);
-    }
-    q
 }

@@ -149,9 +149,10 @@ async fn reply_lost_after_the_release_runs_the_slot_once(dialect: Dialect) {
 /// Issue 29: releases written together (`daemon/release_batch.rs`) whose connection is lost
 /// read back as single releases do: each is then written alone, and lands or finds itself
 /// already done, and every run is recorded once with its outcome. On MySQL the batch is one
-/// transaction of single releases, cut part way (the reply of the first release inside the
-/// transaction: the server rolls it all back) or at the commit (the reply of `COMMIT`: it all
-/// landed); on PostgreSQL it is one multi-row statement, whose reply is lost after it ran.
+/// transaction of three multi-row statements (lock, run ends, rows), cut part way (the reply
+/// of each statement inside the transaction: the server rolls it all back) or at the commit
+/// (the reply of `COMMIT`: it all landed); on PostgreSQL it is one multi-row statement, whose
+/// reply is lost after it ran.
 async fn a_batch_of_releases_cut_off_part_way_or_at_its_commit_reads_back_once(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
@@ -171,7 +172,9 @@ async fn a_batch_of_releases_cut_off_part_way_or_at_its_commit_reads_back_once(d
     let cases: &[(&str, &str, bool, bool)] = match dialect {
         Dialect::Postgres => &[("the one statement", "FROM v WHERE id = v_id", false, true)],
         _ => &[
-            ("part way", "next_exec = CASE WHEN dirty", false, false),
+            ("at the lock", "FOR UPDATE", false, false),
+            ("at the run ends", "UPDATE cron_runs JOIN", false, false),
+            ("at the rows", "UPDATE cron_table JOIN", false, false),
             ("at the commit", "COMMIT", true, true),
         ],
     };

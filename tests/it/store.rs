@@ -1243,17 +1243,22 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
         ..crate::util::ok_release(90_000, "")
     };
     let ok = crate::util::ok_release(61_000, "fine\n");
-    // (release, whether its run's end is recorded, whether the row was made dirty meanwhile)
-    let cases: [(&Release, bool, bool); 5] = [
-        (&ok, true, false),
-        (&quiet, false, false),
-        (&failed, true, false),
-        (&manual, true, false),
-        (&ok, true, true),
+    // Much output, not all of it ASCII: written whole, like a single release writes it.
+    let big = crate::util::ok_release(63_000, &"ünïcode line of output\n".repeat(20_000));
+    // (release, whether its run's end is recorded, whether the row was made dirty meanwhile,
+    // whether a manual run was asked for meanwhile)
+    let cases: [(&Release, bool, bool, bool); 7] = [
+        (&ok, true, false, false),
+        (&quiet, false, false, false),
+        (&failed, true, false, false),
+        (&manual, true, false, false),
+        (&ok, true, true, false),
+        (&big, true, false, false),
+        (&ok, true, false, true),
     ];
     let mut seen = Vec::new();
     for (set, together) in [("alone", false), ("batch", true)] {
-        for (i, (release, _, _)) in cases.iter().enumerate() {
+        for (i, (release, _, _, _)) in cases.iter().enumerate() {
             let name = format!("{set}{i}");
             insert(&store, &name, "* * * * *", "true").await;
             make_due(&store, &name).await;
@@ -1272,22 +1277,21 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
         order.sort_by_key(|&i| rows[i].name.clone());
         rows = order.iter().map(|&i| rows[i].clone()).collect();
         keys = order.iter().map(|&i| keys[i].clone()).collect();
-        for (r, (_, _, dirty)) in rows.iter().zip(&cases) {
-            if *dirty {
-                store
-                    .execute_raw(&format!(
-                        "UPDATE cron_table SET dirty = 1 WHERE id = {}",
-                        r.id
-                    ))
-                    .await
-                    .unwrap();
+        for (r, (_, _, dirty, asked)) in rows.iter().zip(&cases) {
+            for (meanwhile, set) in [(dirty, "dirty = 1"), (asked, "run_now = 1")] {
+                if *meanwhile {
+                    store
+                        .execute_raw(&format!("UPDATE cron_table SET {set} WHERE id = {}", r.id))
+                        .await
+                        .unwrap();
+                }
             }
         }
         let batch: Vec<ReleaseOf<'_>> = rows
             .iter()
             .zip(&keys)
             .zip(&cases)
-            .map(|((r, k), (release, run, _))| ReleaseOf {
+            .map(|((r, k), (release, run, _, _))| ReleaseOf {
                 id: r.id,
                 token: r.token,
                 release,
@@ -1313,10 +1317,18 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
         for r in &rows {
             let j = store.job(&r.name).await.unwrap().unwrap();
             let h = &store.history(Some(&r.name), 1).await.unwrap()[0];
+            // A manual run asked for meanwhile is due at once, by the database clock.
+            let next_exec = j.next_exec.map(|n| {
+                if n > 1_000_000_000_000 {
+                    "now".to_string()
+                } else {
+                    n.to_string()
+                }
+            });
             written.push(format!(
                 "next_exec={:?} slot={:?} attempt={} exec_by={:?} run_now={} status={:?} \
                  exit={:?} start={:?} node={:?} | {} {:?} {:?} {:?} ended={}",
-                j.next_exec,
+                next_exec,
                 j.slot,
                 j.attempt,
                 j.exec_by,
@@ -1327,7 +1339,11 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
                 j.last_node,
                 h.outcome,
                 h.exit_code,
-                h.output,
+                h.output.as_deref().map(|o| if o.len() > 100 {
+                    format!("{} bytes of {:?}", o.len(), &o[..25])
+                } else {
+                    o.to_string()
+                }),
                 h.message,
                 h.ended.is_some(),
             ));
@@ -1341,13 +1357,12 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
             .await
             .unwrap();
     }
-    assert_eq!(
-        seen[0], seen[1],
-        "a batch writes what single releases write"
-    );
+    for (alone, together) in seen[0].iter().zip(&seen[1]) {
+        assert_eq!(alone, together, "a batch writes what single releases write");
+    }
     // And what they write is what was asked.
     assert!(
-        seen[1][0].contains("next_exec=Some(61000)"),
+        seen[1][0].contains("next_exec=Some(\"61000\")"),
         "{}",
         seen[1][0]
     );
@@ -1355,4 +1370,14 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
     assert!(seen[1][2].contains("| failed Some(3)"), "{}", seen[1][2]);
     assert!(seen[1][3].contains("run_now=false"), "{}", seen[1][3]);
     assert!(seen[1][4].contains("next_exec=None"), "{}", seen[1][4]);
+    assert!(
+        seen[1][5].contains("| ok Some(0) Some(\"500000 bytes of "),
+        "the whole output: {}",
+        seen[1][5]
+    );
+    assert!(
+        seen[1][6].contains("next_exec=Some(\"now\")"),
+        "{}",
+        seen[1][6]
+    );
 }
