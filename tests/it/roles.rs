@@ -198,7 +198,7 @@ async fn roles_as_documented(dialect: Dialect) {
     assert!(denied(e));
     let daemon = Store::connect(&db_url(&url_of("daemon")), 1).unwrap();
     let (drop_trigger, refused) = if mysql {
-        ("DROP TRIGGER cron_table_changed", "denied")
+        ("DROP TRIGGER cron_table_before_update", "denied")
     } else {
         (
             "DROP TRIGGER cron_audit_sql_update ON cron_table",

@@ -24,6 +24,7 @@ for_each_dialect!(
     pool_deferral_keeps_the_slot_and_a_lost_rerun,
     claim_leaves_out_rows_the_node_supervises,
     park_is_fenced_and_any_definition_fix_unparks,
+    each_later_definition_column_unparks_and_is_audited_and_a_run_is_not,
     output_the_database_cannot_store_is_made_storable,
     previous_run_is_found_by_token_order_across_a_takeover_chain,
     fencing_token_never_decreases_when_a_row_is_recreated,
@@ -929,6 +930,82 @@ async fn park_is_fenced_and_any_definition_fix_unparks(dialect: Dialect) {
         (h.next_exec, h.slot, h.attempt),
         (Some(5000), Some(5000), 1)
     );
+}
+
+/// The columns added after the first schema, changed with SQL: each un-parks a parked row and
+/// is written to the audit trail (signatures are not audited: they are not definitions); a
+/// claim and a release of the row write nothing to the audit trail and keep the slot they set.
+/// On MySQL every one of them goes through the one guarded trigger per event (migration 0020).
+async fn each_later_definition_column_unparks_and_is_audited_and_a_run_is_not(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "p", "* * * * *", "true").await;
+    let audited = |store: &Store| {
+        let store = store.clone();
+        async move {
+            let mut log = store.audit_log(Some("p"), 100).await.unwrap();
+            log.retain(|a| a.action == "sql_update");
+            log.sort_by_key(|a| a.id);
+            log.into_iter()
+                .map(|a| a.detail.unwrap_or_default())
+                .collect::<Vec<_>>()
+        }
+    };
+    let columns: [(&str, &str, Option<&str>); 8] = [
+        ("alerts", "'{}'", Some("alerts")),
+        ("placement", "'zone-a'", Some("placement")),
+        ("overlap", "'forbid'", Some("overlap")),
+        ("http", "'{}'", Some("http")),
+        ("signature", "'sig'", None),
+        ("calendars", "'[]'", Some("calendars")),
+        ("requires", "'[]'", Some("requires")),
+        ("after_jobs", "'[]'", Some("after")),
+    ];
+    for (column, value, word) in columns {
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET error = 'bad', next_exec = {PARKED} WHERE name = 'p'"
+            ))
+            .await
+            .unwrap();
+        let before = audited(&store).await.len();
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET {column} = {value} WHERE name = 'p'"
+            ))
+            .await
+            .unwrap();
+        let row = store.job("p").await.unwrap().unwrap();
+        assert_eq!(
+            (row.next_exec, row.error.as_deref()),
+            (None, None),
+            "{column} un-parks"
+        );
+        let log = audited(&store).await;
+        match word {
+            Some(word) => {
+                assert_eq!(log.len(), before + 1, "{column}: {log:?}");
+                assert!(log[before].contains(word), "{column}: {log:?}");
+            }
+            None => assert_eq!(log.len(), before, "{column}: {log:?}"),
+        }
+    }
+    // A run: claimed, started, released. No audit row, and the release's next slot stands.
+    let before = audited(&store).await.len();
+    make_due(&store, "p").await;
+    let (rows, keys) = crate::util::claim_and_start(&store, "a", 1, 1_000).await;
+    assert_eq!(rows.len(), 1);
+    let release = crate::util::ok_release(61_000, "ran\n");
+    assert_eq!(
+        store
+            .release(rows[0].id, "a", rows[0].token, &release, Some(&keys[0]))
+            .await
+            .unwrap(),
+        Fenced::Done
+    );
+    let row = store.job("p").await.unwrap().unwrap();
+    assert_eq!((row.next_exec, row.exec_by), (Some(61_000), None));
+    assert_eq!(audited(&store).await.len(), before);
 }
 
 /// Issue 9 (2): output with NUL bytes (PostgreSQL's `text` refuses them) or larger than the
