@@ -1,7 +1,8 @@
 //! A batch of releases written with multi-row statements ([`Store::release_together`]): the
 //! releases become the rows of a table of values, and one statement writes the run ends of the
 //! whole batch and one its rows, each row fenced by its own id and token as a single release
-//! is.
+//! is. On MySQL, which cannot say which rows an `UPDATE` changed, the rows still the node's are
+//! locked and read first, in the same transaction.
 
 use std::collections::HashMap;
 
@@ -23,9 +24,10 @@ impl Store {
         }
     }
 
-    /// PostgreSQL and SQLite: the releases become the rows of a `VALUES` list, the run ends are written by one `UPDATE cron_runs ... FROM` and the
-    /// rows by one `UPDATE cron_table ... FROM ... RETURNING id`, each row fenced by its own id
-    /// and token as a single release is; the ids returned are the releases that landed.
+    /// PostgreSQL and SQLite: the releases become the rows of a `VALUES` list, the run ends
+    /// are written by one `UPDATE cron_runs ... FROM` and the rows by one `UPDATE cron_table
+    /// ... FROM ... RETURNING id`, each row fenced by its own id and token as a single release
+    /// is; the ids returned are the releases that landed.
     async fn release_rows_returning(
         &self,
         node: &str,
