@@ -142,20 +142,12 @@ impl Store {
     ) -> (Option<Query>, Query) {
         let dialect = self.dialect;
         let bind_finish = |q: Query, key: &RunKey, outcome: &RunResult| {
+            let (output, message) = storable_texts(dialect, outcome);
             q.bind(outcome.outcome.as_str().to_string())
                 .bind(outcome.exit_code)
                 .bind(outcome.signal)
-                .bind(
-                    dialect
-                        .storable_text(&outcome.output, dialect.output_max())
-                        .into_owned(),
-                )
-                .bind(
-                    outcome
-                        .message
-                        .as_deref()
-                        .map(|m| dialect.storable_text(m, MESSAGE_MAX).into_owned()),
-                )
+                .bind(output)
+                .bind(message)
                 .bind(key.job.clone())
                 .bind(key.slot)
                 .bind(i64::from(key.attempt))
@@ -204,4 +196,17 @@ impl Store {
             .bind(token);
         (finish, q)
     }
+}
+
+/// A run's output and message as this database stores them (see `Dialect::storable_text`).
+pub(super) fn storable_texts(dialect: Dialect, outcome: &RunResult) -> (String, Option<String>) {
+    (
+        dialect
+            .storable_text(&outcome.output, dialect.output_max())
+            .into_owned(),
+        outcome
+            .message
+            .as_deref()
+            .map(|m| dialect.storable_text(m, MESSAGE_MAX).into_owned()),
+    )
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::release::{Query, ReleaseOf};
+use super::release::{Query, ReleaseOf, storable_texts};
 use super::*;
 
 impl Store {
@@ -18,10 +18,20 @@ impl Store {
         node: &str,
         batch: &[ReleaseOf<'_>],
     ) -> Result<Vec<Fenced>> {
-        match self.dialect {
-            Dialect::Mysql => self.release_rows_locked(node, batch).await,
-            Dialect::Postgres | Dialect::Sqlite => self.release_rows_returning(node, batch).await,
-        }
+        let landed = match self.dialect {
+            Dialect::Mysql => self.release_rows_locked(node, batch).await?,
+            Dialect::Postgres | Dialect::Sqlite => self.release_rows_returning(node, batch).await?,
+        };
+        Ok(batch
+            .iter()
+            .map(|r| {
+                if landed.contains(&r.id) {
+                    Fenced::Done
+                } else {
+                    Fenced::Lost
+                }
+            })
+            .collect())
     }
 
     /// PostgreSQL and SQLite: the releases become the rows of a `VALUES` list, the run ends
@@ -32,7 +42,7 @@ impl Store {
         &self,
         node: &str,
         batch: &[ReleaseOf<'_>],
-    ) -> Result<Vec<Fenced>> {
+    ) -> Result<Vec<i64>> {
         // Padded to a power of two with rows that match nothing: a handful of statement texts
         // to prepare per connection, not one per batch size.
         let rows = batch.len().next_power_of_two();
@@ -55,7 +65,7 @@ impl Store {
                 .collect::<std::result::Result<Vec<i64>, _>>()
                 .map_err(sql_err!(self, "release"))
         };
-        let returned = match self.dialect {
+        Ok(match self.dialect {
             Dialect::Postgres => released_ids(
                 query(
                     format!("WITH {values}, finished AS ({finish}) {released}"),
@@ -89,17 +99,7 @@ impl Store {
                     .map_err(sql_err!(self, "commit releases"))?;
                 ids
             }
-        };
-        Ok(batch
-            .iter()
-            .map(|r| {
-                if returned.contains(&r.id) {
-                    Fenced::Done
-                } else {
-                    Fenced::Lost
-                }
-            })
-            .collect())
+        })
     }
 
     /// MySQL and MariaDB, which have no `UPDATE ... RETURNING` and give a multi-table `UPDATE`'s
@@ -109,17 +109,40 @@ impl Store {
     /// run ends are written by one `UPDATE cron_runs JOIN`, each fenced by its token; the rows
     /// found ours are released by one `UPDATE cron_table JOIN`, fenced again, with what was read
     /// bound as values. Should it write fewer rows than were locked, the batch is rolled back
-    /// and is an error (the caller then releases each run alone).
-    async fn release_rows_locked(
-        &self,
-        node: &str,
-        batch: &[ReleaseOf<'_>],
-    ) -> Result<Vec<Fenced>> {
+    /// and is an error (the caller then releases each run alone). Returns the released ids.
+    async fn release_rows_locked(&self, node: &str, batch: &[ReleaseOf<'_>]) -> Result<Vec<i64>> {
         let mut tx = self
             .begin_write()
             .await
             .map_err(sql_err!(self, "begin releases"))?;
+        let ours = self.lock_ours(&mut tx, node, batch).await?;
+        self.end_runs_joined(&mut tx, batch).await?;
+        if !ours.is_empty() {
+            let written = self.release_joined(&mut tx, node, &ours).await?;
+            if written != ours.len() as u64 {
+                tx.rollback()
+                    .await
+                    .map_err(sql_err!(self, "roll back releases"))?;
+                return Err(StoreError::Batch(format!(
+                    "released {written} rows of the {} locked",
+                    ours.len()
+                )));
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(sql_err!(self, "commit releases"))?;
+        Ok(ours.iter().map(|o| o.release.id).collect())
+    }
 
+    /// The releases of `batch` whose rows are still ours (node and token), each with the row's
+    /// `dirty` and `run_now`, the rows locked until the transaction ends.
+    async fn lock_ours<'b>(
+        &self,
+        tx: &mut Tx,
+        node: &str,
+        batch: &'b [ReleaseOf<'b>],
+    ) -> Result<Vec<Held<'b>>> {
         let rows = batch.len().next_power_of_two();
         let mut lock = sqlx::query(AssertSqlSafe(format!(
             "SELECT id, token, dirty, run_now FROM cron_table \
@@ -134,7 +157,7 @@ impl Store {
             lock = lock.bind(-1i64);
         }
         let held = lock
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await
             .map_err(sql_err!(self, "lock releases"))?
             .iter()
@@ -150,176 +173,168 @@ impl Store {
             })
             .collect::<std::result::Result<HashMap<i64, (i64, bool, bool)>, sqlx::Error>>()
             .map_err(sql_err!(self, "lock releases"))?;
-        // (release, dirty, run_now) of the rows still ours.
-        let ours: Vec<(&ReleaseOf<'_>, bool, bool)> = batch
+        Ok(batch
             .iter()
-            .filter_map(|r| {
-                let &(token, dirty, run_now) = held.get(&r.id)?;
-                (token == r.token).then_some((r, dirty, run_now))
+            .filter_map(|release| {
+                let &(token, dirty, run_now) = held.get(&release.id)?;
+                (token == release.token).then_some(Held {
+                    release,
+                    dirty,
+                    run_now,
+                })
             })
-            .collect();
+            .collect())
+    }
 
+    /// The ends of the batch's runs, in one `UPDATE cron_runs JOIN`, each fenced by its run and
+    /// claim token as [`Store::release`] writes one.
+    async fn end_runs_joined(&self, tx: &mut Tx, batch: &[ReleaseOf<'_>]) -> Result<()> {
         let ends: Vec<(&ReleaseOf<'_>, &RunKey, &RunResult)> = batch
             .iter()
             .filter_map(|r| Some((r, r.run?, r.release.outcome.as_ref()?)))
             .collect();
-        if !ends.is_empty() {
-            let rows = ends.len().next_power_of_two();
-            let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-                "UPDATE cron_runs JOIN {} ON cron_runs.job_name = v_job \
-                 AND cron_runs.slot = v_run_slot AND cron_runs.attempt = v_run_attempt \
-                 AND cron_runs.token = v_token \
-                 SET ended = {{now}}, outcome = v_outcome, exit_code = v_exit, \
-                 exit_signal = v_signal, output = v_output, message = v_message \
-                 WHERE cron_runs.outcome = 'running'",
-                selected_rows(
-                    &[
-                        "v_job",
-                        "v_run_slot",
-                        "v_run_attempt",
-                        "v_token",
-                        "v_outcome",
-                        "v_exit",
-                        "v_signal",
-                        "v_output:text",
-                        "v_message:text"
-                    ],
-                    rows
-                )
-            ))));
-            for (r, key, outcome) in &ends {
-                q = q
-                    .bind(key.job.clone())
-                    .bind(key.slot)
-                    .bind(i64::from(key.attempt))
-                    .bind(r.token)
-                    .bind(outcome.outcome.as_str().to_string())
-                    .bind(outcome.exit_code)
-                    .bind(outcome.signal)
-                    .bind(
-                        self.dialect
-                            .storable_text(&outcome.output, self.dialect.output_max())
-                            .into_owned(),
-                    )
-                    .bind(
-                        outcome
-                            .message
-                            .as_deref()
-                            .map(|m| self.dialect.storable_text(m, MESSAGE_MAX).into_owned()),
-                    );
-            }
-            for _ in ends.len()..rows {
-                q = q
-                    .bind(None::<String>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<String>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<String>)
-                    .bind(None::<String>);
-            }
-            q.execute(&mut *tx)
-                .await
-                .map_err(sql_err!(self, "record run end"))?;
+        if ends.is_empty() {
+            return Ok(());
         }
-
-        if !ours.is_empty() {
-            let rows = ours.len().next_power_of_two();
-            let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-                "UPDATE cron_table JOIN {} ON cron_table.id = v_id SET \
-                   next_exec = CASE WHEN v_now = 1 THEN {{now}} ELSE v_next END, \
-                   run_now = CASE WHEN v_manual = 1 THEN 0 ELSE run_now END, \
-                   dirty = 0, pool_wait = 0, exec_by = NULL, prev_exec_by = NULL, \
-                   lease_until = NULL, claim_id = NULL, slot = v_slot, attempt = v_attempts, \
-                   last_status = COALESCE(v_outcome, last_status), \
-                   last_exit = CASE WHEN v_has = 1 THEN v_exit ELSE last_exit END, \
-                   last_start = CASE WHEN v_has = 1 THEN v_started ELSE last_start END, \
-                   last_end = CASE WHEN v_has = 1 THEN {{now}} ELSE last_end END, \
-                   last_node = CASE WHEN v_has = 1 THEN ? ELSE last_node END \
-                 WHERE exec_by = ? AND token = v_token",
-                selected_rows(
-                    &[
-                        "v_id",
-                        "v_token",
-                        "v_now",
-                        "v_next",
-                        "v_manual",
-                        "v_slot",
-                        "v_attempts",
-                        "v_outcome",
-                        "v_has",
-                        "v_exit",
-                        "v_started"
-                    ],
-                    rows
-                )
-            ))));
-            for (r, dirty, run_now) in &ours {
-                let release = r.release;
-                let outcome = release.outcome.as_ref();
-                // What `RELEASE` decides from the row's `dirty` and `run_now`, from the
-                // values read under the lock.
-                let now = !dirty && *run_now && !release.clear_run_now;
-                q = q
-                    .bind(r.id)
-                    .bind(r.token)
-                    .bind(i64::from(now))
-                    .bind((!dirty).then_some(release.next_exec))
-                    .bind(i64::from(release.clear_run_now))
-                    .bind(release.slot)
-                    .bind(i64::from(release.attempts))
-                    .bind(outcome.map(|o| o.outcome.as_str().to_string()))
-                    .bind(i64::from(outcome.is_some()))
-                    .bind(outcome.and_then(|o| o.exit_code))
-                    .bind(outcome.map(|o| o.started));
-            }
-            for _ in ours.len()..rows {
-                q = q
-                    .bind(-1i64)
-                    .bind(-1i64)
-                    .bind(0i64)
-                    .bind(None::<i64>)
-                    .bind(0i64)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>)
-                    .bind(None::<String>)
-                    .bind(0i64)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>);
-            }
-            let written = q
-                .bind(node.to_string())
-                .bind(node.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(sql_err!(self, "release"))?
-                .rows_affected();
-            if written != ours.len() as u64 {
-                tx.rollback()
-                    .await
-                    .map_err(sql_err!(self, "roll back releases"))?;
-                return Err(StoreError::Batch(format!(
-                    "released {written} rows of the {} locked",
-                    ours.len()
-                )));
-            }
+        let rows = ends.len().next_power_of_two();
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "UPDATE cron_runs JOIN {} ON cron_runs.job_name = v_job \
+             AND cron_runs.slot = v_run_slot AND cron_runs.attempt = v_run_attempt \
+             AND cron_runs.token = v_token \
+             SET ended = {{now}}, outcome = v_outcome, exit_code = v_exit, \
+             exit_signal = v_signal, output = v_output, message = v_message \
+             WHERE cron_runs.outcome = 'running'",
+            selected_rows(
+                &[
+                    "v_job",
+                    "v_run_slot",
+                    "v_run_attempt",
+                    "v_token",
+                    "v_outcome",
+                    "v_exit",
+                    "v_signal",
+                    "v_output:text",
+                    "v_message:text"
+                ],
+                rows
+            )
+        ))));
+        for (r, key, outcome) in &ends {
+            let (output, message) = storable_texts(self.dialect, outcome);
+            q = q
+                .bind(key.job.clone())
+                .bind(key.slot)
+                .bind(i64::from(key.attempt))
+                .bind(r.token)
+                .bind(outcome.outcome.as_str().to_string())
+                .bind(outcome.exit_code)
+                .bind(outcome.signal)
+                .bind(output)
+                .bind(message);
         }
-        tx.commit()
+        for _ in ends.len()..rows {
+            q = q
+                .bind(None::<String>)
+                .bind(None::<i64>)
+                .bind(None::<i64>)
+                .bind(None::<i64>)
+                .bind(None::<String>)
+                .bind(None::<i64>)
+                .bind(None::<i64>)
+                .bind(None::<String>)
+                .bind(None::<String>);
+        }
+        q.execute(&mut **tx)
             .await
-            .map_err(sql_err!(self, "commit releases"))?;
-        Ok(batch
-            .iter()
-            .map(|r| {
-                if ours.iter().any(|(o, _, _)| o.id == r.id) {
-                    Fenced::Done
-                } else {
-                    Fenced::Lost
-                }
-            })
-            .collect())
+            .map_err(sql_err!(self, "record run end"))?;
+        Ok(())
     }
+
+    /// The rows of `ours` released in one `UPDATE cron_table JOIN`, fenced by node and token as
+    /// [`Store::release`] does, with what it decides from `dirty` and `run_now` computed from
+    /// the values read under the lock. Returns the rows written.
+    async fn release_joined(&self, tx: &mut Tx, node: &str, ours: &[Held<'_>]) -> Result<u64> {
+        let rows = ours.len().next_power_of_two();
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "UPDATE cron_table JOIN {} ON cron_table.id = v_id SET \
+               next_exec = CASE WHEN v_now = 1 THEN {{now}} ELSE v_next END, \
+               run_now = CASE WHEN v_manual = 1 THEN 0 ELSE run_now END, \
+               dirty = 0, pool_wait = 0, exec_by = NULL, prev_exec_by = NULL, \
+               lease_until = NULL, claim_id = NULL, slot = v_slot, attempt = v_attempts, \
+               last_status = COALESCE(v_outcome, last_status), \
+               last_exit = CASE WHEN v_has = 1 THEN v_exit ELSE last_exit END, \
+               last_start = CASE WHEN v_has = 1 THEN v_started ELSE last_start END, \
+               last_end = CASE WHEN v_has = 1 THEN {{now}} ELSE last_end END, \
+               last_node = CASE WHEN v_has = 1 THEN ? ELSE last_node END \
+             WHERE exec_by = ? AND token = v_token",
+            selected_rows(
+                &[
+                    "v_id",
+                    "v_token",
+                    "v_now",
+                    "v_next",
+                    "v_manual",
+                    "v_slot",
+                    "v_attempts",
+                    "v_outcome",
+                    "v_has",
+                    "v_exit",
+                    "v_started"
+                ],
+                rows
+            )
+        ))));
+        for held in ours {
+            let (r, dirty) = (held.release, held.dirty);
+            let release = r.release;
+            let outcome = release.outcome.as_ref();
+            // What `RELEASE` decides from the row's `dirty` and `run_now`.
+            let now = !dirty && held.run_now && !release.clear_run_now;
+            q = q
+                .bind(r.id)
+                .bind(r.token)
+                .bind(i64::from(now))
+                .bind((!dirty).then_some(release.next_exec))
+                .bind(i64::from(release.clear_run_now))
+                .bind(release.slot)
+                .bind(i64::from(release.attempts))
+                .bind(outcome.map(|o| o.outcome.as_str().to_string()))
+                .bind(i64::from(outcome.is_some()))
+                .bind(outcome.and_then(|o| o.exit_code))
+                .bind(outcome.map(|o| o.started));
+        }
+        for _ in ours.len()..rows {
+            q = q
+                .bind(-1i64)
+                .bind(-1i64)
+                .bind(0i64)
+                .bind(None::<i64>)
+                .bind(0i64)
+                .bind(None::<i64>)
+                .bind(None::<i64>)
+                .bind(None::<String>)
+                .bind(0i64)
+                .bind(None::<i64>)
+                .bind(None::<i64>);
+        }
+        Ok(q.bind(node.to_string())
+            .bind(node.to_string())
+            .execute(&mut **tx)
+            .await
+            .map_err(sql_err!(self, "release"))?
+            .rows_affected())
+    }
+}
+
+/// A write transaction ([`Store::begin_write`]).
+type Tx = sqlx::Transaction<'static, sqlx::Any>;
+
+/// A release of a batch whose row is still ours, with the row's `dirty` and `run_now` as read
+/// under the lock.
+struct Held<'b> {
+    release: &'b ReleaseOf<'b>,
+    dirty: bool,
+    run_now: bool,
 }
 
 /// A derived table `v` of `rows` rows of parameters, as MySQL writes one: `(SELECT ? AS a,
@@ -414,6 +429,9 @@ fn bind_releases(
     for r in batch {
         let outcome = r.release.outcome.as_ref();
         let finished = r.run.filter(|_| outcome.is_some());
+        let stored = outcome
+            .filter(|_| texts)
+            .map(|o| storable_texts(dialect, o));
         q = q
             .bind(r.id)
             .bind(r.token)
@@ -423,16 +441,8 @@ fn bind_releases(
             .bind(outcome.map(|o| o.outcome.as_str().to_string()))
             .bind(outcome.and_then(|o| o.exit_code))
             .bind(outcome.and_then(|o| o.signal))
-            .bind(outcome.filter(|_| texts).map(|o| {
-                dialect
-                    .storable_text(&o.output, dialect.output_max())
-                    .into_owned()
-            }))
-            .bind(outcome.filter(|_| texts).and_then(|o| {
-                o.message
-                    .as_deref()
-                    .map(|m| dialect.storable_text(m, MESSAGE_MAX).into_owned())
-            }))
+            .bind(stored.as_ref().map(|(output, _)| output.clone()))
+            .bind(stored.and_then(|(_, message)| message))
             .bind(i64::from(r.release.clear_run_now))
             .bind(r.release.next_exec)
             .bind(r.release.slot)
