@@ -117,8 +117,9 @@ struct Shared {
     manager: Arc<dyn notify::ServiceManager>,
     /// The HTTP client of webhooks and pings.
     http: reqwest::Client,
-    /// The placement values this node matches (see `placing.rs`).
+    /// The placement values this node matches; the last peek, for a burst (see `placing.rs`).
     placement: Mutex<placing::PlacementView>,
+    last_peek: Mutex<Option<placing::LastPeek>>,
     /// The node is drained (`cron_nodes.drain`, seen at each peek).
     drained: std::sync::atomic::AtomicBool,
     /// Host-local templates in the table (seen at each peek), and whether the last sync found
@@ -172,6 +173,7 @@ impl Daemon {
                 manager: Arc::new(notify::Silent),
                 http: delivery::http_client(),
                 placement: Mutex::new(placing::PlacementView::default()),
+                last_peek: Mutex::new(None),
                 drained: false.into(),
                 templates: 0.into(),
                 copies_seen: true.into(),

@@ -1,9 +1,11 @@
 //! Which placement values this node matches, kept up to date from the peek, its drain state,
 //! and what the peek tells the event delivery. The claim and the peek filter
 //! by the list, so the database never hands this node a row it may not run (see
-//! `placement.rs`).
+//! `placement.rs`). Also when a pass may claim on the last peek instead of a new one
+//! ([`may_reuse_peek`]).
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use super::Shared;
 use crate::config::Config;
@@ -27,7 +29,63 @@ impl PlacementView {
     }
 }
 
+/// How long a peek may stand in for a new one while claims keep filling every free place.
+pub(super) const PEEK_REUSE: Duration = Duration::from_millis(250);
+
+/// Whether a pass may claim on the last peek, `age` old, instead of looking again: only while
+/// the claim after it took every place it asked for (more is due: a burst) and the start rate
+/// did not limit it, for at most [`PEEK_REUSE`]. What the peek also carries (the drain flag,
+/// rows to prepare, placement changes, events due) is then seen up to that much later; an idle
+/// node looks less often than that anyway.
+pub(super) fn may_reuse_peek(claim_filled: bool, age: Duration) -> bool {
+    claim_filled && age < PEEK_REUSE
+}
+
+/// The last peek, when it was taken, and whether the claim after it filled every free place.
+#[derive(Debug, Clone)]
+pub(super) struct LastPeek {
+    peek: Peek,
+    view: PlacementView,
+    at: Instant,
+    claim_filled: bool,
+}
+
 impl Shared {
+    /// The peek for a pass: the last one, when [`may_reuse_peek`] allows it (its clock moved on
+    /// by the time since, nothing left to prepare), else a new one ([`Shared::peek_placed`]).
+    pub(super) async fn peek_for_pass(
+        &self,
+        config: &Config,
+    ) -> Result<(Peek, PlacementView), StoreError> {
+        let last = self.last_peek.lock().unwrap().clone();
+        if let Some(last) = last
+            && last.view.tags == config.node_tags
+            && may_reuse_peek(last.claim_filled, last.at.elapsed())
+        {
+            let mut peek = last.peek;
+            peek.now += last.at.elapsed().as_millis() as i64;
+            peek.pending_prepare = false;
+            return Ok((peek, last.view));
+        }
+        let at = Instant::now();
+        let (peek, view) = self.peek_placed(config).await?;
+        *self.last_peek.lock().unwrap() = Some(LastPeek {
+            peek: peek.clone(),
+            view: view.clone(),
+            at,
+            claim_filled: false,
+        });
+        Ok((peek, view))
+    }
+
+    /// Whether the pass's claim took every free place it asked for, unlimited by the start
+    /// rate: the next pass may then claim on the same peek.
+    pub(super) fn claim_filled(&self, filled: bool) {
+        if let Some(last) = self.last_peek.lock().unwrap().as_mut() {
+            last.claim_filled = filled;
+        }
+    }
+
     /// The peek, under an up-to-date placement view: when the number of placement values
     /// changed (or the node's tags did), the values are read again, matched, and the peek
     /// repeated with the new filter. Also follows the node's drain flag, and passes on what the
@@ -89,5 +147,20 @@ impl Shared {
             }
         }
         Ok((peek, view))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peek_stands_in_only_while_claims_fill_and_not_for_long() {
+        let ms = Duration::from_millis;
+        assert!(may_reuse_peek(true, ms(0)));
+        assert!(may_reuse_peek(true, PEEK_REUSE - ms(1)));
+        assert!(!may_reuse_peek(true, PEEK_REUSE));
+        // The last claim left places free (nothing more due, or the start rate held it back).
+        assert!(!may_reuse_peek(false, ms(0)));
     }
 }

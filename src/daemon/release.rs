@@ -309,9 +309,18 @@ impl Shared {
             // when its batch failed (nothing written), the next try goes alone at once.
             let written = if first {
                 first = false;
+                let going = self.supervision().len();
                 match self
                     .releases
-                    .submit(&self.store, &self.node, row.id, row.token, &release, key)
+                    .submit(
+                        &self.store,
+                        &self.node,
+                        row.id,
+                        row.token,
+                        &release,
+                        key,
+                        going,
+                    )
                     .await
                 {
                     Some(written) => written,

@@ -1,5 +1,6 @@
-//! One pass of the poll loop ([`Daemon::tick`]): a peek at the table, preparing new rows, a
-//! claim of up to the free capacity, and one task per claimed row. Tests call it directly.
+//! One pass of the poll loop ([`Daemon::tick`]): a peek at the table (or, in a burst, the last
+//! one: `placing.rs`), preparing new rows, a claim of up to the free capacity, and one task per
+//! claimed row. Tests call it directly.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -74,7 +75,7 @@ impl Daemon {
     pub async fn tick(&self, tasks: &mut JoinSet<()>) -> Result<TickReport, StoreError> {
         let shared = &self.shared;
         let config = self.config();
-        let (peek, placement) = shared.peek_placed(&config).await?;
+        let (peek, placement) = shared.peek_for_pass(&config).await?;
         let mut report = TickReport {
             now: peek.now,
             next_due: peek.next_due,
@@ -139,6 +140,7 @@ impl Daemon {
         shared.metrics.claim_took(claim_started.elapsed());
         report.claimed = rows.len();
         report.saturated = rows.len() == limit;
+        shared.claim_filled(report.saturated && budgets.is_none());
         let now = now.unwrap_or(peek.now);
         // Each row's turn from the start rate (none without budgets).
         let mut turns = vec![None; rows.len()];
