@@ -33,8 +33,8 @@ impl PlacementView {
 pub(super) const PEEK_REUSE: Duration = Duration::from_millis(250);
 
 /// Whether a pass may claim on the last peek, `age` old, instead of looking again: only while
-/// the claim after it took every place it asked for (more is due: a burst) and the start rate
-/// did not limit it, for at most [`PEEK_REUSE`]. What the peek also carries (the drain flag,
+/// the claim after it took every place it asked for (likely more is due: a burst) and no
+/// start-rate budget is in use, for at most [`PEEK_REUSE`]. What the peek also carries (the drain flag,
 /// rows to prepare, placement changes, events due) is then seen up to that much later; an idle
 /// node looks less often than that anyway.
 pub(super) fn may_reuse_peek(claim_filled: bool, age: Duration) -> bool {
@@ -62,8 +62,9 @@ impl Shared {
             && last.view.tags == config.node_tags
             && may_reuse_peek(last.claim_filled, last.at.elapsed())
         {
+            let age = last.at.elapsed();
             let mut peek = last.peek;
-            peek.now += last.at.elapsed().as_millis() as i64;
+            peek.now += age.as_millis() as i64;
             peek.pending_prepare = false;
             return Ok((peek, last.view));
         }
