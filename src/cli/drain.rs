@@ -12,14 +12,18 @@ pub async fn drain(store: &Store, node: &str, wait: bool) -> Result<u8, Failure>
     let running = store.running_on(node).await.map_err(Failure::runtime)?;
     println!("{node}: drained: claims nothing new; {running} run(s) still going");
     if wait {
+        // A claim statement already running when the flag was written may still commit (every
+        // later one reads the flag): only a count taken a second on can say the node is idle.
         let mut last = running;
-        let mut running = running;
-        while running > 0 {
+        loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            running = store.running_on(node).await.map_err(Failure::runtime)?;
+            let running = store.running_on(node).await.map_err(Failure::runtime)?;
             if running != last {
                 println!("{node}: {running} run(s) still going");
                 last = running;
+            }
+            if running == 0 {
+                break;
             }
         }
         println!("{node}: idle");

@@ -131,14 +131,17 @@ impl Store {
         placements: Option<&[String]>,
     ) -> Result<(Option<i64>, Vec<JobRow>)> {
         let lease_ms = lease.as_millis() as i64;
-        let text = if supervised.is_empty() && placements.is_none() {
+        // The rows left out are padded to a power of two (with id -1, no row's): a handful of
+        // statement texts to prepare per connection, not one per count.
+        let excluded = if supervised.is_empty() {
+            0
+        } else {
+            supervised.len().next_power_of_two()
+        };
+        let text = if excluded == 0 && placements.is_none() {
             self.sql.claim.clone()
         } else {
-            claim_sql(
-                self.dialect,
-                supervised.len(),
-                placements.map(<[String]>::len),
-            )
+            claim_sql(self.dialect, excluded, placements.map(<[String]>::len))
         };
         let placements = placements.unwrap_or_default();
         let rows = if self.dialect.has_returning() {
@@ -146,13 +149,14 @@ impl Store {
                 .bind(node.to_string())
                 .bind(lease_ms)
                 .bind(lease_ms);
-            for id in supervised {
-                q = q.bind(*id);
+            for id in padded(supervised, excluded) {
+                q = q.bind(id);
             }
             for p in placements {
                 q = q.bind(p.clone());
             }
-            q.bind(limit as i64)
+            q.bind(node.to_string())
+                .bind(limit as i64)
                 .fetch_all(&self.db)
                 .await
                 .map_err(sql_err!(self, "claim"))?
@@ -163,13 +167,14 @@ impl Store {
                 .bind(lease_ms)
                 .bind(lease_ms)
                 .bind(claim_id.clone());
-            for id in supervised {
-                q = q.bind(*id);
+            for id in padded(supervised, excluded) {
+                q = q.bind(id);
             }
             for p in placements {
                 q = q.bind(p.clone());
             }
             let marked = q
+                .bind(node.to_string())
                 .bind(limit as i64)
                 .execute(&self.db)
                 .await
@@ -259,8 +264,11 @@ impl Store {
                 self.start_run(*id, node, *token, key).await? == Fenced::Done,
             ]);
         }
-        let values = vec!["SELECT ? AS id, ? AS token, ? AS slot, ? AS attempt"; runs.len()]
-            .join(" UNION ALL ");
+        // Padded to a power of two with rows that match no claim (id -1): a handful of
+        // statement texts to prepare per connection, not one per batch size.
+        let rows = runs.len().next_power_of_two();
+        let values =
+            vec!["SELECT ? AS id, ? AS token, ? AS slot, ? AS attempt"; rows].join(" UNION ALL ");
         let text = self.dialect.render(&format!(
             "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
              SELECT c.name, v.slot, v.attempt, ?, c.token, {{now}}, 'running' \
@@ -275,6 +283,9 @@ impl Store {
                 .bind(*token)
                 .bind(key.slot)
                 .bind(i64::from(key.attempt));
+        }
+        for _ in runs.len()..rows {
+            q = q.bind(-1i64).bind(-1i64).bind(0i64).bind(0i64);
         }
         let done = q
             .bind(node.to_string())
@@ -431,4 +442,11 @@ pub(super) fn decode_rows(rows: &[AnyRow]) -> Vec<JobRow> {
             }
         })
         .collect()
+}
+
+/// `ids`, then -1 (no row's id) up to `len`.
+fn padded(ids: &[i64], len: usize) -> impl Iterator<Item = i64> + '_ {
+    ids.iter()
+        .copied()
+        .chain(std::iter::repeat_n(-1, len.saturating_sub(ids.len())))
 }

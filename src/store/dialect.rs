@@ -222,7 +222,8 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
 /// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
 /// rows the node still supervises, which it must not claim again; then the placement values the
-/// node matches (see [`placement_filter`]).
+/// node matches (see [`placement_filter`]); then the node's name again, for its drain flag: a
+/// node drained after its peek claims nothing, whatever peek its pass acts on.
 pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
@@ -235,6 +236,7 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -
         )
     };
     due.push_str(&placement_filter(placements));
+    due.push_str(" AND NOT EXISTS (SELECT 1 FROM cron_nodes WHERE name = ? AND drain = 1)");
     let template = match dialect {
         // Writes are serialised by SQLite itself: a plain UPDATE ... RETURNING.
         Dialect::Sqlite => format!(

@@ -23,6 +23,7 @@ for_each_dialect!(
     toml_apply_creates_updates_and_removes_only_toml_jobs,
     pool_deferral_keeps_the_slot_and_a_lost_rerun,
     claim_leaves_out_rows_the_node_supervises,
+    a_drained_node_claims_nothing_whatever_its_peek_said,
     park_is_fenced_and_any_definition_fix_unparks,
     each_later_definition_column_unparks_and_is_audited_and_a_run_is_not,
     output_the_database_cannot_store_is_made_storable,
@@ -863,6 +864,55 @@ async fn claim_leaves_out_rows_the_node_supervises(dialect: Dialect) {
     let (_, rows) = store.claim("a", 10, Duration::from_secs(10)).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].name, "x");
+}
+
+/// The claim itself reads the node's drain flag: a pass acting on a peek taken before the drain
+/// (or on a reused one) claims nothing once the flag is written, so `drain --wait` cannot see
+/// the node idle while a claim of it is still to come.
+async fn a_drained_node_claims_nothing_whatever_its_peek_said(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    store.register_node("a", "host", 1, "", &[]).await.unwrap();
+    store.register_node("b", "host", 2, "", &[]).await.unwrap();
+    insert(&store, "x", "* * * * *", "true").await;
+    make_due(&store, "x").await;
+    let peek = store.peek("a", None).await.unwrap();
+    assert!(!peek.drain);
+    assert!(peek.next_due.is_some_and(|d| d <= peek.now));
+    let actor = sqlcron::model::actor::Actor {
+        who: "test".into(),
+        host: None,
+        pid: None,
+    };
+    assert!(store.set_drain("a", true, &actor).await.unwrap());
+    let (_, rows) = store.claim("a", 10, Duration::from_secs(10)).await.unwrap();
+    assert!(rows.is_empty(), "a drained node claimed {rows:?}");
+    let x = store.job("x").await.unwrap().unwrap();
+    let placements = ["p".to_string()];
+    let (_, rows) = store
+        .claim_excluding(
+            "a",
+            10,
+            Duration::from_secs(10),
+            &[x.id + 1],
+            Some(&placements),
+        )
+        .await
+        .unwrap();
+    assert!(rows.is_empty(), "a drained node claimed {rows:?}");
+    assert_eq!(store.running_on("a").await.unwrap(), 0);
+    // Another node is not held back by it, and the node claims again once undrained.
+    let (_, rows) = store.claim("b", 10, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    make_due(&store, "x").await;
+    store
+        .execute_raw("UPDATE cron_table SET exec_by = NULL, lease_until = NULL")
+        .await
+        .unwrap();
+    assert!(store.set_drain("a", false, &actor).await.unwrap());
+    let (_, rows) = store.claim("a", 10, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].exec_by.as_deref(), Some("a"));
 }
 
 /// Issue 9 (8): parking is one fenced write, and a fix to any definition or policy column of a
