@@ -10,6 +10,7 @@ use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stder
 for_each_dialect!(
     only_matching_nodes_run_a_placed_job,
     a_drained_node_finishes_its_run_and_claims_nothing_more,
+    drain_wait_returns_once_the_runs_have_ended,
     every_node_job_runs_each_slot_once_on_each_node,
     a_flood_of_placement_values_is_bounded_and_pruned,
 );
@@ -155,6 +156,54 @@ async fn only_matching_nodes_run_a_placed_job(dialect: Dialect) {
             );
         }
     }
+}
+
+/// `drain --wait` returns only after the node's run has ended and been released, and says so.
+async fn drain_wait_returns_once_the_runs_have_ended(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let jobs = format!(
+        "[[job]]\nname = \"long\"\nschedule = \"@every 2s\"\ncommand = \"echo start >> {0}; sleep 3; echo end >> {0}\"\n",
+        out.display()
+    );
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &jobs));
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    eventually(Duration::from_secs(20), "a first start", || async {
+        read().lines().any(|l| l == "start").then_some(())
+    })
+    .await;
+    let waited = cli(dir.path(), &db.url, &["drain", "--wait", &a.name]);
+    assert!(waited.status.success(), "{}", stderr(&waited));
+    let said = stdout(&waited);
+    assert!(said.contains("1 run(s) still going"), "{said}");
+    assert!(
+        said.trim_end().ends_with(&format!("{}: idle", a.name)),
+        "{said}"
+    );
+    // Every run that started has ended by then, and the history holds no running run.
+    let text = read();
+    let starts = text.lines().filter(|l| *l == "start").count();
+    let ends = text.lines().filter(|l| *l == "end").count();
+    assert_eq!(starts, ends, "{text}");
+    let store = db.store().await;
+    let running = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE outcome = 'running'")
+        .await
+        .unwrap();
+    assert_eq!(running, Some(0));
+    // An idle node's wait ends at once (after its one look).
+    let again = cli(dir.path(), &db.url, &["drain", "--wait", &a.name]);
+    assert!(
+        stdout(&again).contains("0 run(s) still going"),
+        "{}",
+        stdout(&again)
+    );
+    assert!(
+        stdout(&again).trim_end().ends_with("idle"),
+        "{}",
+        stdout(&again)
+    );
 }
 
 async fn a_drained_node_finishes_its_run_and_claims_nothing_more(dialect: Dialect) {
