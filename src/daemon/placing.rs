@@ -34,9 +34,9 @@ pub(super) const PEEK_REUSE: Duration = Duration::from_millis(250);
 
 /// Whether a pass may claim on the last peek, `age` old, instead of looking again: only while
 /// the claim after it took every place it asked for (likely more is due: a burst) and no
-/// start-rate budget is in use, for at most [`PEEK_REUSE`]. What the peek also carries (the drain flag,
-/// rows to prepare, placement changes, events due) is then seen up to that much later; an idle
-/// node looks less often than that anyway.
+/// start-rate budget is in use, for at most [`PEEK_REUSE`]. What the peek also carries (rows to
+/// prepare, placement changes, events due) is then seen up to that much later; an idle node looks
+/// less often than that anyway. A drain is not delayed: the claim reads the drain flag itself.
 pub(super) fn may_reuse_peek(claim_filled: bool, age: Duration) -> bool {
     claim_filled && age < PEEK_REUSE
 }
