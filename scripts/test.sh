@@ -45,19 +45,28 @@ clippy=$!
 package_log=$(mktemp)
 package_test=
 trap 'kill "$clippy" ${package_test:+"$package_test"} 2>/dev/null || true; rm -f "$clippy_log" "$package_log"' EXIT
+# Each part's wall time goes to stderr, to see where the suite's time goes.
+phase() { echo "test.sh: $1 done after ${SECONDS}s" >&2; }
 cargo test --all-targets --no-run
+phase "build"
 # The package test (docs/packaging.md): packs the binary the tests just built (stripped; the
 # release build that `scripts/package.sh` makes by default would cost the suite a second full
 # build), runs lintian, and installs, upgrades, removes and purges the .deb in a throwaway
 # Debian 12 root; at the lowest CPU priority beside the database tests.
 # SQLCRON_SKIP_PACKAGE_TEST=1 leaves it out (a quick local run).
 if [ "${SQLCRON_SKIP_PACKAGE_TEST:-}" != 1 ]; then
-    SQLCRON_BIN=target/debug/sqlcron nice -n 19 scripts/package-test.sh >"$package_log" 2>&1 &
+    (
+        rc=0
+        SQLCRON_BIN=target/debug/sqlcron nice -n 19 scripts/package-test.sh || rc=$?
+        echo "package-test.sh: ended after ${SECONDS}s of the suite"
+        exit $rc
+    ) >"$package_log" 2>&1 &
     package_test=$!
 fi
 # Everything but the chaos soak, in parallel; then the soak alone, one database after the other
 # (three daemons and a throwaway server each; SQLCRON_SOAK_SECS sets its length, default 60 s).
 cargo test --all-targets -- --skip soak::
+phase "unit and integration tests"
 if ! wait "$clippy"; then
     cat "$clippy_log" >&2
     echo "test.sh: cargo clippy --all-targets -- -D warnings failed" >&2
@@ -70,6 +79,7 @@ if [ -n "${SQLCRON_FUZZ_SECS:-}" ] && [ "$SQLCRON_FUZZ_SECS" != 0 ]; then
     scripts/fuzz.sh
 fi
 cargo test --test it soak:: -- --test-threads=1
+phase "chaos soak"
 if [ -n "$package_test" ]; then
     if ! wait "$package_test"; then
         cat "$package_log" >&2

@@ -159,10 +159,17 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     if let Command::Daemon = cli.command {
         run_daemon::harden_process();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(Failure::runtime)?;
+    // The daemon runs its tasks on one thread, and its lease extension on a thread of its own
+    // (`daemon/lease_thread.rs`): in a burst, one thread running every run's task wakes fewer
+    // threads per run than a pool of workers would.
+    let runtime = if let Command::Daemon = cli.command {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()
+    .map_err(Failure::runtime)?;
     runtime.block_on(async move {
         match cli.command {
             Command::Daemon => run_daemon(config, path, explicit, env).await,

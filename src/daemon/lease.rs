@@ -47,6 +47,7 @@ use super::Shared;
 use crate::exec::runner::StopRequest;
 use crate::model::job::OnLeaseLost;
 use crate::model::lease::{extend_interval, reaper_deadline, trusted_until};
+use crate::store::Store;
 
 /// How often the trust windows are checked, independently of any database call.
 pub const TRUST_CHECK: Duration = Duration::from_millis(100);
@@ -123,8 +124,9 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
     }
 }
 
-/// Extends the leases of every supervised claim every third of the lease.
-pub(super) async fn lease_loop(shared: Arc<Shared>) {
+/// Extends the leases of every supervised claim every third of the lease, through `store`
+/// (a pool of its own on the lease thread, see `lease_thread.rs`).
+pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store) {
     let mut failing = false;
     loop {
         let lease = shared.config().daemon.lease;
@@ -143,7 +145,7 @@ pub(super) async fn lease_loop(shared: Arc<Shared>) {
         // node's rows. Trust counts from before the wait.
         let result = {
             let _writes = shared.releases.exclusive().await;
-            shared.store.extend(&shared.node, &held, lease).await
+            store.extend(&shared.node, &held, lease).await
         };
         let mut supervision = shared.supervision();
         match result {

@@ -3,7 +3,8 @@
 //! One loop does the polling: each pass is one [`Daemon::tick`] (a peek at the table, preparing
 //! new rows, a claim of up to the free capacity) and then a sleep until the earliest known due
 //! time, bounded by `poll_interval`, or until a run ends. Each claimed row is handled by its own
-//! task; a second loop extends the leases of all live runs in one statement per pass.
+//! task; a second loop, on a thread of its own (`lease_thread.rs`), extends the leases of all
+//! live runs in one statement per pass.
 //!
 //! Shutdown takes its trigger as an argument ([`Control`]): a soft stop ends claiming and waits
 //! up to `shutdown_grace` for running jobs; then (or on a second stop) they are stopped and their
@@ -19,6 +20,7 @@ mod every_node;
 pub mod guard;
 mod housekeeping;
 pub mod lease;
+mod lease_thread;
 pub mod metrics;
 pub mod notify;
 mod placing;
@@ -305,8 +307,7 @@ impl Daemon {
     /// and released.
     pub async fn run(self, mut control: mpsc::UnboundedReceiver<Control>) {
         let mut tasks = JoinSet::new();
-        let lease_loop = tokio::spawn(lease::lease_loop(self.shared.clone()));
-        let trust_watch = tokio::spawn(lease::trust_watch(self.shared.clone()));
+        let lease = lease_thread::start(self.shared.clone());
         let housekeeping = tokio::spawn(housekeeping::housekeeping_loop(self.shared.clone()));
         let chains = tokio::spawn(chains::chain_loop(self.shared.clone()));
         let alerting = tokio::spawn(alerting::alerting_loop(self.shared.clone()));
@@ -443,8 +444,7 @@ impl Daemon {
         if tokio::time::timeout(limit, &mut delivery).await.is_err() {
             delivery.abort();
         }
-        lease_loop.abort();
-        trust_watch.abort();
+        lease.stop().await;
     }
 
     /// Sleeps until `until`, a wake-up or a control message. Returns whether to stop.

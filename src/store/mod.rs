@@ -138,6 +138,16 @@ pub struct Store {
     sql: std::sync::Arc<Statements>,
     /// PostgreSQL: the hosts of the URL and the one in use (see `topology.rs`).
     topology: Option<std::sync::Arc<topology::Topology>>,
+    /// How the pool was opened, for [`Store::own_pool`].
+    opened: Opened,
+}
+
+/// The settings a pool was opened with, besides its URL and size.
+#[derive(Debug, Clone, Copy)]
+struct Opened {
+    statement_timeout: Option<Duration>,
+    target: topology::Target,
+    pooled: bool,
 }
 
 /// Statement texts rendered for one dialect once, at connect.
@@ -531,7 +541,29 @@ impl Store {
             driver_url: url,
             sql: std::sync::Arc::new(statements(dialect)),
             topology,
+            opened: Opened {
+                statement_timeout,
+                target: default_target,
+                pooled,
+            },
         })
+    }
+
+    /// The same database with a pool of its own of at most `max_connections`, opened with the
+    /// same settings (statement timeout, pooler, hosts): for work that must not wait for this
+    /// pool's connections, nor be driven by the runtime that drives them (the daemon's lease
+    /// extension, `daemon/lease_thread.rs`). Its connections are opened by the runtime this is
+    /// called on, when first used.
+    pub fn own_pool(&self, max_connections: u32) -> Result<Store> {
+        let mut store = Self::open(
+            &self.url,
+            max_connections,
+            self.opened.statement_timeout,
+            self.opened.target,
+            self.opened.pooled,
+        )?;
+        store.direct = self.direct.clone();
+        Ok(store)
     }
 
     pub fn dialect(&self) -> Dialect {

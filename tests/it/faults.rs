@@ -28,20 +28,24 @@ for_each_dialect!(
     hung_statement_cannot_keep_a_claim_trusted,
     stopped_daemon_leaves_no_job_running_when_another_node_takes_over,
     a_run_of_a_later_slot_is_found_when_its_node_dies,
+    a_blocked_daemon_thread_keeps_its_leases,
 );
 
 /// A daemon in this process, on `db`, with `jobs` (TOML `[[job]]` tables) and the node `name`.
 async fn daemon(db: &TestDb, name: &str, daemon_keys: &str, jobs: &str) -> (Daemon, Store) {
     let store = db.store().await;
-    let text = format!(
-        "[database]\nurl = \"{}\"\n[node]\nname = \"{name}\"\n[daemon]\n{}\npoll_interval = \"200ms\"\n{daemon_keys}\n{jobs}",
-        db.url,
-        crate::util::default_user()
-    );
-    let config = parse(&text, Path::new("t.toml"), &Environment::default()).unwrap();
-    let daemon = Daemon::new(store.clone(), config);
+    let daemon = Daemon::new(store.clone(), config(&db.url, name, daemon_keys, jobs));
     daemon.apply_config().await.unwrap();
     (daemon, store)
+}
+
+/// The configuration of a node `name` on the database at `url`.
+fn config(url: &str, name: &str, daemon_keys: &str, jobs: &str) -> sqlcron::config::Config {
+    let text = format!(
+        "[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n[daemon]\n{}\npoll_interval = \"200ms\"\n{daemon_keys}\n{jobs}",
+        crate::util::default_user()
+    );
+    parse(&text, Path::new("t.toml"), &Environment::default()).unwrap()
 }
 
 /// Ends a claim's lease now, as if its holder had stopped renewing it.
@@ -551,4 +555,100 @@ async fn a_run_of_a_later_slot_is_found_when_its_node_dies(dialect: Dialect) {
     );
     assert!(b.stop().success());
     store.close().await;
+}
+
+/// `sqlcron daemon` runs its tasks on one thread and its lease extension on a thread of its own
+/// (`daemon/lease_thread.rs`). A task that blocks the daemon's thread for more than twice the
+/// lease (a slow name-service lookup, say) stalls the poll loop and the run tasks, but not the
+/// extension: the run keeps its claim, its process is not killed, and it ends once, `ok`.
+async fn a_blocked_daemon_thread_keeps_its_leases(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let pidfile = dir.path().join("pid");
+    let jobs = format!(
+        "[[job]]\nname = \"b\"\nschedule = \"0 0 1 1 *\"\n\
+         command = \"echo $$ > {}; while [ ! -e {} ]; do sleep 0.05; done\"\n",
+        pidfile.display(),
+        go.display()
+    );
+    let config = config(&db.url, "a", "lease = \"3s\"", &jobs);
+    let url = db.url.clone();
+    // The daemon on a runtime of one thread, as `sqlcron daemon` runs it.
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let (ctl, ctl_rx) = tokio::sync::mpsc::unbounded_channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        handle_tx.send(runtime.handle().clone()).unwrap();
+        runtime.block_on(async move {
+            let store = Store::connect(&crate::util::db_url(&url), 4).unwrap();
+            let daemon = Daemon::new(store.clone(), config);
+            daemon.apply_config().await.unwrap();
+            let mut tasks = JoinSet::new();
+            daemon.tick(&mut tasks).await.unwrap();
+            drop(tasks);
+            make_due(&store, "b").await;
+            daemon.run(ctl_rx).await;
+        });
+    });
+    let handle = handle_rx.recv().unwrap();
+    let pid: i32 = eventually(Duration::from_secs(10), "the job to start", || async {
+        std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    })
+    .await;
+    // Block the daemon's one thread for 7 s (the lease is 3 s, the trust window 2.4 s).
+    let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel();
+    let (unblocked_tx, unblocked_rx) = tokio::sync::oneshot::channel();
+    handle.spawn(async move {
+        blocked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(7));
+        unblocked_tx.send(()).unwrap();
+    });
+    blocked_rx.await.unwrap();
+    let lease_at_block = store.job("b").await.unwrap().unwrap().lease_until.unwrap();
+    // The lease moves on while the thread is blocked: extended from the lease thread.
+    eventually(
+        Duration::from_secs(5),
+        "an extension during the block",
+        || async {
+            let row = store.job("b").await.unwrap()?;
+            (row.lease_until? > lease_at_block + 1500).then_some(())
+        },
+    )
+    .await;
+    unblocked_rx.await.unwrap();
+    assert!(
+        alive(pid),
+        "the run was killed while the daemon's thread was blocked"
+    );
+    let row = store.job("b").await.unwrap().unwrap();
+    let now = store.now().await.unwrap();
+    assert!(
+        row.lease_until.unwrap() > now,
+        "the lease ran out while the daemon's thread was blocked"
+    );
+    std::fs::write(&go, "").unwrap();
+    eventually(Duration::from_secs(10), "the run to end", || async {
+        let h = store.history(Some("b"), 10).await.unwrap();
+        (h.len() == 1 && h[0].outcome != Outcome::Running.as_str()).then_some(h)
+    })
+    .await;
+    ctl.send(Control::Stop).unwrap();
+    let joined = tokio::task::spawn_blocking(move || thread.join());
+    tokio::time::timeout(Duration::from_secs(20), joined)
+        .await
+        .expect("the daemon stops")
+        .unwrap()
+        .unwrap();
+    let h = runs(&store, "b").await;
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0].2, "ok", "{h:?}");
+    let row = store.job("b").await.unwrap().unwrap();
+    assert_eq!(row.exec_by, None, "released");
 }
