@@ -13,8 +13,8 @@
 //! What they share with the rest is plain shared state: the supervision map (a mutex held for
 //! moments, never across an await), the releases' write lock (`release_batch.rs`), metrics and
 //! channels that work across runtimes. A claim whose trust ends is stopped through its run task
-//! and, should the main thread be stalled, by the reaper (`exec/reaper.rs`, a process of its own), whose
-//! deadline only the extensions here move.
+//! and, should the main thread be stalled, by the reaper (`exec/reaper.rs`, a process of its
+//! own), whose deadline only the extensions here move.
 
 use std::sync::Arc;
 
@@ -26,7 +26,7 @@ use super::{Shared, lease};
 /// broken connection is being replaced.
 pub(super) const LEASE_POOL: u32 = 2;
 
-/// The running lease thread; [`LeaseThread::stop`] ends it.
+/// The running lease thread; [`Lease::stop`] ends it.
 pub(super) struct LeaseThread {
     stop: oneshot::Sender<()>,
     done: oneshot::Receiver<()>,

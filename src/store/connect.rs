@@ -1,0 +1,254 @@
+//! Opening a store: the pool and its connections' settings (statement timeouts, keepalive, the
+//! check that a server takes writes, the ping of a connection idle for a while), the hosts of a
+//! PostgreSQL URL, a transaction-mode pooler in front, and a second pool to the same database.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AssertSqlSafe, ConnectOptions, Executor, Row};
+
+use super::*;
+
+/// The settings a pool was opened with, besides its URL and size.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Opened {
+    pub(super) statement_timeout: Option<Duration>,
+    pub(super) target: topology::Target,
+    pub(super) pooled: bool,
+}
+
+impl Store {
+    /// Connects (lazily: the first statement opens the first connection, so a daemon can start
+    /// while the database is down), with no statement timeout: for the command line and tests.
+    pub fn connect(url: &DatabaseUrl, max_connections: u32) -> Result<Store> {
+        Self::connect_with(url, max_connections, None)
+    }
+
+    /// Connects with a timeout on every statement and lock wait: PostgreSQL `statement_timeout`
+    /// and `lock_timeout`, MariaDB `max_statement_time` (MySQL `max_execution_time`, which
+    /// bounds reads only) and `innodb_lock_wait_timeout` (whole seconds, at least 1), SQLite
+    /// `busy_timeout`. The daemon sets it below its trust window, so that a stalled statement
+    /// returns an error while its claim is still trusted. Migrations run without it.
+    pub fn connect_with(
+        url: &DatabaseUrl,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Store> {
+        Self::open(
+            url,
+            max_connections,
+            statement_timeout,
+            topology::Target::ReadWrite,
+            false,
+        )
+    }
+
+    /// Connects the daemon through a transaction-mode pooler (`url`, PgBouncer with `pool_mode =
+    /// transaction`), with `direct_url` (the server itself) for migrations and LISTEN: see
+    /// `pooler.rs` and docs/databases.md. PostgreSQL only.
+    pub fn connect_pooled(
+        url: &DatabaseUrl,
+        direct_url: &DatabaseUrl,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Store> {
+        let mut store = Self::open(
+            url,
+            max_connections,
+            statement_timeout,
+            topology::Target::ReadWrite,
+            true,
+        )?;
+        if store.dialect != Dialect::Postgres || direct_url.dialect() != Dialect::Postgres {
+            return Err(StoreError::Hosts {
+                url: direct_url.redacted(),
+                why: "[database] direct_url is for PostgreSQL behind a transaction-mode pooler"
+                    .into(),
+            });
+        }
+        // Migrations and the LISTEN connections only: two connections at most.
+        store.direct = Some(std::sync::Arc::new(Self::open(
+            direct_url,
+            2,
+            None,
+            topology::Target::ReadWrite,
+            false,
+        )?));
+        Ok(store)
+    }
+
+    /// Connects for reading only (`[database] read_url`): on PostgreSQL any server that
+    /// answers will do, a standby too, unless the URL's `target_session_attrs` says otherwise.
+    pub fn connect_reader(url: &DatabaseUrl, max_connections: u32) -> Result<Store> {
+        Self::open(url, max_connections, None, topology::Target::Any, false)
+    }
+
+    fn open(
+        configured: &DatabaseUrl,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+        default_target: topology::Target,
+        pooled: bool,
+    ) -> Result<Store> {
+        let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
+        sqlx::any::install_default_drivers();
+        let dialect = configured.dialect();
+        if let Some(path) = configured.sqlite_path() {
+            migrate::create_private(path)
+                .map_err(|e| StoreError::Lock(format!("creating {}: {e}", path.display())))?;
+        }
+        let mut url = configured.secret_text().to_string();
+        if dialect == Dialect::Sqlite && !url.contains("mode=") {
+            url.push_str(if url.contains('?') {
+                "&mode=rwc"
+            } else {
+                "?mode=rwc"
+            });
+        }
+        if dialect == Dialect::Mysql && url.starts_with("mariadb:") {
+            url = url.replacen("mariadb:", "mysql:", 1);
+        }
+        let parse = |url: &str| {
+            AnyConnectOptions::from_str(url)
+                .map_err(|source| StoreError::Sql {
+                    dialect: dialect.name(),
+                    op: "parse URL",
+                    source,
+                })
+                .map(|o| {
+                    o.log_statements(tracing::log::LevelFilter::Trace)
+                        .log_slow_statements(
+                            tracing::log::LevelFilter::Warn,
+                            Duration::from_secs(2),
+                        )
+                })
+        };
+        let topology = if dialect == Dialect::Postgres {
+            let mut hosts = configured.hosts().clone();
+            if pooled {
+                for u in &mut hosts.urls {
+                    *u = pooler::without_statement_cache(u);
+                }
+            }
+            let options = hosts
+                .urls
+                .iter()
+                .map(|u| parse(u))
+                .collect::<Result<Vec<_>>>()?;
+            let target = hosts.target.unwrap_or(default_target);
+            Some(std::sync::Arc::new(topology::Topology::new(
+                hosts, target, options,
+            )))
+        } else {
+            None
+        };
+        let options = match &topology {
+            Some(t) => parse(t.current_url())?,
+            None => parse(&url)?,
+        };
+        let check_writable = topology
+            .as_ref()
+            .is_some_and(|t| t.target == topology::Target::ReadWrite);
+        let stale = topology.clone();
+        let ports = std::sync::Arc::new(configured.server_ports().to_vec());
+        // SQLite serialises writes anyway; more connections only cost memory.
+        let max_connections = if dialect == Dialect::Sqlite {
+            max_connections.min(4)
+        } else {
+            max_connections
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(5))
+            .after_connect(move |conn, _meta| {
+                let ports = ports.clone();
+                Box::pin(async move {
+                    // Through a pooler the timeouts are set per transaction instead.
+                    let session_timeout = if pooled { None } else { timeout_ms };
+                    for setting in dialect.session_setup(session_timeout) {
+                        let tried = conn.execute(AssertSqlSafe(setting.sql)).await;
+                        match (tried, setting.otherwise) {
+                            (Ok(_), _) => {}
+                            (Err(_), Some(other)) => {
+                                conn.execute(AssertSqlSafe(other)).await?;
+                            }
+                            (Err(e), None) => return Err(e),
+                        }
+                    }
+                    for port in ports.iter() {
+                        keepalive::enable_for_peer_port(*port);
+                    }
+                    // A server that does not take writes (a standby, the old primary after a
+                    // split) is refused here, so that the pool never hands one out.
+                    if check_writable {
+                        // Without parameters: one simple query, no prepared statement (which a
+                        // transaction-mode pooler could not keep).
+                        let ro: i32 = conn
+                            .fetch_one(topology::READ_ONLY_CHECK)
+                            .await?
+                            .try_get(0)?;
+                        if ro != 0 {
+                            return Err(sqlx::Error::Protocol(topology::READ_ONLY_SERVER.into()));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            // A connection is checked with a round trip (a ping) before use only when it sat
+            // idle for a while: one used moments ago is alive, and pinging it before every
+            // statement doubled the round trips of a busy node. A connection that broke in
+            // between fails its statement, which is retried like any other failed write.
+            .test_before_acquire(false)
+            // Connections opened before the pool changed server are dropped, not used.
+            .before_acquire(move |conn, meta| {
+                let keep = stale.as_ref().is_none_or(|t| !t.is_stale(meta.age));
+                Box::pin(async move {
+                    if !keep {
+                        return Ok(false);
+                    }
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        // A failed ping closes the connection without a goodbye.
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .connect_lazy_with(options);
+        Ok(Store {
+            db: pooler::Db {
+                pool,
+                begin: pooled.then(|| pooler::begin_statement(timeout_ms).into()),
+            },
+            direct: None,
+            dialect,
+            url: configured.clone(),
+            driver_url: url,
+            sql: std::sync::Arc::new(statements(dialect)),
+            topology,
+            opened: Opened {
+                statement_timeout,
+                target: default_target,
+                pooled,
+            },
+        })
+    }
+
+    /// The same database with a pool of its own of at most `max_connections`, opened with the
+    /// same settings (statement timeout, pooler, hosts): for work that must not wait for this
+    /// pool's connections, nor be driven by the runtime that drives them (the daemon's lease
+    /// extension, `daemon/lease_thread.rs`). Its connections are opened by the runtime this is
+    /// called on, when first used.
+    pub fn own_pool(&self, max_connections: u32) -> Result<Store> {
+        let mut store = Self::open(
+            &self.url,
+            max_connections,
+            self.opened.statement_timeout,
+            self.opened.target,
+            self.opened.pooled,
+        )?;
+        store.direct = self.direct.clone();
+        Ok(store)
+    }
+}
