@@ -292,6 +292,15 @@ fn start_daemon(dir: &Path, name: &str, url: &str, extra: &str, rust_log: &str) 
     start_daemon_env(dir, name, url, extra, rust_log, &[])
 }
 
+/// `pool_size = N` for the daemons' `[database]` table when `SQLCRON_BENCH_POOL_SIZE` is set (the
+/// default pool otherwise).
+fn pool_size() -> String {
+    std::env::var("SQLCRON_BENCH_POOL_SIZE")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .map_or(String::new(), |n| format!("pool_size = {n}\n"))
+}
+
 fn start_daemon_env(
     dir: &Path,
     name: &str,
@@ -303,7 +312,10 @@ fn start_daemon_env(
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(
         &cfg,
-        format!("[database]\nurl = \"{url}\"\n[node]\nname = \"{name}\"\n{extra}\n"),
+        format!(
+            "[database]\nurl = \"{url}\"\n{}[node]\nname = \"{name}\"\n{extra}\n",
+            pool_size()
+        ),
     )
     .unwrap();
     let log = dir.join(format!("{name}.log"));

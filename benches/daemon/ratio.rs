@@ -2,7 +2,8 @@
 //! same body (a bash script appending one line with its start time to a file) started N times by
 //! `xargs -P16` alone, then as N jobs due in the same second through sqlcron (three nodes on
 //! PostgreSQL and on MariaDB, one node on SQLite), for N = 1,000, 5,000 and 20,000
-//! (`SQLCRON_BENCH_SIZES=1000,5000` to choose). Printed per database and N: the drain (first
+//! (`SQLCRON_BENCH_SIZES=1000,5000` to choose; `SQLCRON_BENCH_POOL_SIZE=3` sets the daemons'
+//! `[database] pool_size`). Printed per database and N: the drain (first
 //! start to last start, from the body's own clock), p99 lateness (start minus the slot), the
 //! ratio of the drain to `xargs`'s, CPU per job of the daemons and of the database server (from
 //! `/proc`), and transactions and statements per job (from the server's statistics).
