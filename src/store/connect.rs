@@ -91,6 +91,26 @@ impl Store {
         default_target: topology::Target,
         pooled: bool,
     ) -> Result<Store> {
+        Self::open_on(
+            configured,
+            max_connections,
+            statement_timeout,
+            default_target,
+            pooled,
+            None,
+        )
+    }
+
+    /// [`Store::open`], on the hosts' choice of `shared` when given (PostgreSQL): the new pool
+    /// points where that choice points, and follows it when it changes.
+    fn open_on(
+        configured: &DatabaseUrl,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+        default_target: topology::Target,
+        pooled: bool,
+        shared: Option<std::sync::Arc<topology::Topology>>,
+    ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
         let dialect = configured.dialect();
@@ -124,7 +144,9 @@ impl Store {
                         )
                 })
         };
-        let topology = if dialect == Dialect::Postgres {
+        let topology = if shared.is_some() {
+            shared
+        } else if dialect == Dialect::Postgres {
             let mut hosts = configured.hosts().clone();
             if pooled {
                 for u in &mut hosts.urls {
@@ -150,7 +172,8 @@ impl Store {
         let check_writable = topology
             .as_ref()
             .is_some_and(|t| t.target == topology::Target::ReadWrite);
-        let stale = topology.clone();
+        // Weak: the choice holds its pools (to point them all anew), not the other way round.
+        let stale = topology.as_ref().map(std::sync::Arc::downgrade);
         let ports = std::sync::Arc::new(configured.server_ports().to_vec());
         // SQLite serialises writes anyway; more connections only cost memory.
         let max_connections = if dialect == Dialect::Sqlite {
@@ -203,7 +226,10 @@ impl Store {
             .test_before_acquire(false)
             // Connections opened before the pool changed server are dropped, not used.
             .before_acquire(move |conn, meta| {
-                let keep = stale.as_ref().is_none_or(|t| !t.is_stale(meta.age));
+                let keep = stale
+                    .as_ref()
+                    .and_then(std::sync::Weak::upgrade)
+                    .is_none_or(|t| !t.is_stale(meta.age));
                 Box::pin(async move {
                     if !keep {
                         return Ok(false);
@@ -216,6 +242,9 @@ impl Store {
                 })
             })
             .connect_lazy_with(options);
+        if let Some(t) = &topology {
+            t.follow(&pool);
+        }
         Ok(Store {
             db: pooler::Db {
                 pool,
@@ -239,14 +268,17 @@ impl Store {
     /// same settings (statement timeout, pooler, hosts): for work that must not wait for this
     /// pool's connections, nor be driven by the runtime that drives them (the daemon's lease
     /// extension, `daemon/lease_thread.rs`). Its connections are opened by the runtime this is
-    /// called on, when first used.
+    /// called on, when first used. On PostgreSQL with several hosts both pools share one choice
+    /// of server: a change of server that either pool's errors call for moves both, so that a
+    /// node never extends its leases on one server while it claims and releases on another.
     pub fn own_pool(&self, max_connections: u32) -> Result<Store> {
-        let mut store = Self::open(
+        let mut store = Self::open_on(
             &self.url,
             max_connections,
             self.opened.statement_timeout,
             self.opened.target,
             self.opened.pooled,
+            self.topology.clone(),
         )?;
         store.direct = self.direct.clone();
         Ok(store)

@@ -41,6 +41,9 @@ pub struct Topology {
     failing: AtomicBool,
     /// When the last selection ended (they are spaced by [`SELECT_SPACING`]).
     last_selection: Mutex<Option<Instant>>,
+    /// The pools that follow this choice (a store's, and the lease extension's of the same
+    /// node, `Store::own_pool`): a change of server points them all anew.
+    pools: Mutex<Vec<AnyPool>>,
 }
 
 /// The least time between two selections of a server.
@@ -57,7 +60,16 @@ impl Topology {
             selecting: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             last_selection: Mutex::new(None),
+            pools: Mutex::new(Vec::new()),
         }
+    }
+
+    /// `pool` follows this choice from now on.
+    pub fn follow(&self, pool: &AnyPool) {
+        self.pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pool.clone());
     }
 
     /// The URL of the host the pool points at.
@@ -161,6 +173,9 @@ impl Topology {
                     self.mark_switched();
                     if i != was {
                         pool.set_connect_options(options.clone());
+                        for other in self.pools.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                            other.set_connect_options(options.clone());
+                        }
                         self.current.store(i, Ordering::SeqCst);
                         tracing::warn!(
                             server = %self.hosts.names[i],

@@ -366,3 +366,42 @@ async fn reading_commands_use_the_read_url_and_outlive_the_primary() {
         "sqlcron run writes to [database] url, which is down"
     );
 }
+
+/// The lease extension's pool of its own (`Store::own_pool`, `daemon/lease_thread.rs`) shares
+/// the daemon's choice of server: when the daemon's pool moves to another host, the lease pool
+/// points there too, before any error of its own. Otherwise, in a split with two servers taking
+/// writes, a node could extend its leases on one while it claims and releases on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_its_own_follows_the_stores_choice_of_server() {
+    let db = crate::util::TestDb::new(sqlcron::store::Dialect::Postgres).await;
+    let database = db.url.rsplit('/').next().unwrap().to_string();
+    // Nothing listens on the first host's port.
+    let down = crate::util::free_port();
+    let url = format!("postgres://postgres@127.0.0.1:{down},127.0.0.1:5432/{database}");
+    let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
+    let lease = store.own_pool(2).unwrap();
+    assert!(
+        store.server_name().unwrap().ends_with(&down.to_string()),
+        "{:?}",
+        store.server_name()
+    );
+    // The store's statements find the first host gone, and it moves to the second.
+    eventually(
+        Duration::from_secs(20),
+        "the store on the second host",
+        || async { store.now().await.ok() },
+    )
+    .await;
+    assert!(
+        store.server_name().unwrap().ends_with(":5432"),
+        "{:?}",
+        store.server_name()
+    );
+    // The lease pool never failed, yet its first statement goes to the second host.
+    lease
+        .now()
+        .await
+        .expect("the lease pool follows the store's choice of server");
+    lease.close().await;
+    store.close().await;
+}
