@@ -32,6 +32,7 @@
 //! | another node took the row (extension matched nothing) | same as above, at once |
 //! | the job's process is stuck but alive | the lease is extended: liveness is the process, and `timeout` bounds it |
 //! | the process ended but its release cannot be written | the lease is still extended; the release is retried until it lands or the claim is lost |
+//! | the daemon's thread (not this one, see `lease_thread.rs`) runs nothing for twice the lease | extensions stop; the claims are lost when their trust windows end |
 //! | the node dies | the lease expires; another node takes over by `rerun_lost` |
 //! | the node is stopped (SIGTERM) | after `shutdown_grace`, runs are stopped and their leases ended at once |
 
@@ -44,9 +45,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::Shared;
+use super::lease_thread::Progress;
 use crate::exec::runner::StopRequest;
 use crate::model::job::OnLeaseLost;
-use crate::model::lease::{extend_interval, reaper_deadline, trusted_until};
+use crate::model::lease::{extend_interval, extends_after_stall, reaper_deadline, trusted_until};
 use crate::store::Store;
 
 /// How often the trust windows are checked, independently of any database call.
@@ -125,12 +127,28 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
 }
 
 /// Extends the leases of every supervised claim every third of the lease, through `store`
-/// (a pool of its own on the lease thread, see `lease_thread.rs`).
-pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store) {
+/// (a pool of its own on the lease thread, see `lease_thread.rs`), while the daemon's thread
+/// shows `progress`.
+pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<Progress>) {
     let mut failing = false;
+    let mut stalled = false;
     loop {
         let lease = shared.config().daemon.lease;
         tokio::time::sleep(extend_interval(lease)).await;
+        let quiet = progress.stalled_for();
+        if !extends_after_stall(quiet, lease) {
+            if !stalled {
+                tracing::error!(
+                    stalled_for = %humantime::format_duration(Duration::from_secs(quiet.as_secs())),
+                    "the daemon's thread has run nothing for twice the lease; its leases are no longer extended (its runs are stopped at the end of their trust window and taken over)"
+                );
+                stalled = true;
+            }
+            continue;
+        }
+        if std::mem::take(&mut stalled) {
+            tracing::info!("the daemon's thread runs again");
+        }
         let held: Vec<(i64, i64)> = shared
             .supervision()
             .iter()

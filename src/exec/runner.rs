@@ -358,7 +358,11 @@ async fn run_program(
         }
     };
     let oom_killed = cgroup.as_ref().is_some_and(|c| c.oom_killed());
-    drop(cgroup);
+    // Removing the group may wait for what it still holds to die (up to half a second): not on
+    // the daemon's one thread.
+    if let Some(group) = cgroup {
+        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    }
     if let Some(reason) = crate::exec::limits::signal_reason(&spec.limits, signal, oom_killed) {
         tracing::warn!(job = %spec.job, "{reason}");
         notes.insert(0, reason);

@@ -33,6 +33,20 @@ pub fn statement_timeout(lease: Duration) -> Duration {
         .max(Duration::from_millis(500))
 }
 
+/// How long the daemon's thread may run nothing before its lease extension (on a thread of its
+/// own) stops extending: twice the lease. A shorter stall (a slow name-service lookup) costs
+/// its runs lateness only; a longer one, the claims: the trust window then ends, the reaper
+/// stops the runs and another node takes the rows over. A node whose run tasks cannot act
+/// (stop a job at its `timeout`, on `sqlcron stop`) must not hold its rows for ever.
+pub fn stall_limit(lease: Duration) -> Duration {
+    lease * 2
+}
+
+/// Whether a lease extension goes ahead, given how long the daemon's thread has run nothing.
+pub fn extends_after_stall(stalled: Duration, lease: Duration) -> bool {
+    stalled <= stall_limit(lease)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +63,13 @@ mod tests {
             statement_timeout(Duration::from_millis(600)),
             Duration::from_millis(500)
         );
+    }
+
+    #[test]
+    fn extensions_stop_once_the_daemon_thread_stalled_for_twice_the_lease() {
+        let lease = Duration::from_secs(10);
+        assert!(extends_after_stall(Duration::ZERO, lease));
+        assert!(extends_after_stall(Duration::from_secs(20), lease));
+        assert!(!extends_after_stall(Duration::from_millis(20_001), lease));
     }
 }

@@ -271,16 +271,23 @@ impl Store {
     /// called on, when first used. On PostgreSQL with several hosts both pools share one choice
     /// of server: a change of server that either pool's errors call for moves both, so that a
     /// node never extends its leases on one server while it claims and releases on another.
-    pub fn own_pool(&self, max_connections: u32) -> Result<Store> {
-        let mut store = Self::open_on(
+    ///
+    ///
+    /// `None` for an in-memory SQLite database, which exists only in its own connections: use
+    /// this store then (SQLite's connections run on threads of their own, whatever runtime
+    /// asks). The new store has no `direct_url` pool (migrations and LISTEN are not its work).
+    pub fn own_pool(&self, max_connections: u32) -> Result<Option<Store>> {
+        if self.dialect == Dialect::Sqlite && self.url.sqlite_path().is_none() {
+            return Ok(None);
+        }
+        Self::open_on(
             &self.url,
             max_connections,
             self.opened.statement_timeout,
             self.opened.target,
             self.opened.pooled,
             self.topology.clone(),
-        )?;
-        store.direct = self.direct.clone();
-        Ok(store)
+        )
+        .map(Some)
     }
 }

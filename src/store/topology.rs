@@ -64,12 +64,12 @@ impl Topology {
         }
     }
 
-    /// `pool` follows this choice from now on.
+    /// `pool` follows this choice from now on, starting with the host chosen now (under the
+    /// same lock as a change of host, so that a change under way cannot pass it by).
     pub fn follow(&self, pool: &AnyPool) {
-        self.pools
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(pool.clone());
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pool.set_connect_options(self.options[self.current.load(Ordering::SeqCst)].clone());
+        pools.push(pool.clone());
     }
 
     /// The URL of the host the pool points at.
@@ -173,10 +173,12 @@ impl Topology {
                     self.mark_switched();
                     if i != was {
                         pool.set_connect_options(options.clone());
-                        for other in self.pools.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+                        self.current.store(i, Ordering::SeqCst);
+                        for other in pools.iter() {
                             other.set_connect_options(options.clone());
                         }
-                        self.current.store(i, Ordering::SeqCst);
+                        drop(pools);
                         tracing::warn!(
                             server = %self.hosts.names[i],
                             was = %self.hosts.names[was],

@@ -379,7 +379,7 @@ async fn a_pool_of_its_own_follows_the_stores_choice_of_server() {
     let down = crate::util::free_port();
     let url = format!("postgres://postgres@127.0.0.1:{down},127.0.0.1:5432/{database}");
     let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
-    let lease = store.own_pool(2).unwrap();
+    let lease = store.own_pool(2).unwrap().expect("a pool of its own");
     assert!(
         store.server_name().unwrap().ends_with(&down.to_string()),
         "{:?}",

@@ -29,6 +29,7 @@ for_each_dialect!(
     stopped_daemon_leaves_no_job_running_when_another_node_takes_over,
     a_run_of_a_later_slot_is_found_when_its_node_dies,
     a_blocked_daemon_thread_keeps_its_leases,
+    a_daemon_thread_stuck_past_twice_the_lease_loses_its_claims,
 );
 
 /// A daemon in this process, on `db`, with `jobs` (TOML `[[job]]` tables) and the node `name`.
@@ -557,64 +558,108 @@ async fn a_run_of_a_later_slot_is_found_when_its_node_dies(dialect: Dialect) {
     store.close().await;
 }
 
+/// A daemon in this process on a runtime of one thread, as `sqlcron daemon` runs it, with one
+/// job (`b`) that runs until `go` exists, made due and started.
+struct OneThreadDaemon {
+    handle: tokio::runtime::Handle,
+    ctl: tokio::sync::mpsc::UnboundedSender<Control>,
+    thread: std::thread::JoinHandle<()>,
+    pid: i32,
+    go: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OneThreadDaemon {
+    async fn start(db: &TestDb, lease: &str) -> OneThreadDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let go = dir.path().join("go");
+        let pidfile = dir.path().join("pid");
+        let jobs = format!(
+            "[[job]]\nname = \"b\"\nschedule = \"0 0 1 1 *\"\n\
+             command = \"echo $$ > {}; while [ ! -e {} ]; do sleep 0.05; done\"\n",
+            pidfile.display(),
+            go.display()
+        );
+        let config = config(&db.url, "a", &format!("lease = \"{lease}\""), &jobs);
+        let url = db.url.clone();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (ctl, ctl_rx) = tokio::sync::mpsc::unbounded_channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            handle_tx.send(runtime.handle().clone()).unwrap();
+            runtime.block_on(async move {
+                let store = Store::connect(&crate::util::db_url(&url), 4).unwrap();
+                let daemon = Daemon::new(store.clone(), config);
+                daemon.apply_config().await.unwrap();
+                let mut tasks = JoinSet::new();
+                daemon.tick(&mut tasks).await.unwrap();
+                drop(tasks);
+                make_due(&store, "b").await;
+                daemon.run(ctl_rx).await;
+            });
+        });
+        let handle = handle_rx.recv().unwrap();
+        let pid: i32 = eventually(Duration::from_secs(10), "the job to start", || async {
+            std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+        })
+        .await;
+        OneThreadDaemon {
+            handle,
+            ctl,
+            thread,
+            pid,
+            go,
+            _dir: dir,
+        }
+    }
+
+    /// Blocks the daemon's one thread for `how_long`; returns once the block has begun, with a
+    /// receiver told when it ends.
+    async fn block(&self, how_long: Duration) -> tokio::sync::oneshot::Receiver<()> {
+        let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel();
+        let (unblocked_tx, unblocked_rx) = tokio::sync::oneshot::channel();
+        self.handle.spawn(async move {
+            blocked_tx.send(()).unwrap();
+            std::thread::sleep(how_long);
+            unblocked_tx.send(()).unwrap();
+        });
+        blocked_rx.await.unwrap();
+        unblocked_rx
+    }
+
+    async fn stop(self) {
+        self.ctl.send(Control::StopNow).unwrap();
+        let thread = self.thread;
+        let joined = tokio::task::spawn_blocking(move || thread.join());
+        tokio::time::timeout(Duration::from_secs(20), joined)
+            .await
+            .expect("the daemon stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 /// `sqlcron daemon` runs its tasks on one thread and its lease extension on a thread of its own
-/// (`daemon/lease_thread.rs`). A task that blocks the daemon's thread for more than twice the
-/// lease (a slow name-service lookup, say) stalls the poll loop and the run tasks, but not the
-/// extension: the run keeps its claim, its process is not killed, and it ends once, `ok`.
+/// (`daemon/lease_thread.rs`). A task that blocks the daemon's thread for longer than the trust
+/// window but less than twice the lease (a slow name-service lookup, say) stalls the poll loop
+/// and the run tasks, but not the extension: the run keeps its claim, its process is not
+/// killed, and it ends once, `ok`.
 async fn a_blocked_daemon_thread_keeps_its_leases(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
-    let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
-    let pidfile = dir.path().join("pid");
-    let jobs = format!(
-        "[[job]]\nname = \"b\"\nschedule = \"0 0 1 1 *\"\n\
-         command = \"echo $$ > {}; while [ ! -e {} ]; do sleep 0.05; done\"\n",
-        pidfile.display(),
-        go.display()
-    );
-    let config = config(&db.url, "a", "lease = \"3s\"", &jobs);
-    let url = db.url.clone();
-    // The daemon on a runtime of one thread, as `sqlcron daemon` runs it.
-    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-    let (ctl, ctl_rx) = tokio::sync::mpsc::unbounded_channel();
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        handle_tx.send(runtime.handle().clone()).unwrap();
-        runtime.block_on(async move {
-            let store = Store::connect(&crate::util::db_url(&url), 4).unwrap();
-            let daemon = Daemon::new(store.clone(), config);
-            daemon.apply_config().await.unwrap();
-            let mut tasks = JoinSet::new();
-            daemon.tick(&mut tasks).await.unwrap();
-            drop(tasks);
-            make_due(&store, "b").await;
-            daemon.run(ctl_rx).await;
-        });
-    });
-    let handle = handle_rx.recv().unwrap();
-    let pid: i32 = eventually(Duration::from_secs(10), "the job to start", || async {
-        std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-    })
-    .await;
-    // Block the daemon's one thread for 7 s (the lease is 3 s, the trust window 2.4 s).
-    let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel();
-    let (unblocked_tx, unblocked_rx) = tokio::sync::oneshot::channel();
-    handle.spawn(async move {
-        blocked_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_secs(7));
-        unblocked_tx.send(()).unwrap();
-    });
-    blocked_rx.await.unwrap();
+    let daemon = OneThreadDaemon::start(&db, "3s").await;
+    // 4.5 s: past the trust window (2.4 s) and the reaper's deadline (2.7 s), short of the
+    // stall limit (6 s).
+    let unblocked = daemon.block(Duration::from_millis(4500)).await;
     let lease_at_block = store.job("b").await.unwrap().unwrap().lease_until.unwrap();
     // The lease moves on while the thread is blocked: extended from the lease thread.
     eventually(
-        Duration::from_secs(5),
+        Duration::from_secs(4),
         "an extension during the block",
         || async {
             let row = store.job("b").await.unwrap()?;
@@ -622,9 +667,9 @@ async fn a_blocked_daemon_thread_keeps_its_leases(dialect: Dialect) {
         },
     )
     .await;
-    unblocked_rx.await.unwrap();
+    unblocked.await.unwrap();
     assert!(
-        alive(pid),
+        alive(daemon.pid),
         "the run was killed while the daemon's thread was blocked"
     );
     let row = store.job("b").await.unwrap().unwrap();
@@ -633,22 +678,63 @@ async fn a_blocked_daemon_thread_keeps_its_leases(dialect: Dialect) {
         row.lease_until.unwrap() > now,
         "the lease ran out while the daemon's thread was blocked"
     );
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(&daemon.go, "").unwrap();
     eventually(Duration::from_secs(10), "the run to end", || async {
         let h = store.history(Some("b"), 10).await.unwrap();
         (h.len() == 1 && h[0].outcome != Outcome::Running.as_str()).then_some(h)
     })
     .await;
-    ctl.send(Control::Stop).unwrap();
-    let joined = tokio::task::spawn_blocking(move || thread.join());
-    tokio::time::timeout(Duration::from_secs(20), joined)
-        .await
-        .expect("the daemon stops")
-        .unwrap()
-        .unwrap();
+    daemon.stop().await;
     let h = runs(&store, "b").await;
     assert_eq!(h.len(), 1, "{h:?}");
     assert_eq!(h[0].2, "ok", "{h:?}");
     let row = store.job("b").await.unwrap().unwrap();
     assert_eq!(row.exec_by, None, "released");
+}
+
+/// A daemon's thread that runs nothing for more than twice the lease can stop no job (at its
+/// `timeout`, on `sqlcron stop`): its lease thread stops extending, the lease ends in the
+/// database (another node may take the row over; under `sqlcron daemon` the reaper stops the
+/// run before that, see `stopped_daemon_leaves_no_job_running_when_another_node_takes_over`),
+/// and once the thread runs again the run's task finds its claim lost: it stops the job and
+/// writes nothing for it; the row's next holder records it lost.
+async fn a_daemon_thread_stuck_past_twice_the_lease_loses_its_claims(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let daemon = OneThreadDaemon::start(&db, "3s").await;
+    let unblocked = daemon.block(Duration::from_secs(12)).await;
+    let blocked_at = Instant::now();
+    // Extensions stop 6 s into the block; the last one's lease ends within 3 s after.
+    eventually(
+        Duration::from_secs(11),
+        "the lease to end in the database",
+        || async {
+            let row = store.job("b").await.unwrap()?;
+            let now = store.now().await.unwrap();
+            (row.lease_until? < now).then_some(())
+        },
+    )
+    .await;
+    assert!(blocked_at.elapsed() >= Duration::from_secs(6));
+    unblocked.await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the lost run to be stopped",
+        || async { (!alive(daemon.pid)).then_some(()) },
+    )
+    .await;
+    daemon.stop().await;
+    // Nothing was written for the lost run by its node: the next holder (here the same node,
+    // once its thread ran again: the row was due, its lease over) recorded it lost, and ran
+    // the slot again.
+    let h = store.history(Some("b"), 10).await.unwrap();
+    let first = h.iter().find(|r| r.attempt == 1).expect("the first run");
+    assert_eq!(first.outcome, Outcome::Lost.as_str(), "{h:?}");
+    assert!(
+        first
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("expired")),
+        "{h:?}"
+    );
 }
