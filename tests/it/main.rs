@@ -31,6 +31,7 @@ mod metrics;
 mod outage;
 mod placement;
 mod pooler;
+mod priority;
 mod proxied;
 mod proxy;
 mod quickstart;
