@@ -162,10 +162,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     // The daemon runs its tasks on one thread, and its lease extension on a thread of its own
     // (`daemon/lease_thread.rs`): in a burst, one thread running every run's task wakes fewer
     // threads per run than a pool of workers would.
-    // Its threads go ahead of its jobs where it may (`exec/priority.rs`): before the runtime
-    // and the other threads start, so that they share it.
     let runtime = if let Command::Daemon = cli.command {
-        crate::exec::priority::boost_this_thread();
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()

@@ -46,7 +46,6 @@ pub(super) async fn run_daemon(
     env: Environment,
 ) -> Result<u8, Failure> {
     init_logging(&config);
-    crate::exec::priority::report();
     // Under systemd too: the unit's control group ends a dead daemon's jobs, but only the reaper
     // ends those of a daemon that is stopped (SIGSTOP, a stalled thread) once their lease
     // could have passed to another node.

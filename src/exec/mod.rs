@@ -2,8 +2,7 @@
 //! Unix account ([`account`]), with its env file ([`envfile`]), header file ([`headers_file`])
 //! and resource limits ([`limits`]), ended by the job reaper if the daemon dies ([`reaper`]),
 //! with what it leaves behind ([`orphans`]). How a run ended is [`outcome`]; a shell command
-//! that needs no shell is started directly ([`plain_command`]). The daemon's own threads go
-//! ahead of its jobs on a busy CPU ([`priority`]).
+//! that needs no shell is started directly ([`plain_command`]).
 //!
 //! No database and no claims: the daemon decides what to run and records what happened.
 //! Imports only `model`.
@@ -16,6 +15,5 @@ pub mod limits;
 pub mod orphans;
 pub mod outcome;
 pub mod plain_command;
-pub mod priority;
 pub mod reaper;
 pub mod runner;

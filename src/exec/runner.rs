@@ -272,10 +272,7 @@ async fn run_program(
             });
         }
     }
-    // The daemon's thread may run ahead of its jobs (`exec/priority.rs`); the job gets the nice
-    // value the daemon was started with.
-    let mut child = crate::exec::priority::while_as_started(|| cmd.spawn())
-        .map_err(|source| spawn_err(&what, source))?;
+    let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     crate::exec::orphans::spawned(&run_id, pgid);
     crate::exec::reaper::register(pgid, spec.reaper_deadline, &run_id);

@@ -31,7 +31,6 @@ mod metrics;
 mod outage;
 mod placement;
 mod pooler;
-mod priority;
 mod proxied;
 mod proxy;
 mod quickstart;
