@@ -58,6 +58,23 @@ fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
+/// The CPU seconds of the job reaper a daemon started (`sqlcron-reaper`, its child): part of
+/// what the scheduler costs, in a process of its own.
+fn reaper_cpu_seconds(daemon: u32) -> f64 {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| parent_of(p) == Some(daemon))
+                .filter(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "sqlcron-reaper")
+                })
+                .map(|p| cpu_seconds(p).0)
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
 /// What one way of starting N bodies measured.
 struct Drain {
     /// First start to last start, seconds.
@@ -65,6 +82,8 @@ struct Drain {
     /// p99 of start minus the moment they were all due, seconds.
     p99: f64,
     started: usize,
+    /// CPU seconds of the starter itself (`xargs`), its bodies not counted.
+    starter_cpu: f64,
 }
 
 fn drain_of(mut t: Vec<f64>, due_ms: f64) -> Drain {
@@ -77,22 +96,46 @@ fn drain_of(mut t: Vec<f64>, due_ms: f64) -> Drain {
         },
         p99: percentile(&late, 0.99),
         started: t.len(),
+        starter_cpu: f64::NAN,
     }
 }
 
-/// The bodies alone: `seq N | xargs -P16 -n1 body`.
+/// The bodies alone: `seq N | xargs -P16 -n1 body`. Also measures what `xargs` itself spends
+/// starting and reaping them: its own CPU, read from `/proc` once it has exited and before it
+/// is reaped (the bodies' CPU is in its children's fields, not counted).
 fn xargs(dir: &Path, body: &Path, n: usize) -> Drain {
+    use std::io::Write;
     let out = dir.join(format!("xargs-{n}.txt"));
     let _ = std::fs::remove_file(&out);
+    let numbers: String = (1..=n).map(|i| format!("{i}\n")).collect();
     let due = now_ms();
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!("seq 1 {n} | xargs -P16 -n1 {}", body.display()))
+    let mut child = Command::new("xargs")
+        .args(["-P16", "-n1"])
+        .arg(body)
         .env("RATIO_OUT", &out)
-        .status()
+        .stdin(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(status.success());
-    drain_of(starts(&out), due)
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(numbers.as_bytes()).unwrap();
+    drop(input);
+    let pid = child.id();
+    let exited = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with('Z')))
+            .unwrap_or(true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !exited() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let starter_cpu = cpu_seconds(pid).0;
+    assert!(child.wait().unwrap().success());
+    Drain {
+        starter_cpu,
+        ..drain_of(starts(&out), due)
+    }
 }
 
 fn now_ms() -> f64 {
@@ -217,7 +260,15 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
     }
     let (tx_before, st_before) = server_counts(&db, &store).await;
     let cpu_before = server_cpu(server);
-    let daemons_before: f64 = daemons.iter().map(|d| cpu_seconds(d.child.id()).0).sum();
+    // The daemons and their job reapers.
+    let daemons_cpu_now = |daemons: &[Daemon]| -> (f64, f64) {
+        let ids = daemons.iter().map(|d| d.child.id());
+        (
+            ids.clone().map(|p| cpu_seconds(p).0).sum(),
+            ids.map(reaper_cpu_seconds).sum(),
+        )
+    };
+    let (daemons_before, reapers_before) = daemons_cpu_now(&daemons);
     let deadline = Instant::now() + Duration::from_secs(300);
     while starts(&out).len() < n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -235,11 +286,9 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let daemons_cpu: f64 = daemons
-        .iter()
-        .map(|d| cpu_seconds(d.child.id()).0)
-        .sum::<f64>()
-        - daemons_before;
+    let (daemons_after, reapers_after) = daemons_cpu_now(&daemons);
+    let reapers_cpu = reapers_after - reapers_before;
+    let daemons_cpu = daemons_after - daemons_before + reapers_cpu;
     let server_after = server_cpu(server);
     let (tx_after, st_after) = server_counts(&db, &store).await;
     for d in &mut daemons {
@@ -256,8 +305,9 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
     let d = drain_of(starts(&out), slot as f64);
     println!(
         "ratio      {:<8} N={n:<6} {nodes} node(s): drain {:.2} s vs xargs -P16 {:.2} s = {:.2}x; \
-         p99 lateness {:.2} s (xargs {:.2} s); started {}/{n}; CPU per job: daemons {:.2} ms, \
-         database {server_cpu}; per job: {} transactions, {} statements",
+         p99 lateness {:.2} s (xargs {:.2} s); started {}/{n}; CPU per job: daemons {:.2} ms \
+         (their reapers {:.2} ms; xargs's own {:.2} ms), database {server_cpu}; per job: {} \
+         transactions, {} statements",
         dialect.name(),
         d.drain,
         xargs.drain,
@@ -266,6 +316,8 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         xargs.p99,
         d.started,
         daemons_cpu * 1000.0 / n as f64,
+        reapers_cpu * 1000.0 / n as f64,
+        xargs.starter_cpu * 1000.0 / n as f64,
         per_job(tx_after, tx_before),
         per_job(st_after, st_before),
     );
@@ -318,8 +370,11 @@ pub async fn ratio(dialects: &[Dialect]) {
         runs.sort_by(|a, b| a.drain.total_cmp(&b.drain));
         let alone = runs.swap_remove(1);
         println!(
-            "ratio      xargs    N={n:<6} the bodies alone, xargs -P16 (median of 3): drain {:.2} s, p99 lateness {:.2} s, started {}",
-            alone.drain, alone.p99, alone.started
+            "ratio      xargs    N={n:<6} the bodies alone, xargs -P16 (median of 3): drain {:.2} s, p99 lateness {:.2} s, started {}; xargs's own CPU per body {:.2} ms",
+            alone.drain,
+            alone.p99,
+            alone.started,
+            alone.starter_cpu * 1000.0 / n as f64
         );
         for &d in dialects {
             let nodes = if d == Dialect::Sqlite { 1 } else { 3 };
