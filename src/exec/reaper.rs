@@ -39,7 +39,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The hidden subcommand the reaper runs as.
 pub const SUBCOMMAND: &str = "__reaper";
@@ -210,6 +210,22 @@ fn kill_group(pgid: i32, group: &Group) {
     }
 }
 
+/// How long the reaper lets the daemon's lines gather in the pipe after reading some, so that a
+/// burst of job starts and ends wakes it once per gathering rather than twice per job. Nothing
+/// is lost meanwhile: the lines wait in the pipe, and a daemon that dies leaves them there for
+/// the reaper to read before the end-of-file. A deadline due sooner cuts the wait short.
+const GATHER: Duration = Duration::from_millis(10);
+
+/// The wait after a read: [`GATHER`], or less when a registered deadline is nearer.
+fn gather(groups: &HashMap<i32, Group>, now: u64) -> Duration {
+    let nearest = groups
+        .values()
+        .filter_map(|g| g.deadline)
+        .min()
+        .map(|d| Duration::from_millis(d.saturating_sub(now)));
+    nearest.map_or(GATHER, |n| n.min(GATHER))
+}
+
 /// The reaper process: follow the registrations on stdin, kill groups whose deadline passed,
 /// and at end-of-file kill what is left.
 pub fn serve() -> u8 {
@@ -226,7 +242,7 @@ pub fn serve() -> u8 {
     // Every daemon instance whose runs were registered (`<instance>.` of each run id).
     let mut instances: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut pending: Vec<u8> = Vec::new();
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 16384];
     loop {
         let now = monotonic_ms();
         groups.retain(|pgid, group| match group.deadline {
@@ -267,6 +283,8 @@ pub fn serve() -> u8 {
                 instances.insert(format!("{instance}."));
             }
         }
+        // What the daemon writes next waits in the pipe (see `GATHER`).
+        std::thread::sleep(gather(&groups, monotonic_ms()));
     }
     for (pgid, group) in &groups {
         kill_group(*pgid, group);
@@ -309,6 +327,23 @@ fn apply<'a>(groups: &'a mut HashMap<i32, Group>, line: &str) -> Option<&'a Grou
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathers_no_longer_than_the_nearest_deadline() {
+        let group = |deadline| Group {
+            deadline,
+            run: String::new(),
+        };
+        let mut groups = HashMap::from([(10, group(None))]);
+        assert_eq!(gather(&groups, 1_000), GATHER);
+        groups.insert(11, group(Some(1_004)));
+        assert_eq!(gather(&groups, 1_000), Duration::from_millis(4));
+        groups.insert(12, group(Some(900)));
+        assert_eq!(gather(&groups, 1_000), Duration::ZERO);
+        groups.retain(|g, _| *g == 10);
+        groups.insert(13, group(Some(60_000)));
+        assert_eq!(gather(&groups, 1_000), GATHER);
+    }
 
     #[test]
     fn keeps_what_was_registered_and_not_unregistered() {
