@@ -5,8 +5,9 @@
 //! (`SQLCRON_BENCH_SIZES=1000,5000` to choose; `SQLCRON_BENCH_POOL_SIZE=3` sets the daemons'
 //! `[database] pool_size`). Printed per database and N: the drain (first
 //! start to last start, from the body's own clock), p99 lateness (start minus the slot), the
-//! ratio of the drain to `xargs`'s, CPU per job of the daemons and of the database server (from
-//! `/proc`), and transactions and statements per job (from the server's statistics).
+//! ratio of the drain to `xargs`'s, CPU per job of the daemons (their job reapers included) and
+//! of the database server (from `/proc`), `xargs`'s own CPU per body (what starting a body costs
+//! without a scheduler), and transactions and statements per job (from the server's statistics).
 
 use std::path::Path;
 use std::process::Command;
