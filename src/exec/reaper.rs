@@ -212,8 +212,9 @@ fn kill_group(pgid: i32, group: &Group) {
 
 /// How long the reaper lets the daemon's lines gather in the pipe after reading some, so that a
 /// burst of job starts and ends wakes it once per gathering rather than twice per job. Nothing
-/// is lost meanwhile: the lines wait in the pipe, and a daemon that dies leaves them there for
-/// the reaper to read before the end-of-file. A deadline due sooner cuts the wait short.
+/// is lost meanwhile: the lines wait in the pipe, are all read before any deadline is judged (a
+/// refresh or an end written during the wait counts), and a daemon that dies leaves them there
+/// for the reaper to read before the end-of-file. A deadline due sooner cuts the wait short.
 const GATHER: Duration = Duration::from_millis(10);
 
 /// The wait after a read: [`GATHER`], or less when a registered deadline is nearer.
@@ -224,6 +225,59 @@ fn gather(groups: &HashMap<i32, Group>, now: u64) -> Duration {
         .min()
         .map(|d| Duration::from_millis(d.saturating_sub(now)));
     nearest.map_or(GATHER, |n| n.min(GATHER))
+}
+
+/// What one look at the daemon's pipe (the reaper's stdin) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    Some,
+    /// As much as the buffer holds: more may be waiting.
+    More,
+    Nothing,
+    /// End of file: the daemon is gone.
+    End,
+}
+
+/// The reaper's end of the daemon's pipe, with the part of a line read so far.
+struct Pipe {
+    pending: Vec<u8>,
+    buf: [u8; 16384],
+}
+
+impl Pipe {
+    /// Waits up to `timeout` ms (-1: without end) for input and reads what is there.
+    fn read(&mut self, timeout: i32) -> Read {
+        let mut fds = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd we own.
+        if unsafe { libc::poll(&mut fds, 1, timeout) } <= 0 {
+            return Read::Nothing;
+        }
+        // SAFETY: read into a buffer we own, at most its length.
+        let n = unsafe { libc::read(0, self.buf.as_mut_ptr().cast(), self.buf.len()) };
+        if n <= 0 {
+            return Read::End;
+        }
+        self.pending.extend_from_slice(&self.buf[..n as usize]);
+        if n as usize == self.buf.len() {
+            Read::More
+        } else {
+            Read::Some
+        }
+    }
+
+    /// The whole lines read so far, taken out.
+    fn lines(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            lines.push(String::from_utf8_lossy(&line).into_owned());
+        }
+        lines
+    }
 }
 
 /// The reaper process: follow the registrations on stdin, kill groups whose deadline passed,
@@ -241,9 +295,27 @@ pub fn serve() -> u8 {
     let mut groups: HashMap<i32, Group> = HashMap::new();
     // Every daemon instance whose runs were registered (`<instance>.` of each run id).
     let mut instances: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut buf = [0u8; 16384];
+    let mut pipe = Pipe {
+        pending: Vec::new(),
+        buf: [0u8; 16384],
+    };
+    let mut take = |pipe: &mut Pipe, groups: &mut HashMap<i32, Group>, timeout: i32| {
+        let read = pipe.read(timeout);
+        for line in pipe.lines() {
+            if let Some(g) = apply(groups, &line)
+                && let Some((instance, _)) = g.run.rsplit_once('.')
+            {
+                instances.insert(format!("{instance}."));
+            }
+        }
+        read
+    };
     loop {
+        // What waits in the pipe is read before any deadline is judged: a refresh the daemon
+        // wrote while the reaper was gathering (below) counts.
+        if take(&mut pipe, &mut groups, 0) == Read::End {
+            break;
+        }
         let now = monotonic_ms();
         groups.retain(|pgid, group| match group.deadline {
             Some(d) if d <= now => {
@@ -258,33 +330,14 @@ pub fn serve() -> u8 {
             .min()
             .map(|d| d.saturating_sub(now).min(60_000) as i32)
             .unwrap_or(-1);
-        let mut fds = libc::pollfd {
-            fd: 0,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one pollfd we own.
-        let ready = unsafe { libc::poll(&mut fds, 1, timeout) };
-        if ready <= 0 {
-            continue;
+        match take(&mut pipe, &mut groups, timeout) {
+            Read::End => break,
+            // A full buffer (a new reaper told every group at once): read on at once.
+            Read::Nothing | Read::More => continue,
+            // What the daemon writes next waits in the pipe (see `GATHER`), and is read at
+            // the top of the loop before any deadline is judged.
+            Read::Some => std::thread::sleep(gather(&groups, monotonic_ms())),
         }
-        // SAFETY: read into a buffer we own, at most its length.
-        let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            break;
-        }
-        pending.extend_from_slice(&buf[..n as usize]);
-        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            if let Some(g) = apply(&mut groups, &line)
-                && let Some((instance, _)) = g.run.rsplit_once('.')
-            {
-                instances.insert(format!("{instance}."));
-            }
-        }
-        // What the daemon writes next waits in the pipe (see `GATHER`).
-        std::thread::sleep(gather(&groups, monotonic_ms()));
     }
     for (pgid, group) in &groups {
         kill_group(*pgid, group);
@@ -327,6 +380,18 @@ fn apply<'a>(groups: &'a mut HashMap<i32, Group>, line: &str) -> Option<&'a Grou
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_lines_are_taken_and_a_partial_one_waits_for_its_end() {
+        let mut pipe = Pipe {
+            pending: b"+10 - a.1\n~10 900\n-1".to_vec(),
+            buf: [0; 16384],
+        };
+        assert_eq!(pipe.lines(), vec!["+10 - a.1\n", "~10 900\n"]);
+        pipe.pending.extend_from_slice(b"0\n");
+        assert_eq!(pipe.lines(), vec!["-10\n"]);
+        assert!(pipe.lines().is_empty());
+    }
 
     #[test]
     fn gathers_no_longer_than_the_nearest_deadline() {

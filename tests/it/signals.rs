@@ -418,3 +418,85 @@ async fn killed_daemon_takes_escaped_processes_with_it() {
     assert_ends(pid, "the escaped process", || log.clone()).await;
     store.close().await;
 }
+
+/// `CLOCK_MONOTONIC` now in milliseconds: the clock of the reaper's deadlines.
+fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// The reaper gathers the daemon's lines after each read; a refresh written while it gathers,
+/// before the deadline it moves, must keep the group alive (the lines waiting are read before
+/// any deadline is judged). At the end of file the group is killed.
+#[test]
+fn a_refresh_written_while_the_reaper_gathers_keeps_the_group() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let mut reaper = std::process::Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .arg("__reaper")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = reaper.stdin.take().unwrap();
+    let mut group = std::process::Command::new("sleep")
+        .arg("60")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = group.id();
+    // The reaper waiting on its pipe: named, and asleep in `poll`.
+    let pid = reaper.id();
+    let ready = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < ready {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let asleep = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'));
+        if comm.trim() == "sqlcron-reaper" && asleep {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A registration whose deadline falls inside the gathering that its read starts, then,
+    // once the reaper has read it and gathers, the refresh (the pause places the refresh in
+    // the gathering; it synchronises nothing).
+    let deadline = monotonic_ms() + 9;
+    pipe.write_all(format!("+{pgid} {deadline} t.1\n").as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3));
+    pipe.write_all(format!("~{pgid} {}\n", deadline + 600_000).as_bytes())
+        .unwrap();
+    let refreshed_in_time = monotonic_ms() < deadline;
+    // Well past the deadline and any gathering.
+    let watch_until = Instant::now() + Duration::from_millis(300);
+    let mut killed = None;
+    while Instant::now() < watch_until && killed.is_none() {
+        killed = group.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if refreshed_in_time {
+        assert_eq!(killed, None, "the group was killed despite its refresh");
+    } else {
+        eprintln!("the refresh was written after the deadline (a loaded machine): not judged");
+    }
+    // The end of file: every group still registered is killed.
+    drop(pipe);
+    let ended = Instant::now() + Duration::from_secs(10);
+    while killed.is_none() && Instant::now() < ended {
+        killed = group.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let outlived = killed.is_none();
+    if outlived {
+        let _ = group.kill();
+    }
+    let _ = group.wait();
+    let _ = reaper.wait();
+    assert!(!outlived, "the group outlived the reaper's end of file");
+}
