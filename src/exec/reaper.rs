@@ -310,11 +310,15 @@ pub fn serve() -> u8 {
         }
         read
     };
-    loop {
+    'serve: loop {
         // What waits in the pipe is read before any deadline is judged: a refresh the daemon
         // wrote while the reaper was gathering (below) counts.
-        if take(&mut pipe, &mut groups, 0) == Read::End {
-            break;
+        loop {
+            match take(&mut pipe, &mut groups, 0) {
+                Read::End => break 'serve,
+                Read::More => continue,
+                Read::Some | Read::Nothing => break,
+            }
         }
         let now = monotonic_ms();
         groups.retain(|pgid, group| match group.deadline {
