@@ -112,6 +112,9 @@ struct Health {
     database_ok: bool,
     /// The last database error any loop of the node met.
     last_db_error: Option<Instant>,
+    /// The first error since the runs were last read back that may mean a failover (a
+    /// connection broke, or the server took no writes), met by any loop of the node.
+    connection_lost: Option<Instant>,
     /// Longest time between two passes of a healthy loop.
     window: Duration,
 }
@@ -148,6 +151,7 @@ impl Metrics {
                 last_pass: Instant::now(),
                 database_ok: false,
                 last_db_error: None,
+                connection_lost: None,
                 window,
             }),
             registry: Registry::default(),
@@ -319,15 +323,35 @@ impl Metrics {
     }
 
     pub fn database_error(&self, kind: &str) {
-        self.health
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last_db_error = Some(Instant::now());
+        let now = Instant::now();
+        let mut health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        health.last_db_error = Some(now);
+        if matches!(kind, "unreachable" | "read-only") {
+            health.connection_lost.get_or_insert(now);
+        }
+        drop(health);
         self.db_errors
             .get_or_create(&KindLabel {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// When the first error that may mean a failover (a broken connection, a server that
+    /// took no writes) happened since the last call, if one did: the runs recorded before it
+    /// are then read back (`daemon/recorded.rs`).
+    pub fn take_connection_lost(&self) -> Option<Instant> {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .connection_lost
+            .take()
+    }
+
+    /// Puts back what [`Metrics::take_connection_lost`] took, when the read-back failed.
+    pub fn keep_connection_lost(&self, since: Instant) {
+        let mut health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        health.connection_lost = Some(health.connection_lost.map_or(since, |t| t.min(since)));
     }
 
     pub fn lost_records(&self, n: u64) {
@@ -523,5 +547,27 @@ mod tests {
         assert!(late.starts_with("the database is unreachable"), "{late}");
         m.pass(false, 0, None);
         assert!(m.unhealthy(Instant::now()).is_some());
+    }
+
+    #[test]
+    fn only_errors_that_may_mean_a_failover_ask_for_a_read_back() {
+        let m = Metrics::new("a", Duration::from_secs(10));
+        m.database_error("deadlock");
+        m.database_error("timeout");
+        m.database_error("refused");
+        assert_eq!(m.take_connection_lost(), None);
+        m.database_error("read-only");
+        let first = m
+            .take_connection_lost()
+            .expect("a server that took no writes");
+        assert_eq!(m.take_connection_lost(), None, "taken once");
+        m.database_error("unreachable");
+        m.database_error("unreachable");
+        let second = m.take_connection_lost().unwrap();
+        // A read-back that failed is kept with the earliest time.
+        m.database_error("unreachable");
+        m.keep_connection_lost(first);
+        assert_eq!(m.take_connection_lost(), Some(first));
+        assert!(second >= first);
     }
 }

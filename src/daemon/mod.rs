@@ -315,9 +315,6 @@ impl Daemon {
         let wakeups = tokio::spawn(wakeups::wake_loop(self.shared.clone()));
         let mut errors = 0u32;
         let mut outage_since: Option<Instant> = None;
-        // The outage was more than deadlocks or timeouts (a lost connection, a server that
-        // refused writes): the server may have changed, and what it held may be gone.
-        let mut outage_lost_connection = false;
         let mut stop_now = false;
         // A pass looks at the table when woken (a run ended, a wake-up, a control message) or
         // when its sleep ran out; the heartbeat keeps its own cadence whatever the sleep.
@@ -363,16 +360,30 @@ impl Daemon {
                     .wakeups_live
                     .load(std::sync::atomic::Ordering::SeqCst),
             );
-            let sleep_for = match self.tick(&mut tasks).await {
+            // A broken connection or a server that took no writes, met by any loop (a pass,
+            // a run's release, the lease extension, the heartbeat), may have been a failover,
+            // even one so quick that no pass failed: the runs recorded before it are read back
+            // before this node claims again (a slot the new primary lost is then claimed anew,
+            // and its new record could pass for the lost one). A deadlock or a timed-out
+            // statement is no failover and asks for nothing.
+            let read_back = match self.shared.metrics.take_connection_lost() {
+                Some(since) => self
+                    .shared
+                    .check_recorded_runs(since)
+                    .await
+                    .inspect_err(|_| {
+                        self.shared.metrics.keep_connection_lost(since);
+                    }),
+                None => Ok(()),
+            };
+            let passed = match read_back {
+                Ok(()) => self.tick(&mut tasks).await,
+                Err(e) => Err(e),
+            };
+            let sleep_for = match passed {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {
                         tracing::info!(after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())), "database reachable again");
-                        // A deadlock or a timed-out statement is no failover: only an outage
-                        // with other errors is checked.
-                        if std::mem::take(&mut outage_lost_connection) {
-                            let shared = self.shared.clone();
-                            tokio::spawn(async move { shared.check_recorded_runs(since).await });
-                        }
                     }
                     errors = 0;
                     if report.claimed > 0 || report.prepared > 0 || report.invalid > 0 {
@@ -387,7 +398,6 @@ impl Daemon {
                 Err(e) => {
                     errors += 1;
                     self.shared.metrics.database_error(e.kind());
-                    outage_lost_connection |= !matches!(e.kind(), "deadlock" | "timeout");
                     self.shared.metrics.pass(false, self.running_count(), None);
                     if outage_since.is_none() {
                         outage_since = Some(Instant::now());

@@ -54,22 +54,26 @@ impl RecentRuns {
     }
 }
 
-/// What the database holds of a run this node recorded: `None` when it is intact (a record of
-/// this attempt by this token, with an end), else what is wrong.
-pub fn lost(run: &Recorded, records: &[HistoryRow]) -> Option<String> {
+/// What the database holds of a run node `node` recorded: `None` when it is intact (a record
+/// of this attempt by this node and token, with an end), else what is wrong. The node counts:
+/// a server that lost commits also hands out their claim tokens again, so another node's rerun
+/// of a lost slot may carry the same token.
+pub fn lost(run: &Recorded, node: &str, records: &[HistoryRow]) -> Option<String> {
     let attempt = records
         .iter()
         .filter(|r| r.attempt == i64::from(run.key.attempt))
         .collect::<Vec<_>>();
-    if attempt
-        .iter()
-        .any(|r| r.token == Some(run.token) && r.ended.is_some())
-    {
+    let ours = |r: &HistoryRow| r.token == Some(run.token) && r.node.as_deref() == Some(node);
+    if attempt.iter().any(|r| ours(r) && r.ended.is_some()) {
         return None;
     }
     Some(match attempt.first() {
         None => "its record is missing".into(),
-        Some(r) if r.token == Some(run.token) => "its record has lost its end".into(),
+        Some(r) if ours(r) => "its record has lost its end".into(),
+        Some(r) if r.token == Some(run.token) => format!(
+            "the record is now another node's ({})",
+            r.node.as_deref().unwrap_or("none")
+        ),
         Some(r) => format!(
             "the record is now another claim's (token {})",
             r.token.map_or("none".into(), |t| t.to_string())
@@ -78,27 +82,27 @@ pub fn lost(run: &Recorded, records: &[HistoryRow]) -> Option<String> {
 }
 
 impl super::Shared {
-    /// After an outage that began at `outage_began`: reads back the runs this node recorded
-    /// shortly before it and since, and reports each the database lost.
-    pub(super) async fn check_recorded_runs(&self, outage_began: Instant) {
+    /// After an error that may have been a failover, met at `outage_began`: reads back the runs
+    /// this node recorded shortly before it and since, and reports each the database lost. An
+    /// error reading them back is returned (the read-back is then due again).
+    pub(super) async fn check_recorded_runs(
+        &self,
+        outage_began: Instant,
+    ) -> Result<(), crate::store::StoreError> {
         let since = outage_began
             .checked_sub(LOOK_BEFORE_OUTAGE)
             .unwrap_or(outage_began);
         let runs = self.recent_runs.recorded_since(since);
         let mut lost_count = 0;
         for run in &runs {
-            let records = match self
+            let records = self
                 .store
                 .runs_between(&run.key.job, run.key.slot, run.key.slot)
                 .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read back the runs recorded before the outage");
-                    return;
-                }
-            };
-            if let Some(why) = lost(run, &records) {
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "could not read back the runs recorded before the outage; trying again");
+                })?;
+            if let Some(why) = lost(run, &self.node, &records) {
                 lost_count += 1;
                 tracing::error!(
                     job = %run.key.job,
@@ -124,6 +128,7 @@ impl super::Shared {
                 "the runs recorded before the outage are all in the database"
             );
         }
+        Ok(())
     }
 }
 
@@ -165,23 +170,28 @@ mod tests {
 
     #[test]
     fn a_run_is_lost_when_its_record_or_its_end_is_missing_or_another_claims() {
-        assert_eq!(lost(&run(1, 7), &[record(1, 7, true)]), None);
+        assert_eq!(lost(&run(1, 7), "a", &[record(1, 7, true)]), None);
         assert_eq!(
-            lost(&run(1, 7), &[]).as_deref(),
+            lost(&run(1, 7), "a", &[]).as_deref(),
             Some("its record is missing")
         );
         assert_eq!(
-            lost(&run(1, 7), &[record(2, 7, true)]).as_deref(),
+            lost(&run(1, 7), "a", &[record(2, 7, true)]).as_deref(),
             Some("its record is missing")
         );
         assert_eq!(
-            lost(&run(1, 7), &[record(1, 7, false)]).as_deref(),
+            lost(&run(1, 7), "a", &[record(1, 7, false)]).as_deref(),
             Some("its record has lost its end")
         );
         assert!(
-            lost(&run(1, 7), &[record(1, 9, true)])
+            lost(&run(1, 7), "a", &[record(1, 9, true)])
                 .unwrap()
                 .contains("token 9")
+        );
+        // Another node's rerun of the lost slot, under the token the server handed out again.
+        assert_eq!(
+            lost(&run(1, 7), "b", &[record(1, 7, true)]).as_deref(),
+            Some("the record is now another node's (a)")
         );
     }
 

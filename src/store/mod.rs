@@ -58,8 +58,9 @@ pub enum StoreError {
 
 impl StoreError {
     /// What kind of failure this is, for the log: `deadlock`, `timeout` (a statement or lock
-    /// wait ran past its limit), `unreachable` (no connection, or it broke), `refused` (the
-    /// database answered with an error about the statement or its values) or `other`.
+    /// wait ran past its limit), `unreachable` (no connection, or it broke), `read-only` (the
+    /// server takes no writes: a standby, or fenced), `refused` (the database answered with an
+    /// error about the statement or its values) or `other`.
     pub fn kind(&self) -> &'static str {
         let StoreError::Sql { source, .. } = self else {
             return "other";
@@ -71,10 +72,21 @@ impl StoreError {
                 if code == "40P01" || code == "40001" || msg.contains("deadlock") {
                     // Galera's certification conflicts are reported as deadlocks too.
                     "deadlock"
-                } else if code == "08S01" || msg.contains("wsrep") {
+                } else if code == "08S01"
+                    || msg.contains("wsrep")
+                    || matches!(code.as_str(), "57P01" | "57P02" | "57P03")
+                {
+                    // 57P0x: PostgreSQL shutting down or starting up; the connection goes.
                     // A Galera node cut off from the cluster's primary component, or still
                     // joining: "WSREP has not yet prepared node for application use".
                     "unreachable"
+                } else if code == "25006"
+                    || msg.contains("read-only")
+                    || msg.contains("read only transaction")
+                {
+                    // A standby, or a server fenced read-only (MySQL's `--read-only`, a READ
+                    // ONLY transaction): another server may be the primary now.
+                    "read-only"
                 } else if code == "57014"
                     || code == "55P03"
                     || code == "70100"
