@@ -66,11 +66,17 @@ impl Store {
                 .map_err(sql_err!(self, "release"))
         };
         Ok(match self.dialect {
+            // Not kept prepared: PostgreSQL would soon settle on a generic plan, made for
+            // whatever size `cron_runs` had then. Made while it was nearly empty (a new
+            // database's first burst), that plan reads the whole run history for every batch
+            // until the table's statistics change, so the batch's cost grew with the history.
+            // Planned for its values each time, it finds the runs by their unique key.
             Dialect::Postgres => released_ids(
                 query(
                     format!("WITH {values}, finished AS ({finish}) {released}"),
                     true,
                 )
+                .persistent(false)
                 .bind(node.to_string())
                 .bind(node.to_string())
                 .fetch_all(&self.db)
