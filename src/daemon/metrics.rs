@@ -323,18 +323,29 @@ impl Metrics {
     }
 
     pub fn database_error(&self, kind: &str) {
-        let now = Instant::now();
-        let mut health = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        health.last_db_error = Some(now);
-        if matches!(kind, "unreachable" | "read-only") {
-            health.connection_lost.get_or_insert(now);
-        }
-        drop(health);
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_db_error = Some(Instant::now());
+        self.failover_hint(kind);
         self.db_errors
             .get_or_create(&KindLabel {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// Notes an error of `kind` that is handled without being counted (a batch that fails is
+    /// written again row by row): a broken connection or a server that took no writes may mean
+    /// a failover (see [`Metrics::take_connection_lost`]).
+    pub fn failover_hint(&self, kind: &str) {
+        if matches!(kind, "unreachable" | "read-only") {
+            self.health
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .connection_lost
+                .get_or_insert_with(Instant::now);
+        }
     }
 
     /// When the first error that may mean a failover (a broken connection, a server that

@@ -366,20 +366,23 @@ impl Daemon {
             // before this node claims again (a slot the new primary lost is then claimed anew,
             // and its new record could pass for the lost one). A deadlock or a timed-out
             // statement is no failover and asks for nothing.
-            let read_back = match self.shared.metrics.take_connection_lost() {
-                Some(since) => self
-                    .shared
-                    .check_recorded_runs(since)
-                    .await
-                    .inspect_err(|_| {
-                        self.shared.metrics.keep_connection_lost(since);
-                    }),
+            // The time of that error is kept until a read-back and the pass after it both
+            // went through: a server that fails again (read-only still, or gone) may not be
+            // the one that serves in the end.
+            let lost_since = self.shared.metrics.take_connection_lost();
+            let read_back = match lost_since {
+                Some(since) => self.shared.check_recorded_runs(since).await,
                 None => Ok(()),
             };
             let passed = match read_back {
                 Ok(()) => self.tick(&mut tasks).await,
                 Err(e) => Err(e),
             };
+            if let (Some(since), Err(e)) = (lost_since, &passed)
+                && matches!(e.kind(), "unreachable" | "read-only")
+            {
+                self.shared.metrics.keep_connection_lost(since);
+            }
             let sleep_for = match passed {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {

@@ -8,7 +8,7 @@
 //! the last [`KEEP`] and reports each one the database no longer holds, or holds from another
 //! claim.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -83,8 +83,9 @@ pub fn lost(run: &Recorded, node: &str, records: &[HistoryRow]) -> Option<String
 
 impl super::Shared {
     /// After an error that may have been a failover, met at `outage_began`: reads back the runs
-    /// this node recorded shortly before it and since, and reports each the database lost. An
-    /// error reading them back is returned (the read-back is then due again).
+    /// this node recorded shortly before it and since, and reports each the database lost.
+    /// One read per job. A broken connection or a read-only answer is returned (the read-back
+    /// is then due again); any other error leaves that job's runs unchecked.
     pub(super) async fn check_recorded_runs(
         &self,
         outage_began: Instant,
@@ -93,15 +94,45 @@ impl super::Shared {
             .checked_sub(LOOK_BEFORE_OUTAGE)
             .unwrap_or(outage_began);
         let runs = self.recent_runs.recorded_since(since);
+        // One read per job, over the slots of its runs (a job run every second in the minute
+        // before the outage is one read, not sixty).
+        let mut by_job: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+        for run in &runs {
+            let span = by_job
+                .entry(run.key.job.as_str())
+                .or_insert((run.key.slot, run.key.slot));
+            span.0 = span.0.min(run.key.slot);
+            span.1 = span.1.max(run.key.slot);
+        }
+        let mut history: BTreeMap<&str, Vec<HistoryRow>> = BTreeMap::new();
+        for (job, (from, to)) in by_job {
+            match self.store.runs_between(job, from, to).await {
+                Ok(records) => {
+                    history.insert(job, records);
+                }
+                // The server is gone again, or still takes no writes: the read-back is due
+                // again before the next claim.
+                Err(e) if matches!(e.kind(), "unreachable" | "read-only") => {
+                    tracing::warn!(error = %e, "could not read back the runs recorded before the outage; trying again");
+                    return Err(e);
+                }
+                // Any other error would come back every time: this job's runs go unchecked,
+                // and claims go on.
+                Err(e) => {
+                    tracing::error!(job, error = %e, kind = e.kind(), "could not read back this job's runs recorded before the outage; they are not checked");
+                }
+            }
+        }
         let mut lost_count = 0;
         for run in &runs {
-            let records = self
-                .store
-                .runs_between(&run.key.job, run.key.slot, run.key.slot)
-                .await
-                .inspect_err(|e| {
-                    tracing::warn!(error = %e, "could not read back the runs recorded before the outage; trying again");
-                })?;
+            let Some(records) = history.get(run.key.job.as_str()) else {
+                continue;
+            };
+            let records: Vec<HistoryRow> = records
+                .iter()
+                .filter(|r| r.slot == run.key.slot)
+                .cloned()
+                .collect();
             if let Some(why) = lost(run, &self.node, &records) {
                 lost_count += 1;
                 tracing::error!(

@@ -98,6 +98,7 @@ impl Releases {
     pub(super) async fn submit(
         &self,
         store: &Store,
+        metrics: &Arc<super::metrics::Metrics>,
         node: &str,
         id: i64,
         token: i64,
@@ -120,7 +121,10 @@ impl Releases {
         };
         self.arrived.notify_one();
         if start {
-            tokio::spawn(self.clone().flush(store.clone(), node.to_string()));
+            tokio::spawn(
+                self.clone()
+                    .flush(store.clone(), metrics.clone(), node.to_string()),
+            );
         }
         result.await.ok().flatten()
     }
@@ -157,7 +161,7 @@ impl Releases {
     }
 
     /// Writes what waits, in batches of at most [`MOST`], until nothing waits.
-    async fn flush(self, store: Store, node: String) {
+    async fn flush(self, store: Store, metrics: Arc<super::metrics::Metrics>, node: String) {
         let mut guard = FlushGuard {
             releases: self.clone(),
             finished: false,
@@ -207,6 +211,9 @@ impl Releases {
                     }
                 }
                 Err(e) => {
+                    // A broken connection here may be a failover, whose read-back must not be
+                    // missed when each release then lands alone on the new server.
+                    metrics.failover_hint(e.kind());
                     tracing::warn!(error = %e, runs = batch.len(), "releasing runs together failed (nothing written); releasing each alone");
                     for w in batch {
                         let _ = w.done.send(None);

@@ -236,6 +236,7 @@ impl Daemon {
         {
             Ok(started) => started,
             Err(e) => {
+                self.shared.metrics.failover_hint(e.kind());
                 tracing::debug!(error = %e, "recording the run starts together failed; one by one");
                 return;
             }

@@ -81,11 +81,13 @@ impl StoreError {
                     // joining: "WSREP has not yet prepared node for application use".
                     "unreachable"
                 } else if code == "25006"
-                    || msg.contains("read-only")
-                    || msg.contains("read only transaction")
+                    || msg.contains("with the --read-only option")
+                    || msg.contains("running in read-only mode")
+                    || msg.contains("in a read only transaction")
                 {
-                    // A standby, or a server fenced read-only (MySQL's `--read-only`, a READ
-                    // ONLY transaction): another server may be the primary now.
+                    // A standby, or a server fenced read-only (MySQL's `--read-only`, 1290;
+                    // `innodb_read_only`, 1836; a READ ONLY transaction, 1792): another server
+                    // may be the primary now.
                     "read-only"
                 } else if code == "57014"
                     || code == "55P03"

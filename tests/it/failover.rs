@@ -405,3 +405,61 @@ async fn a_pool_of_its_own_follows_the_stores_choice_of_server() {
     lease.close().await;
     store.close().await;
 }
+
+/// The read-back follows any broken connection, not only a poll that failed: the server ends
+/// every connection of the node (as a failover does) after one of its run records was lost
+/// (deleted here, as a standby that never received it would lack it). Whichever of the node's
+/// loops meets the broken connection first, the node reads back the runs it recorded before
+/// it claims again, and reports the lost one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_ended_by_the_server_have_the_runs_recorded_before_read_back() {
+    let db = crate::util::TestDb::new(sqlcron::store::Dialect::Postgres).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let job = "[[job]]\nname = \"every1\"\nschedule = \"@every 1s\"\ncommand = \"true\"\n";
+    let node = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", job));
+    let ended = || async {
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE ended IS NOT NULL")
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    };
+    eventually(Duration::from_secs(30), "three runs recorded", || async {
+        (ended().await >= 3).then_some(())
+    })
+    .await;
+    let lost = store
+        .scalar_i64(
+            "DELETE FROM cron_runs WHERE id = (SELECT MAX(id) FROM cron_runs \
+             WHERE ended IS NOT NULL) RETURNING slot",
+        )
+        .await
+        .unwrap()
+        .expect("a run record deleted");
+    store
+        .execute_raw(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .await
+        .unwrap();
+    let report = "a run this node recorded is not in the database after the outage";
+    let log = eventually(Duration::from_secs(30), "the lost run reported", || async {
+        let log = node.log_text();
+        log.contains(report).then_some(log)
+    })
+    .await;
+    let reported: Vec<&str> = log.lines().filter(|l| l.contains(report)).collect();
+    assert_eq!(reported.len(), 1, "only the lost run is reported:\n{log}");
+    let slot = chrono::DateTime::from_timestamp_millis(lost)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%S")
+        .to_string();
+    assert!(
+        reported[0].contains(&slot) && reported[0].contains("its record is missing"),
+        "the lost run ({slot}) is the one reported:\n{log}"
+    );
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
