@@ -359,6 +359,15 @@ impl Metrics {
             .take()
     }
 
+    /// Whether an error that may mean a failover waits for its read-back.
+    pub fn connection_lost_pending(&self) -> bool {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .connection_lost
+            .is_some()
+    }
+
     /// Puts back what [`Metrics::take_connection_lost`] took, when the read-back failed.
     pub fn keep_connection_lost(&self, since: Instant) {
         let mut health = self.health.lock().unwrap_or_else(|e| e.into_inner());

@@ -125,6 +125,13 @@ impl Daemon {
                 return Ok(report);
             }
         };
+        // Another loop met a broken connection since this pass began: the runs recorded
+        // before it are read back before anything is claimed (`daemon/recorded.rs`); the
+        // loop comes round again within 50 ms.
+        if shared.metrics.connection_lost_pending() {
+            report.next_due = Some(peek.now);
+            return Ok(report);
+        }
         // The trust window starts when the claim is attempted, not when its reply arrives.
         let claim_started = Instant::now();
         let (now, mut rows) = shared
