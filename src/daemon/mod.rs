@@ -360,29 +360,8 @@ impl Daemon {
                     .wakeups_live
                     .load(std::sync::atomic::Ordering::SeqCst),
             );
-            // A broken connection or a server that took no writes, met by any loop (a pass,
-            // a run's release, the lease extension, the heartbeat), may have been a failover,
-            // even one so quick that no pass failed: the runs recorded before it are read back
-            // before this node claims again (a slot the new primary lost is then claimed anew,
-            // and its new record could pass for the lost one). A deadlock or a timed-out
-            // statement is no failover and asks for nothing.
-            // The time of that error is kept until a read-back and the pass after it both
-            // went through: a server that fails again (read-only still, or gone) may not be
-            // the one that serves in the end.
-            let lost_since = self.shared.metrics.take_connection_lost();
-            let read_back = match lost_since {
-                Some(since) => self.shared.check_recorded_runs(since).await,
-                None => Ok(()),
-            };
-            let passed = match read_back {
-                Ok(()) => self.tick(&mut tasks).await,
-                Err(e) => Err(e),
-            };
-            if let (Some(since), Err(e)) = (lost_since, &passed)
-                && matches!(e.kind(), "unreachable" | "read-only")
-            {
-                self.shared.metrics.keep_connection_lost(since);
-            }
+            // Runs recorded before an error that may mean a failover are read back first.
+            let passed = self.pass_after_read_back(&mut tasks).await;
             let sleep_for = match passed {
                 Ok(report) => {
                     if let Some(since) = outage_since.take() {

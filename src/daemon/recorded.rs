@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::store::{HistoryRow, RunKey};
+use crate::store::{HistoryRow, RunKey, StoreError};
 
 /// How long a recorded run is remembered: longer than any outage a failover takes.
 pub const KEEP: Duration = Duration::from_secs(600);
@@ -81,6 +81,39 @@ pub fn lost(run: &Recorded, node: &str, records: &[HistoryRow]) -> Option<String
     })
 }
 
+impl super::Daemon {
+    /// One pass of the poll loop ([`super::Daemon::tick`]), after the read-back an error that
+    /// may mean a failover asks for. A broken connection or a server that took no writes, met
+    /// by any loop (a pass, a run's release or a batch of them, the lease extension, the
+    /// heartbeat), may have been a failover, even one so quick that no pass failed: the runs
+    /// recorded before it are read back before this node claims again (a slot the new primary
+    /// lost is then claimed anew, and its new record could pass for the lost one). A deadlock
+    /// or a timed-out statement is no failover and asks for nothing. The time of that error is
+    /// kept until a read-back and the pass after it both went through: a server that fails
+    /// again (read-only still, or gone) may not be the one that serves in the end.
+    pub(super) async fn pass_after_read_back(
+        &self,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) -> Result<super::TickReport, StoreError> {
+        let metrics = &self.shared.metrics;
+        let lost_since = metrics.take_connection_lost();
+        let read_back = match lost_since {
+            Some(since) => self.shared.check_recorded_runs(since).await,
+            None => Ok(()),
+        };
+        let passed = match read_back {
+            Ok(()) => self.tick(tasks).await,
+            Err(e) => Err(e),
+        };
+        if let (Some(since), Err(e)) = (lost_since, &passed)
+            && matches!(e.kind(), "unreachable" | "read-only")
+        {
+            metrics.keep_connection_lost(since);
+        }
+        passed
+    }
+}
+
 impl super::Shared {
     /// After an error that may have been a failover, met at `outage_began`: reads back the runs
     /// this node recorded shortly before it and since, and reports each the database lost.
@@ -89,7 +122,7 @@ impl super::Shared {
     pub(super) async fn check_recorded_runs(
         &self,
         outage_began: Instant,
-    ) -> Result<(), crate::store::StoreError> {
+    ) -> Result<(), StoreError> {
         let since = outage_began
             .checked_sub(LOOK_BEFORE_OUTAGE)
             .unwrap_or(outage_began);
