@@ -461,8 +461,14 @@ async fn the_dashboard_works_in_chromium() {
         .click()
         .await
         .unwrap();
-    let _ = c.wait().for_element(Locator::Css("body")).await;
-    let body = text_of(&c, "body").await;
+    // The click returns before the post's answer replaces the hostile page: wait for the
+    // page to change (a body is there at once, the hostile page's own).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut body = text_of(&c, "body").await;
+    while body.contains("Win a prize") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        body = text_of(&c, "body").await;
+    }
     shots
         .check(
             &c,
