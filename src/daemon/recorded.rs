@@ -1,12 +1,12 @@
-//! The runs this node recorded lately, checked again when the database comes back after an
-//! outage.
+//! The runs this node recorded lately, checked again after an error that may mean a failover
+//! (a broken connection, a server that took no writes), before the node claims again.
 //!
 //! A failover to an asynchronously replicated standby can lose the last commits the old primary
 //! acknowledged: a run's record among them, and with it the claim's release, so the slot may run
 //! again. sqlcron cannot prevent that (use synchronous replication, docs/databases.md), but it
-//! does not let it pass silently: after every outage the node reads back each run it recorded in
-//! the last [`KEEP`] and reports each one the database no longer holds, or holds from another
-//! claim.
+//! does not let it pass silently: after such an error the node reads back the runs it recorded
+//! from [`LOOK_BEFORE_OUTAGE`] before it on and reports each one the database no longer holds,
+//! or holds from another claim or node.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
