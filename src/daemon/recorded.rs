@@ -54,14 +54,15 @@ impl RecentRuns {
     }
 }
 
-/// What the database holds of a run node `node` recorded: `None` when it is intact (a record
-/// of this attempt by this node and token, with an end), else what is wrong. The node counts:
+/// What `records` (a job's history) hold of a run node `node` recorded: `None` when it is
+/// intact (a record of this slot and attempt by this node and token, with an end), else what
+/// is wrong. The node counts:
 /// a server that lost commits also hands out their claim tokens again, so another node's rerun
 /// of a lost slot may carry the same token.
 pub fn lost(run: &Recorded, node: &str, records: &[HistoryRow]) -> Option<String> {
     let attempt = records
         .iter()
-        .filter(|r| r.attempt == i64::from(run.key.attempt))
+        .filter(|r| r.slot == run.key.slot && r.attempt == i64::from(run.key.attempt))
         .collect::<Vec<_>>();
     let ours = |r: &HistoryRow| r.token == Some(run.token) && r.node.as_deref() == Some(node);
     if attempt.iter().any(|r| ours(r) && r.ended.is_some()) {
@@ -161,12 +162,7 @@ impl super::Shared {
             let Some(records) = history.get(run.key.job.as_str()) else {
                 continue;
             };
-            let records: Vec<HistoryRow> = records
-                .iter()
-                .filter(|r| r.slot == run.key.slot)
-                .cloned()
-                .collect();
-            if let Some(why) = lost(run, &self.node, &records) {
+            if let Some(why) = lost(run, &self.node, records) {
                 lost_count += 1;
                 tracing::error!(
                     job = %run.key.job,

@@ -352,8 +352,8 @@ impl Shared {
                     return;
                 }
                 Err(e) => {
-                    self.metrics.database_error(e.kind());
                     if self.interrupted(sup_key) == Some(Interrupt::LeaseLost) {
+                        self.metrics.failover_hint(e.kind());
                         tracing::error!(job = %row.name, error = %e, "release not written before the claim was lost; the next holder accounts for the run");
                         return;
                     }
@@ -367,6 +367,7 @@ impl Shared {
                         continue;
                     }
                     tracing::warn!(job = %row.name, error = %e, kind = e.kind(), "release failed; retrying while the lease is kept");
+                    self.metrics.database_error(e.kind());
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(RETRY_MAX);
                 }
