@@ -7,7 +7,9 @@
 //! start to last start, from the body's own clock), p99 lateness (start minus the slot), the
 //! ratio of the drain to `xargs`'s, CPU per job of the daemons (their job reapers included) and
 //! of the database server (from `/proc`), `xargs`'s own CPU per body (what starting a body costs
-//! without a scheduler), and transactions and statements per job (from the server's statistics).
+//! without a scheduler), the scheduler's CPU per job (daemons and server) as a multiple of that
+//! (comparable between machines whose process starts differ), and transactions and statements
+//! per job (from the server's statistics).
 
 use std::path::Path;
 use std::process::Command;
@@ -295,10 +297,15 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
     for d in &mut daemons {
         stop(d);
     }
-    let server_cpu = match (server_after, cpu_before) {
-        (Some(a), Some(b)) => format!("{:.2} ms", (a - b) * 1000.0 / n as f64),
-        _ => "n/a (in the daemons)".into(),
+    let server_ms = match (server_after, cpu_before) {
+        (Some(a), Some(b)) => Some((a - b) * 1000.0 / n as f64),
+        _ => None,
     };
+    let server_cpu = server_ms.map_or("n/a (in the daemons)".into(), |ms| format!("{ms:.2} ms"));
+    // The scheduler's CPU per job (daemons and server) in units of what `xargs` itself spends
+    // per body on the same machine: comparable between machines whose process starts differ.
+    let scheduler_ms = daemons_cpu * 1000.0 / n as f64 + server_ms.unwrap_or(0.0);
+    let relative = scheduler_ms / (xargs.starter_cpu * 1000.0 / n as f64);
     let per_job = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (Some(a), Some(b)) if a >= b => format!("{:.2}", (a - b) as f64 / n as f64),
         _ => "n/a".into(),
@@ -307,8 +314,8 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
     println!(
         "ratio      {:<8} N={n:<6} {nodes} node(s): drain {:.2} s vs xargs -P16 {:.2} s = {:.2}x; \
          p99 lateness {:.2} s (xargs {:.2} s); started {}/{n}; CPU per job: daemons {:.2} ms \
-         (their reapers {:.2} ms; xargs's own {:.2} ms), database {server_cpu}; per job: {} \
-         transactions, {} statements",
+         (their reapers {:.2} ms; xargs's own {:.2} ms), database {server_cpu}; scheduler \
+         {scheduler_ms:.2} ms = {relative:.1}x xargs's own; per job: {} transactions, {} statements",
         dialect.name(),
         d.drain,
         xargs.drain,
