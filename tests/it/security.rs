@@ -780,7 +780,11 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
     // Issue 25 (2): a writer that sets `changed_by` itself, or marks a row `removing ...`
     // before deleting it, is still recorded (PostgreSQL and MySQL: only a value the connection
     // vouched for counts as sqlcron's own). Issue 25 (4): a SQL edit of a TOML job is undone by
-    // the next apply, and the drift recorded.
+    // the next apply, and the drift recorded. Written through connections of their own that
+    // never vouched for anything, as `psql` is: on PostgreSQL, a session that never set the
+    // marker reads it as NULL, not as the empty string the others read once their transaction
+    // ended (such a change went unrecorded before migration 0023).
+    let writer = db.store().await;
     for sql in [
         "INSERT INTO cron_table (name, schedule, command, changed_by) \
          VALUES ('d', '@daily', 'true', 'alice@ops-1 pid 42 #0000000000000001')",
@@ -788,8 +792,9 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         "UPDATE cron_table SET changed_by = 'removing forged' WHERE name = 'd'",
         "DELETE FROM cron_table WHERE name = 'd'",
     ] {
-        store.execute_raw(sql).await.unwrap();
+        writer.execute_raw(sql).await.unwrap();
     }
+    writer.close().await;
     let report = store
         .apply_toml(&[job("a", "echo v2")], false, &alice)
         .await
