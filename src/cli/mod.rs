@@ -189,7 +189,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                         .map(|c| (c.name.clone(), c.entries.clone()))
                         .collect();
                     let written = store
-                        .apply_calendars(&calendars)
+                        .apply_calendars(&calendars, &crate::exec::account::this_process(None))
                         .await
                         .map_err(Failure::runtime)?;
                     for n in &written.written {

@@ -221,15 +221,19 @@ impl Daemon {
             .iter()
             .map(|c| (c.name.clone(), c.entries.clone()))
             .collect();
-        let written = self.shared.store.apply_calendars(&calendars).await?;
+        let actor =
+            crate::exec::account::this_process(Some(&format!("daemon {}", config.node_name)));
+        let written = self
+            .shared
+            .store
+            .apply_calendars(&calendars, &actor)
+            .await?;
         for name in &written.written {
             tracing::info!(calendar = %name, "calendar written from TOML");
         }
         for name in &written.removed {
             tracing::info!(calendar = %name, "calendar removed (no longer in TOML)");
         }
-        let actor =
-            crate::exec::account::this_process(Some(&format!("daemon {}", config.node_name)));
         let report = self
             .shared
             .store

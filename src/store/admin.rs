@@ -300,11 +300,14 @@ impl Store {
     /// becomes due now; a running one runs again right after it is released.
     pub async fn request_run(&self, name: &str, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        // Vouched for: the audit triggers record a run_now set by anybody else.
+        let mark = self.mark(&mut tx, actor).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "UPDATE cron_table SET run_now = 1, \
+            "UPDATE cron_table SET run_now = 1, changed_by = ?, \
              next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \
              WHERE name = ?",
         )))
+        .bind(mark)
         .bind(PARKED)
         .bind(name.to_string())
         .execute(&mut *tx)

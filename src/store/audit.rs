@@ -36,7 +36,9 @@ pub struct AuditRow {
     /// Milliseconds since the epoch, database clock.
     pub at: i64,
     /// `run`, `pause`, `resume`, `apply_create`, `apply_update`, `apply_remove`, `sql_insert`,
-    /// `sql_update`, `sql_delete`, `lock_break` (then `job` is the lock's name).
+    /// `sql_update`, `sql_delete`, `lock_break` (then `job` is the lock's name), `calendar_write`,
+    /// `calendar_remove`, `sql_calendar_insert`, `sql_calendar_update`, `sql_calendar_delete`
+    /// (then `job` is the calendar's name).
     pub action: String,
     pub job: Option<String>,
     pub who: String,

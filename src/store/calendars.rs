@@ -3,7 +3,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Result, Store, StoreError};
+use super::{Actor, Result, Store, StoreError};
 
 /// One row of `cron_calendars`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,39 +68,72 @@ impl Store {
             .map_err(sql_err!(self, "read calendars"))
     }
 
-    /// Writes the TOML's calendars `(name, entries)`: those whose entries differ are written,
-    /// those an earlier apply wrote and the TOML no longer defines are removed; calendars made
-    /// with SQL under other names are left alone.
-    pub async fn apply_calendars(&self, defs: &[(String, String)]) -> Result<CalendarReport> {
+    /// Writes the TOML's calendars `(name, entries)`, in one transaction: those whose entries
+    /// differ are written, those an earlier apply wrote and the TOML no longer defines are
+    /// removed; calendars made with SQL under other names are left alone. Each write is vouched
+    /// for (the audit triggers leave it to sqlcron) and audited as `calendar_write` or
+    /// `calendar_remove` with `actor`.
+    pub async fn apply_calendars(
+        &self,
+        defs: &[(String, String)],
+        actor: &Actor,
+    ) -> Result<CalendarReport> {
         let stored = self.calendars().await?;
         let mut report = CalendarReport::default();
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         for (name, entries) in defs {
             let text = match stored.iter().find(|r| &r.name == name) {
                 Some(r) if &r.entries == entries && r.from_toml => continue,
-                Some(_) => "UPDATE cron_calendars SET entries = ?, from_toml = 1 WHERE name = ?",
-                None => "INSERT INTO cron_calendars (entries, from_toml, name) VALUES (?, 1, ?)",
+                Some(_) => {
+                    "UPDATE cron_calendars SET entries = ?, from_toml = 1, changed_by = ? \
+                     WHERE name = ?"
+                }
+                None => {
+                    "INSERT INTO cron_calendars (entries, from_toml, changed_by, name) \
+                     VALUES (?, 1, ?, ?)"
+                }
             };
+            let mark = self.mark(&mut tx, actor).await?;
             sqlx::query(AssertSqlSafe(self.dialect.render(text)))
                 .bind(entries.clone())
+                .bind(mark)
                 .bind(name.clone())
-                .execute(&self.db)
+                .execute(&mut *tx)
                 .await
                 .map_err(sql_err!(self, "write calendar"))?;
+            self.audit_in(&mut *tx, actor, "calendar_write", name, None)
+                .await?;
             report.written.push(name.clone());
         }
         for gone in stored
             .iter()
             .filter(|r| r.from_toml && !defs.iter().any(|(n, _)| *n == r.name))
         {
+            // Marked first, so that the delete trigger knows it is not a plain SQL one.
+            let marker = format!("removing {}", self.mark(&mut tx, actor).await?);
+            self.vouch(&mut tx, &marker).await?;
+            sqlx::query(AssertSqlSafe(self.dialect.render(
+                "UPDATE cron_calendars SET changed_by = ? WHERE name = ? AND from_toml = 1",
+            )))
+            .bind(marker)
+            .bind(gone.name.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_err!(self, "mark calendar for removal"))?;
             sqlx::query(AssertSqlSafe(self.dialect.render(
                 "DELETE FROM cron_calendars WHERE name = ? AND from_toml = 1",
             )))
             .bind(gone.name.clone())
-            .execute(&self.db)
+            .execute(&mut *tx)
             .await
             .map_err(sql_err!(self, "remove calendar"))?;
+            self.audit_in(&mut *tx, actor, "calendar_remove", &gone.name, None)
+                .await?;
             report.removed.push(gone.name.clone());
         }
+        tx.commit()
+            .await
+            .map_err(sql_err!(self, "commit calendars"))?;
         Ok(report)
     }
 }

@@ -209,6 +209,7 @@ async fn rows_run_only_as_allowed_accounts(dialect: Dialect) {
 for_each_dialect!(
     job_environment_is_cron_like,
     audit_trail_records_who_changed_what,
+    audit_trail_watches_every_column,
     rows_run_only_as_allowed_accounts,
     names_are_a_documented_character_set,
     files_a_row_names_are_read_only_where_the_node_allows
@@ -843,6 +844,137 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         "{restore:?}"
     );
     assert_eq!(store.audit_log(Some("c"), 100).await.unwrap().len(), 3);
+    store.close().await;
+}
+
+/// The columns that decide where a job runs, whether it is trusted and whether it runs now, and
+/// the rows of `cron_calendars`, are watched like the rest of a definition: a SQL change of them
+/// is recorded, sqlcron's own change of them is recorded once, by sqlcron, with the operator.
+/// On PostgreSQL a temporary `cron_audit` made by the writer does not catch the row.
+async fn audit_trail_watches_every_column(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let alice = Actor {
+        who: "alice".into(),
+        host: Some("ops-1".into()),
+        pid: Some(42),
+    };
+    let job = |name: &str| sqlcron::model::job::JobSpec {
+        name: name.into(),
+        schedule: "@daily".into(),
+        command: Some("true".into()),
+        enabled: true,
+        ..Default::default()
+    };
+    store
+        .apply_toml(&[job("a"), job("t")], false, &alice)
+        .await
+        .unwrap();
+    assert!(store.request_run("a", &alice).await.unwrap());
+    assert!(store.set_signature("a", "sig", &alice).await.unwrap());
+    for defs in [
+        vec![("hol".to_string(), "2026-12-25 Christmas".to_string())],
+        vec![("hol".to_string(), "2026-12-26 Boxing day".to_string())],
+        vec![],
+    ] {
+        store.apply_calendars(&defs, &alice).await.unwrap();
+    }
+    let actions = |log: &[sqlcron::store::AuditRow], after: i64| -> Vec<(String, String)> {
+        log.iter()
+            .filter(|r| r.id > after)
+            .map(|r| (r.action.clone(), r.job.clone().unwrap_or_default()))
+            .collect()
+    };
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, j)| (a.to_string(), j.to_string()))
+            .collect()
+    };
+    let mut log = store.audit_log(None, 100).await.unwrap();
+    log.sort_by_key(|r| r.id);
+    assert_eq!(
+        actions(&log, 0),
+        pairs(&[
+            ("apply_create", "a"),
+            ("apply_create", "t"),
+            ("run", "a"),
+            ("sign", "a"),
+            ("calendar_write", "hol"),
+            ("calendar_write", "hol"),
+            ("calendar_remove", "hol"),
+        ])
+    );
+    assert!(log.iter().all(|r| r.who == "alice"), "{log:?}");
+    let before = log.last().unwrap().id;
+
+    // Through connections that never vouched for anything, as `psql`'s.
+    let writer = db.store().await;
+    for sql in [
+        // Clearing a requested run is what a release does: not a change of the definition.
+        "UPDATE cron_table SET run_now = 0 WHERE name = 'a'",
+        "UPDATE cron_table SET run_now = 1 WHERE name = 'a'",
+        "UPDATE cron_table SET run_on = 'every_node', template = 'x' WHERE name = 't'",
+        "UPDATE cron_table SET source = 'sql', toml_enabled = 0 WHERE name = 't'",
+        "UPDATE cron_table SET signature = 'forged', upstream_run = '{}' WHERE name = 'a'",
+        "INSERT INTO cron_calendars (name, entries) VALUES ('sqlcal', '2026-12-25 X')",
+        "UPDATE cron_calendars SET entries = '2026-12-31 Y' WHERE name = 'sqlcal'",
+        "DELETE FROM cron_calendars WHERE name = 'sqlcal'",
+    ] {
+        writer.execute_raw(sql).await.unwrap();
+    }
+    writer.close().await;
+    let mut expected = vec![
+        ("sql_update", "a", Some("changed run_now")),
+        ("sql_update", "t", Some("changed run_on,template")),
+        ("sql_update", "t", Some("changed source,toml_enabled")),
+        ("sql_update", "a", Some("changed signature,upstream_run")),
+        ("sql_calendar_insert", "sqlcal", None),
+        ("sql_calendar_update", "sqlcal", Some("changed entries")),
+        ("sql_calendar_delete", "sqlcal", None),
+    ];
+    if dialect == Dialect::Postgres {
+        // One connection, so that the temporary table is the writer's own.
+        let one = Store::connect(&crate::util::db_url(&db.url), 1).unwrap();
+        one.execute_raw(
+            "CREATE TEMPORARY TABLE cron_audit (LIKE public.cron_audit INCLUDING DEFAULTS)",
+        )
+        .await
+        .unwrap();
+        one.execute_raw("UPDATE cron_table SET retries = 7 WHERE name = 'a'")
+            .await
+            .unwrap();
+        let caught: Option<i64> = one.scalar("SELECT COUNT(*) FROM cron_audit").await.unwrap();
+        assert_eq!(
+            caught,
+            Some(0),
+            "the temporary table caught the trigger's row"
+        );
+        one.close().await;
+        expected.push(("sql_update", "a", Some("changed retries")));
+    }
+    let mut log = store.audit_log(None, 100).await.unwrap();
+    log.sort_by_key(|r| r.id);
+    let newest: Vec<&sqlcron::store::AuditRow> = log.iter().filter(|r| r.id > before).collect();
+    assert_eq!(
+        newest
+            .iter()
+            .map(|r| (r.action.as_str(), r.job.as_deref().unwrap_or("")))
+            .collect::<Vec<_>>(),
+        expected
+            .iter()
+            .map(|(a, j, _)| (*a, *j))
+            .collect::<Vec<_>>(),
+        "{newest:#?}"
+    );
+    for (row, (_, _, detail)) in newest.iter().zip(&expected) {
+        assert_eq!(row.who, "sql", "{row:?}");
+        if let Some(detail) = detail {
+            assert!(
+                row.detail.as_deref().unwrap_or("").starts_with(detail),
+                "{row:?} should say {detail}"
+            );
+        }
+    }
     store.close().await;
 }
 
