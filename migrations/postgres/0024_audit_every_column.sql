@@ -1,17 +1,23 @@
 -- The audit trail's gaps found in a review (docs/security.md, "Audit trail"):
 --
 -- 1. Columns no audit trigger watched: run_on, template, source, signature, upstream_run and
---    toml_enabled, and a run requested by setting run_now. A SQL change of these is now
---    recorded like any other definition change ('sql_update', 'changed COLUMNS (database user
---    U)'). run_now is recorded only when it is set (0 to non-zero): the daemon clears it when
---    the requested run is released, and that is not a change anybody made.
+--    toml_enabled, a run requested by setting run_now, and a stop requested by setting
+--    stop_token. A SQL change of these is now recorded like any other definition change
+--    ('sql_update', 'changed COLUMNS (database user U)'). run_now is recorded only when it is
+--    set (0 to non-zero): the daemon clears it when the requested run is released, and that is
+--    not a change anybody made; stop_token only when set to a value (the daemon never writes it).
 -- 2. cron_calendars rows: every node reads them, so a SQL insert, update or delete is recorded
 --    ('sql_calendar_insert', 'sql_calendar_update', 'sql_calendar_delete', the calendar's name
 --    in `job`). The table gets changed_by, vouched for like cron_table's: sqlcron's own writes
 --    (a TOML apply) record 'calendar_write' and 'calendar_remove' with the operator.
--- 3. The functions that write a table resolved its name through the caller's search_path: a
---    writer could create a temporary cron_audit first and the trigger's row went there. Each
---    now runs with search_path set to the schema it was created in, pg_temp last.
+-- 3. TRUNCATE fires no row trigger: a statement trigger records 'sql_truncate' (`job`: the
+--    table's name) for cron_table and cron_calendars. sqlcron never truncates them.
+-- 4. The functions that write or read a table resolved its name through the caller's
+--    search_path: a writer could create a temporary cron_audit first and the trigger's row went
+--    there. Each now runs with search_path set to the schema it was created in, pg_temp last.
+--    cron_audit_own(), which the triggers' WHEN clauses call, resolved current_setting() there
+--    too: a writer who may create a schema could put a current_setting() of its own first and
+--    answer its forged marker. It now runs with pg_catalog, pg_temp.
 
 CREATE FUNCTION cron_audit_sql_more() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -24,14 +30,15 @@ BEGIN
                 CASE WHEN NEW.signature IS DISTINCT FROM OLD.signature THEN 'signature' END,
                 CASE WHEN NEW.upstream_run IS DISTINCT FROM OLD.upstream_run THEN 'upstream_run' END,
                 CASE WHEN NEW.toml_enabled IS DISTINCT FROM OLD.toml_enabled THEN 'toml_enabled' END,
-                CASE WHEN NEW.run_now <> 0 AND OLD.run_now = 0 THEN 'run_now' END)
+                CASE WHEN NEW.run_now <> 0 AND OLD.run_now = 0 THEN 'run_now' END,
+                CASE WHEN NEW.stop_token IS NOT NULL AND NEW.stop_token IS DISTINCT FROM OLD.stop_token THEN 'stop_token' END)
             || ' (database user ' || current_user || ')');
     RETURN NULL;
 END
 $$;
 -- A release names run_now (to clear it after a requested run) but never sets it, so for the
 -- daemon's own updates the first comparison ends the test.
-CREATE TRIGGER cron_audit_sql_more AFTER UPDATE OF run_on, template, source, signature, upstream_run, toml_enabled, run_now ON cron_table
+CREATE TRIGGER cron_audit_sql_more AFTER UPDATE OF run_on, template, source, signature, upstream_run, toml_enabled, run_now, stop_token ON cron_table
     FOR EACH ROW
     WHEN ((NEW.run_now <> 0 AND OLD.run_now = 0
            OR NEW.run_on IS DISTINCT FROM OLD.run_on
@@ -39,7 +46,8 @@ CREATE TRIGGER cron_audit_sql_more AFTER UPDATE OF run_on, template, source, sig
            OR NEW.source IS DISTINCT FROM OLD.source
            OR NEW.signature IS DISTINCT FROM OLD.signature
            OR NEW.upstream_run IS DISTINCT FROM OLD.upstream_run
-           OR NEW.toml_enabled IS DISTINCT FROM OLD.toml_enabled)
+           OR NEW.toml_enabled IS DISTINCT FROM OLD.toml_enabled
+           OR NEW.stop_token IS NOT NULL AND NEW.stop_token IS DISTINCT FROM OLD.stop_token)
           AND NOT cron_audit_own(NEW.changed_by))
     EXECUTE FUNCTION cron_audit_sql_more();
 
@@ -76,6 +84,19 @@ $$;
 CREATE TRIGGER cron_audit_sql_calendar_rows AFTER INSERT OR UPDATE OR DELETE ON cron_calendars
     FOR EACH ROW EXECUTE FUNCTION cron_audit_sql_calendar_rows();
 
+CREATE FUNCTION cron_audit_sql_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO cron_audit (at, action, job, who, detail)
+    VALUES (CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT), 'sql_truncate', TG_TABLE_NAME, 'sql',
+            'database user ' || current_user);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER cron_audit_sql_truncate AFTER TRUNCATE ON cron_table
+    FOR EACH STATEMENT EXECUTE FUNCTION cron_audit_sql_truncate();
+CREATE TRIGGER cron_audit_sql_truncate AFTER TRUNCATE ON cron_calendars
+    FOR EACH STATEMENT EXECUTE FUNCTION cron_audit_sql_truncate();
+
 DO $$
 DECLARE
     f TEXT;
@@ -83,9 +104,11 @@ BEGIN
     FOREACH f IN ARRAY ARRAY['cron_audit_sql', 'cron_audit_sql_alerts', 'cron_audit_sql_placement',
                              'cron_audit_sql_http', 'cron_audit_sql_calendars', 'cron_audit_sql_requires',
                              'cron_audit_sql_after', 'cron_audit_sql_more', 'cron_audit_sql_calendar_rows',
-                             'cron_placement_seen', 'cron_calendars_unpark'] LOOP
+                             'cron_audit_sql_truncate',
+                             'cron_placement_seen', 'cron_calendars_unpark', 'cron_lock_wake'] LOOP
         EXECUTE format('ALTER FUNCTION %I.%I() SET search_path = %I, pg_temp',
                        current_schema(), f, current_schema());
     END LOOP;
 END
 $$;
+ALTER FUNCTION cron_audit_own(TEXT) SET search_path = pg_catalog, pg_temp;

@@ -850,7 +850,8 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
 /// The columns that decide where a job runs, whether it is trusted and whether it runs now, and
 /// the rows of `cron_calendars`, are watched like the rest of a definition: a SQL change of them
 /// is recorded, sqlcron's own change of them is recorded once, by sqlcron, with the operator.
-/// On PostgreSQL a temporary `cron_audit` made by the writer does not catch the row.
+/// On PostgreSQL a temporary `cron_audit` made by the writer does not catch the row, and a
+/// TRUNCATE is recorded.
 async fn audit_trail_watches_every_column(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
@@ -916,6 +917,9 @@ async fn audit_trail_watches_every_column(dialect: Dialect) {
         "UPDATE cron_table SET run_on = 'every_node', template = 'x' WHERE name = 't'",
         "UPDATE cron_table SET source = 'sql', toml_enabled = 0 WHERE name = 't'",
         "UPDATE cron_table SET signature = 'forged', upstream_run = '{}' WHERE name = 'a'",
+        "UPDATE cron_table SET stop_token = token WHERE name = 'a'",
+        // Only the case differs: MySQL's `<=>` on text once said these were equal.
+        "UPDATE cron_table SET command = 'TRUE' WHERE name = 't'",
         "INSERT INTO cron_calendars (name, entries) VALUES ('sqlcal', '2026-12-25 X')",
         "UPDATE cron_calendars SET entries = '2026-12-31 Y' WHERE name = 'sqlcal'",
         "DELETE FROM cron_calendars WHERE name = 'sqlcal'",
@@ -928,6 +932,8 @@ async fn audit_trail_watches_every_column(dialect: Dialect) {
         ("sql_update", "t", Some("changed run_on,template")),
         ("sql_update", "t", Some("changed source,toml_enabled")),
         ("sql_update", "a", Some("changed signature,upstream_run")),
+        ("sql_update", "a", Some("changed stop_token")),
+        ("sql_update", "t", Some("changed command")),
         ("sql_calendar_insert", "sqlcal", None),
         ("sql_calendar_update", "sqlcal", Some("changed entries")),
         ("sql_calendar_delete", "sqlcal", None),
@@ -949,8 +955,23 @@ async fn audit_trail_watches_every_column(dialect: Dialect) {
             Some(0),
             "the temporary table caught the trigger's row"
         );
+        one.execute_raw("TRUNCATE cron_calendars").await.unwrap();
+        // A current_setting() of the writer's own, ahead of pg_catalog, answering its forged
+        // marker: the triggers' check does not call it.
+        for sql in [
+            "UPDATE cron_table SET run_now = 0 WHERE name = 'a'",
+            "CREATE SCHEMA forger",
+            "CREATE FUNCTION forger.current_setting(text, boolean) RETURNS text \
+             LANGUAGE sql AS $$ SELECT 'forged'::text $$",
+            "SET search_path = forger, pg_catalog, public",
+            "UPDATE cron_table SET run_now = 1, changed_by = 'forged' WHERE name = 'a'",
+        ] {
+            one.execute_raw(sql).await.unwrap();
+        }
         one.close().await;
         expected.push(("sql_update", "a", Some("changed retries")));
+        expected.push(("sql_truncate", "cron_calendars", None));
+        expected.push(("sql_update", "a", Some("changed run_now")));
     }
     let mut log = store.audit_log(None, 100).await.unwrap();
     log.sort_by_key(|r| r.id);

@@ -983,7 +983,8 @@ async fn park_is_fenced_and_any_definition_fix_unparks(dialect: Dialect) {
 }
 
 /// The columns added after the first schema, changed with SQL: each un-parks a parked row and
-/// is written to the audit trail (signatures are not audited: they are not definitions); a
+/// is written to the audit trail (a signature too: it decides whether nodes that require one run
+/// the row, migration 0024/0021/0022); a
 /// claim and a release of the row write nothing to the audit trail and keep the slot they set.
 /// On MySQL every one of them goes through the one guarded trigger per event (migration 0020).
 async fn each_later_definition_column_unparks_and_is_audited_and_a_run_is_not(dialect: Dialect) {
@@ -1006,7 +1007,7 @@ async fn each_later_definition_column_unparks_and_is_audited_and_a_run_is_not(di
         ("placement", "'zone-a'", Some("placement")),
         ("overlap", "'forbid'", Some("overlap")),
         ("http", "'{}'", Some("http")),
-        ("signature", "'sig'", None),
+        ("signature", "'sig'", Some("signature")),
         ("calendars", "'[]'", Some("calendars")),
         ("requires", "'[]'", Some("requires")),
         ("after_jobs", "'[]'", Some("after")),
