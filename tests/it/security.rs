@@ -669,17 +669,22 @@ async fn secrets_come_from_files_and_credentials() {
     assert!(stderr(&out).contains("[database] password_file: cannot read /nonexistent/pw"));
 }
 
+/// The operator of the audit tests: a Unix user on a host, with a pid.
+fn alice() -> Actor {
+    Actor {
+        who: "alice".into(),
+        host: Some("ops-1".into()),
+        pid: Some(42),
+    }
+}
+
 /// Every operator action and every definition change made with SQL is one audit row: what,
 /// which job, who; changes made through sqlcron are not recorded twice by the triggers, and the
 /// daemon's own writes (claims, releases) are not recorded at all.
 async fn audit_trail_records_who_changed_what(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
-    let alice = Actor {
-        who: "alice".into(),
-        host: Some("ops-1".into()),
-        pid: Some(42),
-    };
+    let alice = alice();
     let job = |name: &str, command: &str| sqlcron::model::job::JobSpec {
         name: name.into(),
         schedule: "@daily".into(),
@@ -855,11 +860,7 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
 async fn audit_trail_watches_every_column(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
-    let alice = Actor {
-        who: "alice".into(),
-        host: Some("ops-1".into()),
-        pid: Some(42),
-    };
+    let alice = alice();
     let job = |name: &str| sqlcron::model::job::JobSpec {
         name: name.into(),
         schedule: "@daily".into(),
