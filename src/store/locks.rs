@@ -486,13 +486,22 @@ impl Store {
                 "UPDATE cron_table SET next_exec = {{now}} WHERE {waiting} \
                  ORDER BY slot, id LIMIT 1"
             ),
+            // The conditions again on the row itself: on PostgreSQL the subquery reads the
+            // statement's snapshot, and a node that claimed the row meanwhile holds its lock;
+            // once that claim commits, only the outer conditions are checked again on the row
+            // as claimed. Without them a claimed row was made due at once, and its claim was
+            // taken over while its run went on (two runs of one slot).
             Dialect::Postgres | Dialect::Sqlite => format!(
                 "UPDATE cron_table SET next_exec = {{now}} WHERE id = \
-                 (SELECT id FROM cron_table WHERE {waiting} ORDER BY slot, id LIMIT 1)"
+                 (SELECT id FROM cron_table WHERE {waiting} ORDER BY slot, id LIMIT 1) \
+                 AND {waiting}"
             ),
         };
-        let done = sqlx::query(AssertSqlSafe(self.dialect().render(&text)))
-            .bind(pool.to_string())
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect().render(&text))).bind(pool.to_string());
+        if self.dialect() != Dialect::Mysql {
+            q = q.bind(pool.to_string());
+        }
+        let done = q
             .execute(&self.db)
             .await
             .map_err(err!(self, "free pool place"))?;

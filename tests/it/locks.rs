@@ -415,6 +415,17 @@ async fn pool_of_two_across_three_nodes(dialect: Dialect) {
         inside += d;
         max = max.max(inside);
     }
+    if max > 2 {
+        let history = store.history(None, 100).await.unwrap();
+        for h in &history {
+            eprintln!("HIST {h:?}");
+        }
+        for n in 0..3 {
+            let l =
+                std::fs::read_to_string(dir.path().join(format!("n{n}.log"))).unwrap_or_default();
+            eprintln!("LOG n{n}:\n{l}");
+        }
+    }
     assert!(max <= 2, "{max} jobs of pool heavy at once:\n{text}");
     let history = store.history(None, 100).await.unwrap();
     assert_eq!(history.iter().filter(|h| h.outcome == "ok").count(), 10);

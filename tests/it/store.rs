@@ -1509,3 +1509,60 @@ async fn a_batch_of_releases_writes_what_single_releases_write(dialect: Dialect)
         seen[1][6]
     );
 }
+
+/// A freed pool place wakes only a row still waiting when it is written. On PostgreSQL the
+/// wake-up's subquery reads its statement's snapshot: a row claimed meanwhile (its claim holding
+/// the row's lock until it commits) was made due at once, and the claim was taken over while its
+/// run went on, two runs of one slot (seen as `locks::postgres::pool_of_two_across_three_nodes`
+/// under load). Here the claim holds the lock while the wake-up waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_waiter_claimed_meanwhile_is_not_woken() {
+    use sqlx::Connection;
+    let db = TestDb::new(Dialect::Postgres).await;
+    let store = db.store().await;
+    insert(&store, "w", "* * * * *", "true").await;
+    store
+        .execute_raw(
+            "UPDATE cron_table SET pool = 'p', pool_wait = 1, slot = 1000, \
+             next_exec = CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT) + 60000 \
+             WHERE name = 'w'",
+        )
+        .await
+        .unwrap();
+    let mut claimer = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(
+        "BEGIN; UPDATE cron_table SET exec_by = 'n', token = token + 1, \
+         lease_until = 9000000000000, next_exec = 9000000000000 WHERE name = 'w'",
+    )
+    .execute(&mut claimer)
+    .await
+    .unwrap();
+    let waker = store.clone();
+    let woken = tokio::spawn(async move { waker.pool_place_freed("p").await });
+    // The wake-up waits for the claim's row lock.
+    crate::util::eventually(Duration::from_secs(10), "the wake-up waits", || async {
+        let n = store
+            .scalar_i64(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE 'UPDATE cron_table SET next_exec%'",
+            )
+            .await
+            .unwrap();
+        (n == Some(1)).then_some(())
+    })
+    .await;
+    sqlx::raw_sql("COMMIT").execute(&mut claimer).await.unwrap();
+    assert_eq!(
+        woken.await.unwrap().unwrap(),
+        0,
+        "a claimed row is not woken"
+    );
+    let row = store.job("w").await.unwrap().unwrap();
+    assert_eq!(
+        (row.exec_by.as_deref(), row.next_exec),
+        (Some("n"), Some(9_000_000_000_000)),
+        "the claim's lease end stands"
+    );
+    claimer.close().await.unwrap();
+    store.close().await;
+}
