@@ -139,8 +139,7 @@ impl Store {
                 report.removed.push(name.clone());
                 if !dry_run {
                     // Marked first, so that the delete trigger knows it is not a plain SQL one.
-                    let marker = format!("removing {}", self.mark(&mut tx, actor).await?);
-                    self.vouch(&mut tx, &marker).await?;
+                    let marker = self.mark_removal(&mut tx, actor).await?;
                     sqlx::query(AssertSqlSafe(self.dialect.render(
                         "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
                     )))

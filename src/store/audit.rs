@@ -64,6 +64,19 @@ impl Store {
         Ok(value)
     }
 
+    /// A fresh `removing ...` value of `changed_by` for a row about to be deleted by `actor`,
+    /// vouched for on `conn`: set on the row before its delete, it tells every dialect's delete
+    /// trigger that the delete is sqlcron's own (see the module's doc).
+    pub(super) async fn mark_removal(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        actor: &Actor,
+    ) -> Result<String> {
+        let value = format!("removing {}", marker(actor));
+        self.vouch(conn, &value).await?;
+        Ok(value)
+    }
+
     /// Vouches for `value` as sqlcron's own `changed_by` on `conn`, for its transaction.
     pub(super) async fn vouch(&self, conn: &mut sqlx::AnyConnection, value: &str) -> Result<()> {
         let text = match self.dialect {

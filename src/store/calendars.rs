@@ -110,8 +110,7 @@ impl Store {
             .filter(|r| r.from_toml && !defs.iter().any(|(n, _)| *n == r.name))
         {
             // Marked first, so that the delete trigger knows it is not a plain SQL one.
-            let marker = format!("removing {}", self.mark(&mut tx, actor).await?);
-            self.vouch(&mut tx, &marker).await?;
+            let marker = self.mark_removal(&mut tx, actor).await?;
             sqlx::query(AssertSqlSafe(self.dialect.render(
                 "UPDATE cron_calendars SET changed_by = ? WHERE name = ? AND from_toml = 1",
             )))
