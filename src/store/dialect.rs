@@ -227,14 +227,19 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
 pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
-    let mut due = if excluded == 0 {
-        "enabled = 1 AND next_exec <= {now}".to_string()
-    } else {
-        format!(
-            "enabled = 1 AND next_exec <= {{now}} AND id NOT IN ({})",
+    // A claimed row is taken over only once its lease has ended, whatever its `next_exec`
+    // says: sqlcron keeps the two equal while a row is claimed, so this only matters when
+    // something else (an operator's SQL, a bug) moved `next_exec` earlier. A claimed row
+    // without a lease (a row written by hand) is anybody's.
+    let mut due = "enabled = 1 AND next_exec <= {now} \
+                   AND (exec_by IS NULL OR lease_until IS NULL OR lease_until <= {now})"
+        .to_string();
+    if excluded > 0 {
+        due.push_str(&format!(
+            " AND id NOT IN ({})",
             vec!["?"; excluded].join(", ")
-        )
-    };
+        ));
+    }
     due.push_str(&placement_filter(placements));
     due.push_str(" AND NOT EXISTS (SELECT 1 FROM cron_nodes WHERE name = ? AND drain = 1)");
     let template = match dialect {

@@ -19,6 +19,7 @@ for_each_dialect!(
     a_batch_of_releases_writes_what_single_releases_write,
     schedule_change_with_sql_resets_next_exec,
     expired_lease_is_taken_over_with_the_previous_holder_visible,
+    a_claimed_row_is_taken_over_only_when_its_lease_ends,
     extend_reports_lost_claims,
     toml_apply_creates_updates_and_removes_only_toml_jobs,
     pool_deferral_keeps_the_slot_and_a_lost_rerun,
@@ -597,6 +598,56 @@ async fn expired_lease_is_taken_over_with_the_previous_holder_visible(dialect: D
             .unwrap(),
         Fenced::Lost
     );
+}
+
+/// A claimed row whose `next_exec` something else moved earlier (an operator's SQL, or a bug
+/// like the pool wake-up that once did it) stays its holder's until the lease ends; a row
+/// handed over at shutdown (lease ended now) and a hand-written claim without a lease are
+/// taken at once.
+async fn a_claimed_row_is_taken_over_only_when_its_lease_ends(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "held", "* * * * *", "true").await;
+    insert(&store, "handed", "* * * * *", "true").await;
+    insert(&store, "by_hand", "* * * * *", "true").await;
+    make_due(&store, "held").await;
+    make_due(&store, "handed").await;
+    let (_, rows) = store.claim("a", 10, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    let held = rows.iter().find(|r| r.name == "held").unwrap().clone();
+    let handed = rows.iter().find(|r| r.name == "handed").unwrap().clone();
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = {} WHERE name = 'held'",
+            now - 5000
+        ))
+        .await
+        .unwrap();
+    store
+        .release_for_takeover(handed.id, "a", handed.token)
+        .await
+        .unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = {}, slot = {}, exec_by = 'gone', lease_until = NULL \
+             WHERE name = 'by_hand'",
+            now - 1000,
+            now - 1000
+        ))
+        .await
+        .unwrap();
+    let (_, rows) = store.claim("b", 10, Duration::from_secs(60)).await.unwrap();
+    let mut names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["by_hand", "handed"],
+        "the row still leased is not taken"
+    );
+    let row = store.job("held").await.unwrap().unwrap();
+    assert_eq!(row.exec_by.as_deref(), Some("a"));
+    assert_eq!(row.token, held.token);
 }
 
 async fn extend_reports_lost_claims(dialect: Dialect) {
