@@ -390,8 +390,6 @@ impl Store {
         Ok(())
     }
 
-    /// At shutdown: end the lease of a row whose run was stopped, so that another node takes
-    /// it over at once (by its `rerun_lost` policy) instead of waiting for the lease.
     /// Moves a claimed row to `slot` with no attempt made, fenced by node and token: done before
     /// a run of another slot than the row's starts.
     pub async fn advance_slot(&self, id: i64, node: &str, token: i64, slot: i64) -> Result<Fenced> {
@@ -408,6 +406,10 @@ impl Store {
         Ok(Fenced::from_rows(done.rows_affected()))
     }
 
+    /// Ends the lease of a claimed row now (`lease_until` and `next_exec`), fenced by node and
+    /// token, so that another node takes it over at once instead of waiting for the lease: at
+    /// shutdown, for a run stopped or not started, and for a start refused because another
+    /// token's record of the run exists.
     pub async fn release_for_takeover(&self, id: i64, node: &str, token: i64) -> Result<Fenced> {
         let done = sqlx::query(AssertSqlSafe(self.sql.shutdown_release.clone()))
             .bind(id)

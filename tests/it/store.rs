@@ -637,7 +637,11 @@ async fn a_claimed_row_is_taken_over_only_when_its_lease_ends(dialect: Dialect) 
         ))
         .await
         .unwrap();
-    let (_, rows) = store.claim("b", 10, Duration::from_secs(60)).await.unwrap();
+    // With a row left out (no row's id): the claim's other form.
+    let (_, rows) = store
+        .claim_excluding("b", 10, Duration::from_secs(60), &[-5], None)
+        .await
+        .unwrap();
     let mut names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
     names.sort();
     assert_eq!(
