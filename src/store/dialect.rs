@@ -265,9 +265,8 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -
              FROM (SELECT id FROM cron_table WHERE {due} ORDER BY next_exec LIMIT ? \
                    FOR UPDATE SKIP LOCKED) d \
              WHERE c.id = d.id AND {} RETURNING {}, {{now}} AS db_now",
-            lease_ended
-                .replace("exec_by", "c.exec_by")
-                .replace("lease_until", "c.lease_until"),
+            // Unqualified, the columns are `c`'s: `d` has only `id`.
+            lease_ended,
             JOB_COLUMNS
                 .split(", ")
                 .map(|c| format!("c.{}", c.trim()))
