@@ -1000,6 +1000,135 @@ async fn audit_trail_watches_every_column(dialect: Dialect) {
     store.close().await;
 }
 
+/// MySQL and MariaDB: the audit trigger's guard compares `definition_digest` alone (migration
+/// 0022), so a definition column missing from the digest would be changed with SQL unrecorded.
+/// Every column of `cron_table` is in the digest's expression or is one of the run's own
+/// columns listed here; a SQL change of each column in the digest changes the digest; a claim
+/// and a release leave it as it was; and the column refuses a value of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_definition_digest_covers_every_definition_column() {
+    // Written by the run path, by the un-parking or by sqlcron itself; not a definition.
+    const NOT_DEFINITION: &[&str] = &[
+        "id",
+        "toml_hash",
+        "next_exec",
+        "slot",
+        "attempt",
+        "exec_by",
+        "prev_exec_by",
+        "lease_until",
+        "token",
+        "claim_id",
+        "claimed_at",
+        "run_now",
+        "dirty",
+        "last_status",
+        "last_exit",
+        "last_start",
+        "last_end",
+        "last_node",
+        "error",
+        "pool_wait",
+        "changed_by",
+        "stop_token",
+        "chain_cursor",
+        "definition_digest",
+    ];
+    let db = TestDb::new(Dialect::Mysql).await;
+    let store = db.store().await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('d', '@daily', 'true')",
+        )
+        .await
+        .unwrap();
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR) FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND table_name = 'cron_table' ORDER BY ordinal_position",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(columns.len() > 50, "{columns:?}");
+    let expression: String = sqlx::query_scalar(
+        "SELECT CAST(generation_expression AS CHAR) FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND table_name = 'cron_table' \
+         AND column_name = 'definition_digest'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let digest = || async {
+        store
+            .scalar::<String>("SELECT HEX(definition_digest) FROM cron_table")
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let mut covered = 0;
+    for (column, data_type) in &columns {
+        let named = expression.contains(&format!("`{column}`"));
+        if NOT_DEFINITION.contains(&column.as_str()) {
+            assert!(
+                !named || column == "definition_digest",
+                "{column} is in the digest"
+            );
+            continue;
+        }
+        assert!(
+            named,
+            "{column} is neither in definition_digest nor a run column"
+        );
+        let change = if data_type == "bigint" {
+            format!("IFNULL({column}, 0) + 1")
+        } else {
+            format!("CONCAT(IFNULL({column}, ''), 'x')")
+        };
+        let before = digest().await;
+        store
+            .execute_raw(&format!("UPDATE cron_table SET {column} = {change}"))
+            .await
+            .unwrap();
+        assert_ne!(digest().await, before, "a change of {column}");
+        covered += 1;
+    }
+    assert_eq!(
+        covered, 38,
+        "the columns the guard of migration 0021 compared"
+    );
+
+    // A run changes no definition column.
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET next_exec = {0}, slot = {0}, error = NULL, enabled = 1, \
+             run_on = NULL, template = NULL, placement = NULL, pool = NULL, requires = NULL, \
+             after_jobs = NULL, calendars = NULL",
+            now - 1000
+        ))
+        .await
+        .unwrap();
+    let before = digest().await;
+    let (rows, keys) = crate::util::claim_and_start(&store, "a", 1, now - 1000).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(digest().await, before, "the claim");
+    let release = crate::util::ok_release(now + 60_000, "ran\n");
+    store
+        .release(rows[0].id, "a", rows[0].token, &release, Some(&keys[0]))
+        .await
+        .unwrap();
+    assert_eq!(digest().await, before, "the release");
+
+    let refused = store
+        .execute_raw("UPDATE cron_table SET definition_digest = UNHEX(SHA2('x', 256))")
+        .await;
+    assert!(refused.is_err(), "a value of its own was written");
+    assert_eq!(digest().await, before);
+    pool.close().await;
+    store.close().await;
+}
+
 /// `sqlcron run` and `sqlcron audit --json` from the command line name the Unix user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_actions_are_audited() {
