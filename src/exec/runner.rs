@@ -159,11 +159,10 @@ pub async fn run(
     {
         // What `/bin/sh` would have exported: the directory the program starts in, as
         // `getcwd` names it.
-        let pwd = spec
-            .workdir
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .and_then(|d| std::fs::canonicalize(d).ok());
+        let pwd = match &spec.workdir {
+            Some(dir) => std::fs::canonicalize(dir).ok(),
+            None => daemon_dir(),
+        };
         match run_program(spec, &Program::Argv(words), pwd, stop.clone()).await {
             Err(e) => {
                 tracing::debug!(job = %spec.job, error = %e, "started through the shell after all");
@@ -172,6 +171,27 @@ pub async fn run(
         }
     }
     run_program(spec, &spec.program, None, stop).await
+}
+
+/// The daemon's own directory, canonical, looked up once: the daemon never changes it, and
+/// looking it up for every run (`getcwd` and a `readlink` per component) was about 1.5 % of
+/// the daemon's CPU in a burst.
+fn daemon_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        std::env::current_dir()
+            .ok()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+    })
+    .clone()
+}
+
+/// A descriptor of `/dev/null` for a run's standard input: a copy of one opened once (a
+/// `dup`, not a path lookup per run). `None` when it cannot be had; the run then opens its own.
+fn null_stdin() -> Option<Stdio> {
+    static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let null = NULL.get_or_init(|| std::fs::File::open("/dev/null").ok());
+    Some(Stdio::from(null.as_ref()?.try_clone().ok()?))
 }
 
 /// Runs `program` with `spec`; `pwd`: set `PWD` (a command started without its shell).
@@ -202,7 +222,7 @@ async fn run_program(
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
     } else {
-        cmd.stdin(Stdio::null())
+        cmd.stdin(null_stdin().unwrap_or_else(Stdio::null))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
     }
@@ -500,16 +520,19 @@ impl Sink {
 /// Reads one output stream in chunks (never a whole line into memory: a job may print
 /// gigabytes without a newline), logs it line by line within the budget, and feeds the tail.
 async fn pump(mut stream: impl AsyncRead + Unpin, sink: Sink) {
-    let mut buf = vec![0u8; 16 * 1024];
+    // Read into spare capacity, never zeroed: most runs print nothing, and zeroing two buffers
+    // of 16 KiB per run was about 5 % of the daemon's CPU in a burst (docs/benchmarks.md).
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut line: Vec<u8> = Vec::with_capacity(256);
     // Bytes of the current line as read (it may be longer than what is kept of it).
     let mut read_len = 0usize;
     loop {
-        let n = match stream.read(&mut buf).await {
+        buf.clear();
+        match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let chunk = &buf[..n];
+            Ok(_) => {}
+        }
+        let chunk = &buf[..];
         sink.tail
             .lock()
             .unwrap_or_else(|e| e.into_inner())
