@@ -147,11 +147,17 @@ impl Store {
             .map_err(sql_err!(self, "decode placement"))
     }
 
-    /// The jobs held by a node right now (`exec_by` set), at most `limit`.
+    /// The jobs held by a node right now, at most `limit`, by name. MySQL marks its claims with
+    /// `claim_id` (indexed; it has no partial indexes); PostgreSQL and SQLite claim with
+    /// `RETURNING` and leave `claim_id` empty, so there the held rows are read by `exec_by`
+    /// (the partial index `cron_table_held`).
     pub async fn running(&self, limit: i64) -> Result<Vec<JobRow>> {
+        let held = match self.dialect {
+            Dialect::Mysql => "claim_id IS NOT NULL",
+            Dialect::Postgres | Dialect::Sqlite => "exec_by IS NOT NULL",
+        };
         let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE claim_id IS NOT NULL \
-             ORDER BY name LIMIT ?"
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE {held} ORDER BY name LIMIT ?"
         ))))
         .bind(limit)
         .fetch_all(&self.db)

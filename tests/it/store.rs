@@ -32,6 +32,7 @@ for_each_dialect!(
     fencing_token_never_decreases_when_a_row_is_recreated,
     toml_update_keeps_a_pause,
     statement_timeout_bounds_every_statement_and_says_so,
+    running_lists_the_rows_held_now,
 );
 
 async fn insert(store: &Store, name: &str, schedule: &str, command: &str) {
@@ -1620,4 +1621,34 @@ async fn a_pool_waiter_claimed_meanwhile_is_not_woken() {
     );
     claimer.close().await.unwrap();
     store.close().await;
+}
+
+/// The dashboard's "Running now" (`Store::running`) lists the rows a node holds, by name, and
+/// not once they are released. It was always empty on PostgreSQL and SQLite, which never set
+/// the `claim_id` it read.
+async fn running_lists_the_rows_held_now(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    for name in ["b", "a", "idle"] {
+        insert(&store, name, "* * * * *", "true").await;
+    }
+    make_due(&store, "a").await;
+    make_due(&store, "b").await;
+    assert!(store.running(20).await.unwrap().is_empty());
+    let (rows, keys) = crate::util::claim_and_start(&store, "n1", 10, 1_000).await;
+    assert_eq!(rows.len(), 2);
+    let names =
+        |rows: Vec<sqlcron::store::JobRow>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+    assert_eq!(names(store.running(20).await.unwrap()), ["a", "b"]);
+    assert_eq!(names(store.running(1).await.unwrap()), ["a"]);
+    let a = rows.iter().position(|r| r.name == "a").unwrap();
+    let release = crate::util::ok_release(61_000, "");
+    assert_eq!(
+        store
+            .release(rows[a].id, "n1", rows[a].token, &release, Some(&keys[a]))
+            .await
+            .unwrap(),
+        Fenced::Done
+    );
+    assert_eq!(names(store.running(20).await.unwrap()), ["b"]);
 }
