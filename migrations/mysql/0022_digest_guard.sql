@@ -1,55 +1,57 @@
 -- The guard of the AFTER UPDATE trigger of cron_table, cheaper (docs/benchmarks.md, "One digest
--- for the audit trigger's guard"). MySQL and MariaDB have no UPDATE OF triggers, so the trigger
--- runs for every row a claim, lease extension or release writes, and its guard compared 38
--- columns as bytes each time: a tenth of MariaDB's CPU in a burst (the guard's items are fixed
--- again at every execution).
+-- for MariaDB's audit guard"). MySQL and MariaDB have no UPDATE OF triggers, so the trigger runs
+-- for every row a claim, lease extension or release writes, and its guard compared 38 columns
+-- as bytes each time: a tenth of MariaDB's CPU in a burst (the guard's items are fixed again at
+-- every execution).
 --
--- definition_digest is a stored generated column: the SHA-256 of every column the guard
--- compared, each written as its length in bytes, ':' and its bytes (NULL as 'N'), so that no
--- two different definitions have the same input. The server computes it on insert and on an
--- update that names one of these columns, and never on an update that names none of them (a
--- claim, lease extension or release). Nobody can write it (a generated column refuses a
--- value). The guard compares it alone, then run_now and stop_token as before; the blocks
--- inside, which say what changed, are those of migration 0021 word for word.
+-- definition_digest is a stored generated column: the SHA-256 of the SHA-256 of each column the
+-- guard compared (of its bytes; NULL as 'N', which no hash in hex contains), so that no two
+-- different definitions have the same input, and the input stays 2.4 kB however long the
+-- columns are (a CONCAT longer than max_allowed_packet would be NULL). The server computes it
+-- on insert and on an update that names one of these columns, and never on an update that names
+-- none of them (a claim, lease extension or release). Nobody can write it (a generated column
+-- refuses a value). The guard compares it alone (a NULL digest lets every update through), then
+-- run_now and stop_token as before; the blocks inside, which say what changed, are those of
+-- migration 0021 word for word.
 ALTER TABLE cron_table ADD COLUMN definition_digest BINARY(32) GENERATED ALWAYS AS (UNHEX(SHA2(CONCAT(
-        IFNULL(CONCAT(LENGTH(CAST(placement AS BINARY)), ':', CAST(placement AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(name AS BINARY)), ':', CAST(name AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(schedule AS BINARY)), ':', CAST(schedule AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(timezone AS BINARY)), ':', CAST(timezone AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(command AS BINARY)), ':', CAST(command AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(argv AS BINARY)), ':', CAST(argv AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(env AS BINARY)), ':', CAST(env AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(workdir AS BINARY)), ':', CAST(workdir AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(enabled AS BINARY)), ':', CAST(enabled AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(pool AS BINARY)), ':', CAST(pool AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(misfire AS BINARY)), ':', CAST(misfire AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(starting_deadline AS BINARY)), ':', CAST(starting_deadline AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(max_catch_up AS BINARY)), ':', CAST(max_catch_up AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(retries AS BINARY)), ':', CAST(retries AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(retry_backoff AS BINARY)), ':', CAST(retry_backoff AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(retry_backoff_max AS BINARY)), ':', CAST(retry_backoff_max AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(timeout AS BINARY)), ':', CAST(timeout AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(kill_grace AS BINARY)), ':', CAST(kill_grace AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(jitter AS BINARY)), ':', CAST(jitter AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(on_lease_lost AS BINARY)), ':', CAST(on_lease_lost AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(rerun_lost AS BINARY)), ':', CAST(rerun_lost AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(run_user AS BINARY)), ':', CAST(run_user AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(run_group AS BINARY)), ':', CAST(run_group AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(env_file AS BINARY)), ':', CAST(env_file AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(inherit_env AS BINARY)), ':', CAST(inherit_env AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(limits AS BINARY)), ':', CAST(limits AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(alerts AS BINARY)), ':', CAST(alerts AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(overlap AS BINARY)), ':', CAST(overlap AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(http AS BINARY)), ':', CAST(http AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(calendars AS BINARY)), ':', CAST(calendars AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(requires AS BINARY)), ':', CAST(requires AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(after_jobs AS BINARY)), ':', CAST(after_jobs AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(run_on AS BINARY)), ':', CAST(run_on AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(template AS BINARY)), ':', CAST(template AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(source AS BINARY)), ':', CAST(source AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(signature AS BINARY)), ':', CAST(signature AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(upstream_run AS BINARY)), ':', CAST(upstream_run AS BINARY)), 'N'),
-        IFNULL(CONCAT(LENGTH(CAST(toml_enabled AS BINARY)), ':', CAST(toml_enabled AS BINARY)), 'N')), 256))) STORED;
+        IFNULL(SHA2(CAST(placement AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(name AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(schedule AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(timezone AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(command AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(argv AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(env AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(workdir AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(enabled AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(pool AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(misfire AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(starting_deadline AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(max_catch_up AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(retries AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(retry_backoff AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(retry_backoff_max AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(timeout AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(kill_grace AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(jitter AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(on_lease_lost AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(rerun_lost AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(run_user AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(run_group AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(env_file AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(inherit_env AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(limits AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(alerts AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(overlap AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(http AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(calendars AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(requires AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(after_jobs AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(run_on AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(template AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(source AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(signature AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(upstream_run AS BINARY), 256), 'N'),
+        IFNULL(SHA2(CAST(toml_enabled AS BINARY), 256), 'N')), 256))) STORED;
 
 DROP TRIGGER cron_table_after_update;
 
@@ -58,7 +60,7 @@ BEGIN
     -- Each block below acts only on a change of a definition column (definition_digest
     -- changes with any of them), a run_now set or a stop_token set; a claim, lease extension or
     -- release changes none of them and stops here.
-    IF NOT (NEW.definition_digest <=> OLD.definition_digest)
+    IF NOT (NEW.definition_digest <=> OLD.definition_digest) OR NEW.definition_digest IS NULL
         OR (NEW.run_now <> 0 AND OLD.run_now = 0)
         OR (NEW.stop_token IS NOT NULL AND NOT (NEW.stop_token <=> OLD.stop_token)) THEN
         -- was cron_placement_update
