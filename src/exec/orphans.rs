@@ -142,7 +142,8 @@ fn sweep_once() -> bool {
         if own.contains(&pid) || pid == reaper {
             continue;
         }
-        let Some(stat) = Stat::read(pid) else {
+        // Only a process that is this daemon's child now is reaped or ended here.
+        let Some(stat) = Stat::read(pid).filter(|s| s.ppid == std::process::id() as i32) else {
             continue;
         };
         if stat.zombie {
@@ -187,12 +188,16 @@ fn sweep_once() -> bool {
 /// anew then): opening it at each run's end was about 4 % of the daemon's CPU in a burst.
 fn children() -> Vec<i32> {
     use std::os::unix::fs::FileExt;
-    static FILE: OnceLock<Option<std::fs::File>> = OnceLock::new();
+    // One reader at a time: procfs keeps one position per open file, and a read that goes on
+    // from an offset after another thread read from the start would get the rest of a newer
+    // list, not of its own.
+    static FILE: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
     let path = || format!("/proc/self/task/{}/children", std::process::id());
-    let text = match FILE.get_or_init(|| std::fs::File::open(path()).ok()) {
+    let text = match FILE.get_or_init(|| std::fs::File::open(path()).ok().map(Mutex::new)) {
         Some(file) => {
+            let file = file.lock().unwrap_or_else(|e| e.into_inner());
             let mut text = Vec::with_capacity(256);
-            let mut chunk = [0u8; 1024];
+            let mut chunk = [0u8; 4096];
             loop {
                 match file.read_at(&mut chunk, text.len() as u64) {
                     Ok(0) => break,
@@ -216,6 +221,7 @@ fn children() -> Vec<i32> {
 /// The fields of `/proc/PID/stat` this needs.
 struct Stat {
     zombie: bool,
+    ppid: i32,
     pgid: i32,
 }
 
@@ -227,10 +233,11 @@ impl Stat {
         let rest = &text[text.rfind(')')? + 1..];
         let mut fields = rest.split_whitespace();
         let state = fields.next()?;
-        let _ppid = fields.next()?;
+        let ppid: i32 = fields.next()?.parse().ok()?;
         let pgid = fields.next()?.parse().ok()?;
         Some(Stat {
             zombie: state == "Z" || state == "X",
+            ppid,
             pgid,
         })
     }

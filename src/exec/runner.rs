@@ -175,7 +175,8 @@ pub async fn run(
 
 /// The daemon's own directory, canonical, looked up once: the daemon never changes it, and
 /// looking it up for every run (`getcwd` and a `readlink` per component) was about 1.5 % of
-/// the daemon's CPU in a burst.
+/// the daemon's CPU in a burst. Should the directory be renamed under a running daemon, `PWD`
+/// keeps its old name until the daemon restarts (the service runs in `/`, which is not).
 fn daemon_dir() -> Option<PathBuf> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
@@ -293,6 +294,9 @@ async fn run_program(
         }
     }
     let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
+    // The command holds the parent's copy of the run's stdin (`null_stdin`): closed now, not at
+    // the run's end.
+    drop(cmd);
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     crate::exec::orphans::spawned(&run_id, pgid);
     crate::exec::reaper::register(pgid, spec.reaper_deadline, &run_id);
