@@ -915,8 +915,9 @@ async fn postmaster_pid() -> Option<u32> {
     pidfile.lines().next()?.trim().parse().ok()
 }
 
-/// Transactions committed in the bench's PostgreSQL database so far. Statistics reach the view
-/// about once a second and at disconnect: with `settle`, wait until the figure stops moving
+/// Transactions committed in the bench's PostgreSQL database so far. A backend reports its
+/// counts at most once a second, when it goes idle (or, if it reported less than a second
+/// before, 10 s later) and when it exits: with `settle`, wait until the figure stops moving
 /// (with no one connected, it is then exact).
 async fn commits(db: &Db, settle: bool) -> i64 {
     let admin = Store::connect(&db_url(&pg_admin()), 1).unwrap();
@@ -925,14 +926,22 @@ async fn commits(db: &Db, settle: bool) -> i64 {
         db.name
     );
     let mut last = admin.scalar_i64(&sql).await.unwrap().unwrap_or(0);
-    let rounds = if settle { 10 } else { 0 };
+    // An idle backend reports its counts within a second of its last report: settled once the
+    // count has not moved for 1.2 s (at most 12 s).
+    let rounds = if settle { 40 } else { 0 };
+    let mut unchanged = 0;
     for _ in 0..rounds {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let n = admin.scalar_i64(&sql).await.unwrap().unwrap_or(0);
         if n == last {
-            break;
+            unchanged += 1;
+            if unchanged == 4 {
+                break;
+            }
+        } else {
+            unchanged = 0;
+            last = n;
         }
-        last = n;
     }
     admin.close().await;
     last

@@ -8,6 +8,10 @@
 #   scripts/bench-burst.sh                         # N = 1,000, 5,000, 20,000 on all three
 #   SQLCRON_BENCH_SIZES=5000 SQLCRON_BENCH_DIALECTS=postgres scripts/bench-burst.sh
 #   SQLCRON_BENCH_PG_SETTINGS="-c pg_stat_statements.track_planning=on" scripts/bench-burst.sh
+#   SQLCRON_BENCH_REPEAT=1 SQLCRON_BENCH_WARM_UP=0 scripts/bench-burst.sh   # one cold burst each
+#
+# Each burst runs three times and a line of medians follows ("median of 3 bursts"): the lines
+# the targets are read on (docs/benchmarks.md, "The midnight burst").
 #
 # MariaDB and SQLite are the usual ones (scripts/ensure-databases.sh).
 set -euo pipefail

@@ -3,13 +3,23 @@
 //! `xargs -P16` alone, then as N jobs due in the same second through sqlcron (three nodes on
 //! PostgreSQL and on MariaDB, one node on SQLite), for N = 1,000, 5,000 and 20,000
 //! (`SQLCRON_BENCH_SIZES=1000,5000` to choose; `SQLCRON_BENCH_POOL_SIZE=3` sets the daemons'
-//! `[database] pool_size`). Printed per database and N: the drain (first
-//! start to last start, from the body's own clock), p99 lateness (start minus the slot), the
-//! ratio of the drain to `xargs`'s, CPU per job of the daemons (their job reapers included) and
-//! of the database server (from `/proc`), `xargs`'s own CPU per body (what starting a body costs
-//! without a scheduler), the scheduler's CPU per job (daemons and server) as a multiple of that
-//! (comparable between machines whose process starts differ), and transactions and statements
-//! per job (from the server's statistics).
+//! `[database] pool_size`).
+//!
+//! Each burst through sqlcron meets daemons that have run 300 jobs first
+//! (`SQLCRON_BENCH_WARM_UP`), as a node that has been up a while has: its connections open, its
+//! statements prepared; then it waits 10.5 s, for PostgreSQL's backends to report the warm-up's
+//! transactions and for the servers' background work. Its window opens once the rows are
+//! inserted and closes when the last run is released. Each burst runs three times (`SQLCRON_BENCH_REPEAT`), and a line with the
+//! medians follows the three.
+//!
+//! Printed per burst: the drain (first start to last start, from the body's own clock), p99
+//! lateness (start minus the slot), the ratio of the drain to `xargs`'s, CPU per job of the
+//! daemons (their job reapers included) and of the database server (from `/proc`), `xargs`'s
+//! own CPU per body (what starting a body costs without a scheduler), the scheduler's CPU per
+//! job (daemons and server) as a multiple of that (comparable between machines whose process
+//! starts differ), the CPU spent in the window before the slot (the burst's fixed part), and
+//! transactions and statements per job (from the server's statistics, read once the daemons
+//! have stopped).
 
 use std::path::Path;
 use std::process::Command;
@@ -198,8 +208,79 @@ async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Option<i64>) {
     }
 }
 
+/// The statement that inserts `n` jobs named `prefix1`.. due at `slot`, each running `body`.
+fn insert_sql(dialect: Dialect, prefix: &str, n: usize, slot: i64, body: &Path) -> String {
+    match dialect {
+        Dialect::Postgres => format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             SELECT '{prefix}' || g, '0 0 1 1 *', '{}', {slot}, {slot} FROM generate_series(1, {n}) g",
+            body.display()
+        ),
+        Dialect::Mysql => format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             SELECT CONCAT('{prefix}', seq), '0 0 1 1 *', '{}', {slot}, {slot} FROM seq_1_to_{n}",
+            body.display()
+        ),
+        Dialect::Sqlite => format!(
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < {n}) \
+             INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             SELECT '{prefix}' || x, '0 0 1 1 *', '{}', {slot}, {slot} FROM g",
+            body.display()
+        ),
+    }
+}
+
+/// Waits (at most a minute) until no row is held: the runs of a burst all released.
+async fn wait_released(store: &Store) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        let running = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE exec_by IS NOT NULL")
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Jobs run through the daemons before the burst is measured (see [`through_sqlcron`]);
+/// `SQLCRON_BENCH_WARM_UP` sets another number, 0 for none.
+fn warm_up() -> usize {
+    std::env::var("SQLCRON_BENCH_WARM_UP")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(300)
+}
+
+/// The figures of one burst through sqlcron that the targets are read on.
+struct Burst {
+    /// The drain as a multiple of `xargs`'s.
+    ratio: f64,
+    /// CPU per job, ms: the daemons (their reapers included) and the server (`None`: SQLite,
+    /// whose database work is the daemon's).
+    daemons_ms: f64,
+    server_ms: Option<f64>,
+    /// Transactions per job, where the server counts them.
+    tx: Option<f64>,
+}
+
+impl Burst {
+    fn scheduler_ms(&self) -> f64 {
+        self.daemons_ms + self.server_ms.unwrap_or(0.0)
+    }
+}
+
 /// N jobs due in the same second through sqlcron: `nodes` daemons, 16 places each.
-async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, xargs: &Drain) {
+async fn through_sqlcron(
+    dialect: Dialect,
+    nodes: usize,
+    body: &Path,
+    n: usize,
+    xargs: &Drain,
+) -> Burst {
     let db = Db::new(dialect).await;
     let store = db.store().await;
     if dialect == Dialect::Postgres {
@@ -231,27 +312,34 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         Dialect::Sqlite => None,
     };
     let server_cpu = |pid: Option<u32>| pid.map(server_cpu_seconds);
-    let now = store.now().await.unwrap();
-    let slot = now - now.rem_euclid(1000) + 3_000;
-    let sql = match dialect {
-        Dialect::Postgres => format!(
-            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
-             SELECT 'ratio' || g, '0 0 1 1 *', '{}', {slot}, {slot} FROM generate_series(1, {n}) g",
-            body.display()
-        ),
-        Dialect::Mysql => format!(
-            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
-             SELECT CONCAT('ratio', seq), '0 0 1 1 *', '{}', {slot}, {slot} FROM seq_1_to_{n}",
-            body.display()
-        ),
-        Dialect::Sqlite => format!(
-            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < {n}) \
-             INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
-             SELECT 'ratio' || x, '0 0 1 1 *', '{}', {slot}, {slot} FROM g",
-            body.display()
-        ),
-    };
-    store.execute_raw(&sql).await.unwrap();
+    // A warm-up first, not measured: jobs through the same daemons, so that the burst meets
+    // them as it meets a daemon that has been up a while: its pool's connections open and its
+    // statements prepared on each (about 200 prepares for three nodes on MariaDB).
+    let warm = warm_up();
+    if warm > 0 {
+        let now = store.now().await.unwrap();
+        let warm_slot = now - now.rem_euclid(1000) + 2_000;
+        store
+            .execute_raw(&insert_sql(dialect, "warm", warm, warm_slot, body))
+            .await
+            .unwrap();
+        let warm_deadline = Instant::now() + Duration::from_secs(60);
+        while starts(&out).len() < warm && Instant::now() < warm_deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            starts(&out).len(),
+            warm,
+            "the warm-up's jobs did not all start"
+        );
+        wait_released(&store).await;
+        // The burst's starts only (each warm-up body has written its one line).
+        std::fs::remove_file(&out).unwrap();
+        // PostgreSQL's backends report the warm-up's transactions when idle, up to 10 s later
+        // (`PGSTAT_IDLE_INTERVAL`), and the servers finish its background work: the burst's
+        // counts and CPU start after both.
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
+    }
     if dialect == Dialect::Postgres {
         // The burst's statements only (this database's; the setup's are forgotten).
         let _ = store
@@ -261,8 +349,12 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
             )
             .await;
     }
+    // Counted from here (PostgreSQL's once its backends have reported the warm-up's), so the
+    // insert below is counted with the burst: one transaction, one statement.
     let (tx_before, st_before) = server_counts(&db, &store).await;
-    let cpu_before = server_cpu(server);
+    let now = store.now().await.unwrap();
+    let slot = now - now.rem_euclid(1000) + 3_000;
+    let sql = insert_sql(dialect, "ratio", n, slot, body);
     // The daemons and their job reapers.
     let daemons_cpu_now = |daemons: &[Daemon]| -> (f64, f64) {
         let ids = daemons.iter().map(|d| d.child.id());
@@ -271,32 +363,40 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
             ids.map(reaper_cpu_seconds).sum(),
         )
     };
+    store.execute_raw(&sql).await.unwrap();
+    let cpu_before = server_cpu(server);
     let (daemons_before, reapers_before) = daemons_cpu_now(&daemons);
     let deadline = Instant::now() + Duration::from_secs(300);
+    // The CPU spent in the window before the slot (the daemons waiting for their slot, what the
+    // server still had to write): a burst's fixed part, counted in the figures per job, where it
+    // weighs most at N = 1,000. Read just before the slot.
+    let to_slot = slot as f64 - 20.0 - now_ms();
+    if to_slot > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(to_slot / 1000.0)).await;
+    }
+    let before_slot = {
+        let (own, reapers) = daemons_cpu_now(&daemons);
+        let server = server_cpu(server)
+            .zip(cpu_before)
+            .map_or(0.0, |(a, b)| a - b);
+        (own + reapers - daemons_before - reapers_before, server)
+    };
     while starts(&out).len() < n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The releases of the last runs, then the daemons' own CPU before they stop.
-    let wait_released = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < wait_released {
-        let running = store
-            .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE exec_by IS NOT NULL")
-            .await
-            .unwrap()
-            .unwrap_or(0);
-        if running == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_released(&store).await;
     let (daemons_after, reapers_after) = daemons_cpu_now(&daemons);
     let reapers_cpu = reapers_after - reapers_before;
     let daemons_cpu = daemons_after - daemons_before + reapers_cpu;
     let server_after = server_cpu(server);
-    let (tx_after, st_after) = server_counts(&db, &store).await;
+    // Transactions and statements once the daemons have stopped: PostgreSQL's backends report
+    // theirs in their own time, at the latest when they exit (a few of the stop's own writes
+    // are counted with the burst's).
     for d in &mut daemons {
         stop(d);
     }
+    let (tx_after, st_after) = server_counts(&db, &store).await;
     let server_ms = match (server_after, cpu_before) {
         (Some(a), Some(b)) => Some((a - b) * 1000.0 / n as f64),
         _ => None,
@@ -315,7 +415,8 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         "ratio      {:<8} N={n:<6} {nodes} node(s): drain {:.2} s vs xargs -P16 {:.2} s = {:.2}x; \
          p99 lateness {:.2} s (xargs {:.2} s); started {}/{n}; CPU per job: daemons {:.2} ms \
          (their reapers {:.2} ms; xargs's own {:.2} ms), database {server_cpu}; scheduler \
-         {scheduler_ms:.2} ms = {relative:.1}x xargs's own; per job: {} transactions, {} statements",
+         {scheduler_ms:.2} ms = {relative:.1}x xargs's own (of which before the slot: \
+         {:.3} s of the daemons', {:.3} s of the server's); per job: {} transactions, {} statements",
         dialect.name(),
         d.drain,
         xargs.drain,
@@ -326,6 +427,8 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
         daemons_cpu * 1000.0 / n as f64,
         reapers_cpu * 1000.0 / n as f64,
         xargs.starter_cpu * 1000.0 / n as f64,
+        before_slot.0,
+        before_slot.1,
         per_job(tx_after, tx_before),
         per_job(st_after, st_before),
     );
@@ -336,6 +439,40 @@ async fn through_sqlcron(dialect: Dialect, nodes: usize, body: &Path, n: usize, 
     }
     store.close().await;
     db.drop_db().await;
+    Burst {
+        ratio: d.drain / xargs.drain,
+        daemons_ms: daemons_cpu * 1000.0 / n as f64,
+        server_ms,
+        tx: match (tx_after, tx_before) {
+            (Some(a), Some(b)) if a >= b => Some((a - b) as f64 / n as f64),
+            _ => None,
+        },
+    }
+}
+
+/// The median burst of `bursts` (by the scheduler's CPU per job) and the median drain ratio,
+/// with the range of each: one line the targets are read on.
+fn median_line(dialect: Dialect, n: usize, mut bursts: Vec<Burst>) -> String {
+    let count = bursts.len();
+    let mut ratios: Vec<f64> = bursts.iter().map(|b| b.ratio).collect();
+    ratios.sort_by(f64::total_cmp);
+    bursts.sort_by(|a, b| a.scheduler_ms().total_cmp(&b.scheduler_ms()));
+    let (low, high) = (bursts[0].scheduler_ms(), bursts[count - 1].scheduler_ms());
+    let mid = &bursts[count / 2];
+    format!(
+        "ratio      {:<8} N={n:<6} median of {count} bursts: drain {:.2}x ({:.2}-{:.2}x); \
+         scheduler {:.2} ms per job ({low:.2}-{high:.2}): daemons {:.2} ms, database {}; {} \
+         transactions per job",
+        dialect.name(),
+        ratios[count / 2],
+        ratios[0],
+        ratios[count - 1],
+        mid.scheduler_ms(),
+        mid.daemons_ms,
+        mid.server_ms
+            .map_or("in the daemons".into(), |ms| format!("{ms:.2} ms")),
+        mid.tx.map_or("n/a".into(), |t| format!("{t:.2}")),
+    )
 }
 
 /// Where PostgreSQL's time went in the burst: the statements of this database by total time,
@@ -364,6 +501,13 @@ pub async fn ratio(dialects: &[Dialect]) {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    // Each burst is run this many times and the median read (a burst of 1,000 lasts under a
+    // second, and one such burst varies by a quarter on a 2-core machine).
+    let repeat: usize = std::env::var("SQLCRON_BENCH_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("body.sh");
     std::fs::write(&body, BODY).unwrap();
@@ -386,7 +530,13 @@ pub async fn ratio(dialects: &[Dialect]) {
         );
         for &d in dialects {
             let nodes = if d == Dialect::Sqlite { 1 } else { 3 };
-            through_sqlcron(d, nodes, &body, n, &alone).await;
+            let mut bursts = Vec::with_capacity(repeat);
+            for _ in 0..repeat {
+                bursts.push(through_sqlcron(d, nodes, &body, n, &alone).await);
+            }
+            if repeat > 1 {
+                println!("{}", median_line(d, n, bursts));
+            }
         }
     }
 }
