@@ -61,6 +61,21 @@ pub async fn run(
     if to < from {
         return Err(Failure::usage("--to is before --from"));
     }
+    // A range of more slots than one explanation walks starts later, and says so.
+    let asked = from;
+    let from = crate::model::explain::narrow_from(
+        &schedule,
+        from,
+        to.min(now),
+        crate::model::explain::MAX_SLOTS,
+    );
+    if from != asked {
+        eprintln!(
+            "note: the range holds more than {} slots; explained from {}",
+            crate::model::explain::MAX_SLOTS,
+            crate::model::explain::local(&schedule, from)
+        );
+    }
     let runs = store
         .runs_between(job, from, to)
         .await

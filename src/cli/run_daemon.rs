@@ -87,7 +87,18 @@ pub(super) async fn run_daemon(
     let mut delay = Duration::from_millis(500);
     let metrics_listen = config.metrics_listen;
     let metrics_token = config.metrics_token.clone();
-    let web_server = crate::service::web::start(&config).await;
+    // The dashboard and /metrics run on threads of their own, never on the run path's
+    // (service/runtime.rs): no page or scrape can delay a claim, a start or a release.
+    let listeners = crate::service::runtime::ServiceRuntime::start()
+        .map_err(|e| Failure::runtime(format!("cannot start the dashboard's threads: {e}")))?;
+    if config.web.listen.is_some() {
+        let web_config = config.clone();
+        listeners.spawn(async move {
+            if let Some(server) = crate::service::web::start(&web_config).await {
+                let _ = server.await;
+            }
+        });
+    }
     let daemon = Daemon::new(store.clone(), config)
         .with_service_manager(std::sync::Arc::new(crate::service::systemd::Systemd));
     loop {
@@ -130,16 +141,19 @@ pub(super) async fn run_daemon(
             }
         }
     }
-    let metrics_server = match metrics_listen {
-        Some(addr) => crate::service::metrics::start(addr, daemon.metrics(), metrics_token).await,
-        None => None,
-    };
+    if let Some(addr) = metrics_listen {
+        let metrics = daemon.metrics();
+        listeners.spawn(async move {
+            if let Some(server) = crate::service::metrics::start(addr, metrics, metrics_token).await
+            {
+                let _ = server.await;
+            }
+        });
+    }
     crate::service::systemd::ready();
     tracing::info!("ready");
     daemon.run(rx).await;
-    for server in [metrics_server, web_server].into_iter().flatten() {
-        server.abort();
-    }
+    listeners.shutdown();
     store.close().await;
     Ok(0)
 }

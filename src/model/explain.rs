@@ -47,8 +47,52 @@ pub struct Range {
     pub limit: usize,
 }
 
+/// The most past slots one explanation walks. A per-second job has 86,400 slots a day; a range
+/// asked from 1970 would hold 1.8 billion and take minutes of CPU. Callers narrow the range
+/// with [`narrow_from`] before they read its runs; [`explain`] stops at this many whatever it
+/// is given.
+pub const MAX_SLOTS: usize = 100_000;
+
+/// The latest start at or after `from` such that `from..=to` holds at most `max` slots of
+/// `schedule` (within a factor of two of the longest such stretch), so that a range asked with
+/// no bound costs at most a few times `max` steps of the schedule. `from` itself when the
+/// range is small enough.
+pub fn narrow_from(schedule: &Schedule, from: i64, to: i64, max: usize) -> i64 {
+    if to <= from {
+        return from;
+    }
+    let fits = |start: i64| {
+        let Some(t) = DateTime::from_timestamp_millis(start.saturating_sub(1)) else {
+            return false;
+        };
+        schedule
+            .iter_after(t)
+            .take_while(|t| t.timestamp_millis() <= to)
+            .take(max + 1)
+            .count()
+            <= max
+    };
+    // Gallop back from `to`: a window twice as long each time, until it reaches `from` or
+    // holds too many slots. The counts double with the windows, so the steps add up to about
+    // twice `max`.
+    let mut best = to;
+    let mut window: i64 = 1_000;
+    loop {
+        let start = to.saturating_sub(window).max(from);
+        if !fits(start) {
+            return best;
+        }
+        if start == from {
+            return from;
+        }
+        best = start;
+        window = window.saturating_mul(2);
+    }
+}
+
 /// The explanation, oldest slot first, and how many past slots were left out by `limit` (the
-/// oldest ones).
+/// oldest ones). At most [`MAX_SLOTS`] past slots are walked: a range that holds more is cut
+/// at its start (narrow it first with [`narrow_from`] so that the cut is known).
 pub fn explain(
     schedule: &Schedule,
     row: &RowState,
@@ -56,8 +100,6 @@ pub fn explain(
     now: i64,
     range: Range,
 ) -> (Vec<SlotExplained>, usize) {
-    let mut lines = std::collections::VecDeque::new();
-    let mut left_out = 0;
     let past_end = range.to.min(now);
     let mut used = vec![false; runs.len()];
     let mut by_slot: std::collections::HashMap<i64, Vec<usize>> = Default::default();
@@ -71,12 +113,24 @@ pub fn explain(
         .collect();
     // The oldest record's slot: slots before it have no record because there was none yet.
     let oldest = runs.iter().map(|r| r.slot).min();
-    let start = DateTime::from_timestamp_millis(range.from - 1).unwrap_or_default();
-    for t in schedule.iter_after(start) {
-        let slot = t.timestamp_millis();
-        if slot > past_end {
-            break;
+    let from = narrow_from(schedule, range.from, past_end, MAX_SLOTS);
+    let start = DateTime::from_timestamp_millis(from.saturating_sub(1)).unwrap_or_default();
+    let slots: Vec<i64> = schedule
+        .iter_after(start)
+        .map(|t| t.timestamp_millis())
+        .take_while(|slot| *slot <= past_end)
+        .take(MAX_SLOTS)
+        .collect();
+    // The newest slots are the ones asked about most: the oldest are left out first, and
+    // only counted (their runs are theirs, not extra runs).
+    let left_out = slots.len().saturating_sub(range.limit);
+    for slot in &slots[..left_out] {
+        for i in by_slot.get(slot).into_iter().flatten() {
+            used[*i] = true;
         }
+    }
+    let mut lines = Vec::with_capacity(slots.len() - left_out + range.future);
+    for &slot in &slots[left_out..] {
         let mine: Vec<HistoryRow> = by_slot
             .get(&slot)
             .into_iter()
@@ -94,17 +148,11 @@ pub fn explain(
         } else {
             unrecorded(row, slot, now, oldest)
         };
-        // The newest slots are the ones asked about most: the oldest are left out first.
-        if lines.len() == range.limit {
-            lines.pop_front();
-            left_out += 1;
-        }
-        lines.push_back(line(schedule, slot, state, text, mine));
+        lines.push(line(schedule, slot, state, text, mine));
     }
-    let mut lines: Vec<SlotExplained> = lines.into();
     // Records on no scheduled slot: manual runs (`sqlcron run` serves its own slot).
     for (i, r) in runs.iter().enumerate() {
-        if used[i] || r.outcome == "skipped" || r.slot < range.from || r.slot > range.to {
+        if used[i] || r.outcome == "skipped" || r.slot < from || r.slot > range.to {
             continue;
         }
         let (_, text) = describe_runs(std::slice::from_ref(r));
@@ -408,6 +456,44 @@ mod tests {
             future: 2,
             limit: 1000,
         }
+    }
+
+    /// Issue 50: a range from 1970 of a per-second job is narrowed to about `MAX_SLOTS` slots
+    /// before `to`, and its explanation walks no more than those.
+    #[test]
+    fn a_range_without_bound_is_narrowed_to_the_newest_slots() {
+        let s = Schedule::parse("* * * * * *", "UTC").unwrap();
+        let to = at("2026-11-20T00:00:00Z");
+        let from = narrow_from(&s, 0, to, MAX_SLOTS);
+        let held = (to - from) / 1000 + 1;
+        assert!(
+            held as usize <= MAX_SLOTS && held as usize > MAX_SLOTS / 2,
+            "{held} slots"
+        );
+        // A range that fits is kept whole, and a negative or inverted one is left alone.
+        assert_eq!(
+            narrow_from(&s, to - 3_600_000, to, MAX_SLOTS),
+            to - 3_600_000
+        );
+        assert_eq!(narrow_from(&s, i64::MIN, to, 10), to - 8_000);
+        assert_eq!(narrow_from(&s, to, to - 1, 10), to);
+        let daily = Schedule::parse("0 0 * * *", "UTC").unwrap();
+        assert_eq!(narrow_from(&daily, 0, to, MAX_SLOTS), 0);
+        let (lines, left_out) = explain(
+            &s,
+            &row(to + 1000),
+            &[],
+            to,
+            Range {
+                from: 0,
+                to,
+                future: 1,
+                limit: 10,
+            },
+        );
+        assert_eq!(lines.len(), 11);
+        assert_eq!(lines[9].slot, to);
+        assert_eq!(left_out as i64, held - 10);
     }
 
     #[test]

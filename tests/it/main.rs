@@ -52,3 +52,4 @@ mod tls;
 mod util;
 mod wakeups;
 mod web;
+mod web_flood;

@@ -294,7 +294,12 @@ async fn soak(dialect: Dialect) {
     println!("soak {}: seed {seed}, {secs} s", dialect.name());
     let mut rng = Rng(seed);
     let mut server = Server::start(dialect).await;
-    let dir = tempfile::tempdir().unwrap();
+    // Under the build's own scratch folder, so that a failed run's records stay where the log
+    // says (a clean checkout's `target/tmp/`), not in a /tmp that CI throws away.
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("soak-{}-", dialect.name()))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     let script = write_job_script(dir.path());
     let spans = quiet_spans(chrono::Utc::now().timestamp_millis(), secs);
     let calendar = quiet_calendar(&spans);
@@ -419,14 +424,122 @@ async fn soak(dialect: Dialect) {
         + tally.left_running.len()
         + tally.exits.len();
     if bad > 0 {
+        keep_records(&store, &server, dir.path(), &tally).await;
         let kept = dir.keep();
         panic!(
-            "seed {seed}, logs and job records in {}: {tally:#?}",
+            "seed {seed}, the daemons' logs, the job records, history.tsv, events.tsv and \
+             unaccounted.txt in {}: {tally:#?}",
             kept.display()
         );
     }
     assert!(tally.runs_completed > 0);
     store.close().await;
+}
+
+/// Writes what a failed run needs to be understood beside the daemons' logs and the jobs' own
+/// records: the whole history and the events as the database holds them, and for each
+/// unaccounted slot the history rows around it (the node that last held the row) and what
+/// `sqlcron explain` says of it. Also printed, so that CI's log holds it too.
+async fn keep_records(store: &Store, server: &Server, dir: &Path, tally: &Tally) {
+    let history = store.history(None, 1_000_000).await.unwrap_or_default();
+    let mut text = String::from(
+        "id\tjob\tslot\tattempt\tnode\ttoken\tstarted\tended\toutcome\texit\tskipped_last\tmessage\n",
+    );
+    for h in history.iter().rev() {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            h.id,
+            h.job,
+            h.slot,
+            h.attempt,
+            h.node.as_deref().unwrap_or("-"),
+            h.token.map_or("-".into(), |t| t.to_string()),
+            h.started.map_or("-".into(), |t| t.to_string()),
+            h.ended.map_or("-".into(), |t| t.to_string()),
+            h.outcome,
+            h.exit_code.map_or("-".into(), |t| t.to_string()),
+            h.skipped_last.map_or("-".into(), |t| t.to_string()),
+            h.message
+                .as_deref()
+                .unwrap_or("")
+                .replace(['\n', '\t'], " "),
+        ));
+    }
+    let _ = std::fs::write(dir.join("history.tsv"), text);
+    let events = store.events(None, 1_000_000).await.unwrap_or_default();
+    let text: String = events
+        .iter()
+        .rev()
+        .map(|e| {
+            format!(
+                "{}\t{}\t{}\t{:?}\t{}\t{}\t{:?}\n",
+                e.id, e.job, e.kind, e.run_id, e.created, e.state, e.node
+            )
+        })
+        .collect();
+    let _ = std::fs::write(dir.join("events.tsv"), text);
+    let config = dir.join("explain.toml");
+    let _ = std::fs::write(
+        &config,
+        format!("[database]\nurl = \"{}\"\n", server.url(None)),
+    );
+    let mut report = String::new();
+    for line in &tally.unaccounted {
+        report.push_str(&format!("== {line}\n"));
+        let mut f = line.split_whitespace();
+        let (Some(job), Some(_), Some(slot)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let Ok(slot) = slot.trim_end_matches(':').parse::<i64>() else {
+            continue;
+        };
+        let period = if job == LONG { 10_000 } else { 2_000 };
+        for h in history
+            .iter()
+            .rev()
+            .filter(|h| h.job == job && (h.slot - slot).abs() <= 2 * period)
+        {
+            report.push_str(&format!(
+                "   history {} slot {} attempt {} node {} token {:?} outcome {} message {:?}\n",
+                h.id,
+                h.slot,
+                h.attempt,
+                h.node.as_deref().unwrap_or("-"),
+                h.token,
+                h.outcome,
+                h.message
+            ));
+        }
+        let at = |ms: i64| {
+            DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        };
+        let out = std::process::Command::new(crate::util::sqlcron_bin())
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "explain",
+                job,
+                "--from",
+                &at(slot - 2 * period),
+                "--to",
+                &at(slot + 2 * period),
+            ])
+            .env_remove("SQLCRON_CONFIG")
+            .env_remove("SQLCRON_DATABASE_URL")
+            .output();
+        if let Ok(out) = out {
+            for l in String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .chain(String::from_utf8_lossy(&out.stderr).lines())
+            {
+                report.push_str(&format!("   explain: {l}\n"));
+            }
+        }
+    }
+    println!("{report}");
+    let _ = std::fs::write(dir.join("unaccounted.txt"), report);
 }
 
 /// SQLite has no server to restart: its restart slot holds the write lock instead.

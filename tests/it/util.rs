@@ -11,9 +11,17 @@ use sqlcron::store::{Dialect, Store};
 pub const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 pub const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/mysql";
 
+/// The `sqlcron` binary the tests run: the one this build made, or `$SQLCRON_TEST_BIN` (a copy
+/// kept apart, so that long soaks run repeatedly are not disturbed by a rebuild).
+pub fn sqlcron_bin() -> PathBuf {
+    std::env::var_os("SQLCRON_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sqlcron")))
+}
+
 /// Runs the built `sqlcron` binary with arguments and returns its output.
 pub fn sqlcron(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+    Command::new(sqlcron_bin())
         .args(args)
         .env_remove("SQLCRON_CONFIG")
         .env_remove("SQLCRON_DATABASE_URL")
@@ -172,7 +180,7 @@ impl DaemonProcess {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config).unwrap();
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        let child = Command::new(sqlcron_bin())
             .arg("--config")
             .arg(&path)
             .arg("daemon")

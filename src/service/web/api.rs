@@ -145,7 +145,8 @@ const SLOTS: usize = 500;
 const DAY_MS: i64 = 86_400_000;
 
 /// `GET /api/v1/jobs/{name}/slots[?from=MS&to=MS]`: each slot of the range (default: the last
-/// day, or since the job was made) and the next five, as `explain` tells them.
+/// day, or since the job was made) and the next five, as `explain` tells them. A range holding
+/// more than [`crate::model::explain::MAX_SLOTS`] slots starts later: the answer's `from`.
 pub(crate) async fn slots(
     State(web): State<Web>,
     headers: HeaderMap,
@@ -174,6 +175,10 @@ pub(crate) async fn slots(
     if from > to {
         return problem(StatusCode::BAD_REQUEST, "from is after to");
     }
+    // At most MAX_SLOTS slots are explained (the newest): `from` in the answer says where the
+    // range really starts, and only that range's runs are read.
+    let from =
+        crate::model::explain::narrow_from(&schedule, from, to, crate::model::explain::MAX_SLOTS);
     let runs = match s.runs_between(&name, from, to).await {
         Ok(r) => r,
         Err(e) => return problem(StatusCode::SERVICE_UNAVAILABLE, e),

@@ -65,6 +65,12 @@ pub(crate) async fn job(
                 Ok(created) => created.map_or(now - DAY_MS, |c| c.max(now - DAY_MS)),
                 Err(e) => return unavailable(e),
             };
+            let from = crate::model::explain::narrow_from(
+                schedule,
+                from,
+                now,
+                crate::model::explain::MAX_SLOTS,
+            );
             match s.runs_between(&name, from, now).await {
                 Ok(r) => {
                     let state = row.explain_state();

@@ -172,6 +172,25 @@ async fn bounded_body(request: Request, next: Next) -> Response {
         .await
 }
 
+/// The longest a request's handler may take before it answers: past it, the work is dropped
+/// and the client gets 503. Each statement ends within [`STATEMENT_TIMEOUT`] and each
+/// computation is bounded (`model::explain::MAX_SLOTS`, the density's steps); this bounds what
+/// they add up to. A stream's answer is its first byte: the stream itself goes on.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Answers 503 to a request whose handler has not answered within [`REQUEST_DEADLINE`].
+async fn deadline(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_DEADLINE, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            "this request took too long and was stopped\n",
+        )
+            .into_response(),
+    }
+}
+
 /// The most connections served at once: more are closed as soon as they are accepted, so a
 /// flood of idle connections cannot use up the daemon's file descriptors.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -311,6 +330,7 @@ pub(crate) fn router(web: Web) -> Router {
         .fallback(not_found)
         .with_state(web.clone())
         .layer(axum::middleware::from_fn_with_state(web, untrusted_headers))
+        .layer(axum::middleware::from_fn(deadline))
         .layer(axum::middleware::from_fn(bounded_body))
         .layer(axum::middleware::from_fn(security_headers));
     if base.is_empty() {
