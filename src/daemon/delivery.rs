@@ -16,7 +16,7 @@ use super::decode::{resolve, row_alerts, run_spec};
 use crate::exec::http::request_error;
 use crate::exec::runner::{self, StopRequest};
 use crate::model::alerts;
-use crate::model::hooks::Hook;
+use crate::model::hooks::{AlertSettings, EventKind, Hook};
 use crate::store::{Delivered, EventClaim, JobRow};
 
 /// Deliveries one node runs at once.
@@ -199,19 +199,17 @@ fn field(payload: &Value, key: &str) -> String {
     }
 }
 
-/// With `[security] sql_jobs = "signed"`, an event is delivered only to the hook its job's
-/// trusted definition (or the TOML's `[defaults]`) names for it today: an event row written
-/// with SQL cannot name a command or an address of its own. Open mode trusts the event.
+/// An event is delivered only to the hook its job's definition (or the node's `[defaults]`)
+/// names for it today: an event row written with SQL is data, and cannot name a command or an
+/// address of its own. With `[security] sql_jobs = "signed"`, a hook the job itself names runs
+/// only while the job's row is trusted (signed, or this node's TOML job).
 async fn hook_trusted(
     shared: &Shared,
     claim: &EventClaim,
     config: &crate::config::Config,
 ) -> Result<(), Failure> {
     use crate::config::security::SqlJobs;
-    use crate::model::hooks::{AlertSettings, EventKind};
-    if config.security.sql_jobs == SqlJobs::Open {
-        return Ok(());
-    }
+    let signed = config.security.sql_jobs == SqlJobs::Signed;
     let refuse = |why: &str| Failure {
         error: format!("hook: refused in signed mode: {why}"),
         retry: false,
@@ -228,14 +226,15 @@ async fn hook_trusted(
     };
     let expected = own.resolve(&config.alert_defaults);
     if expected.hook(kind).map(Hook::encode).as_deref() != Some(claim.hook.as_str()) {
-        return Err(refuse(
-            "not the hook the job's definition names for this event",
-        ));
+        return Err(Failure {
+            error: "hook: refused: not the hook the job's definition or this node's [defaults] name for this event".into(),
+            retry: false,
+        });
     }
     // A hook the job itself names is as trusted as the job.
     if let Some(r) = row
         .as_ref()
-        .filter(|_| own.resolve(&AlertSettings::default()).hook(kind).is_some())
+        .filter(|_| signed && own.resolve(&AlertSettings::default()).hook(kind).is_some())
     {
         let template = match &r.template {
             Some(t) => shared.store.job(t).await.map_err(retry)?,
@@ -246,8 +245,36 @@ async fn hook_trusted(
     Ok(())
 }
 
-/// Runs a command hook like the job itself (its user, environment, working directory and
-/// limits), with the event's facts as `SQLCRON_*` variables and the output tail in a file.
+/// The row a hook of the node's own `[defaults]` runs as: the command alone, as a job of the
+/// node's TOML that names nothing else would run. The job's name is kept only for
+/// `SQLCRON_JOB`; nothing is looked up by it (no `env_file`, no account, no limits).
+fn node_hook_row(row: &JobRow, command: &str) -> JobRow {
+    JobRow {
+        command: Some(command.to_string()),
+        argv: None,
+        http: None,
+        env: None,
+        env_file: None,
+        inherit_env: None,
+        workdir: None,
+        run_user: None,
+        run_group: None,
+        limits: None,
+        alerts: None,
+        placement: None,
+        run_on: None,
+        template: None,
+        signature: None,
+        after: None,
+        upstream: None,
+        policy: Default::default(),
+        ..row.clone()
+    }
+}
+
+/// Runs a command hook, with the event's facts as `SQLCRON_*` variables and the output tail in
+/// a file: as the job (its user, environment, working directory and limits) when the job names
+/// the hook, in the node's own context when the node's `[defaults]` do.
 async fn run_hook_command(
     shared: &Shared,
     claim: &EventClaim,
@@ -273,13 +300,28 @@ async fn run_hook_command(
             });
         }
     };
-    let policy = resolve(&row, &config.defaults)
-        .map(|(_, p)| p)
-        .unwrap_or_else(|_| config.defaults.clone());
-    let mut hook_row = row.clone();
-    hook_row.command = Some(command.to_string());
-    hook_row.argv = None;
-    hook_row.http = None;
+    // Whose hook it is decides whose context it runs in: a hook only the node's own TOML
+    // (`[defaults]`) names runs as a job of that TOML would with nothing of its own (the
+    // node's `default_user`, its environment, policy and limits), never with the row's user,
+    // group, env, env_file, workdir or limits, which an editor of the row could have set to
+    // take over the node's script (`BASH_ENV`, a borrowed name's env_file). A hook the row
+    // itself names runs as the row, which `hook_trusted` has checked in signed mode.
+    let row_names_it = EventKind::parse(&claim.kind).is_some_and(|kind| {
+        row_alerts(&row)
+            .is_ok_and(|own| own.resolve(&AlertSettings::default()).hook(kind).is_some())
+    });
+    let (hook_row, policy) = if row_names_it {
+        let policy = resolve(&row, &config.defaults)
+            .map(|(_, p)| p)
+            .unwrap_or_else(|_| config.defaults.clone());
+        let mut hook_row = row.clone();
+        hook_row.command = Some(command.to_string());
+        hook_row.argv = None;
+        hook_row.http = None;
+        (hook_row, policy)
+    } else {
+        (node_hook_row(&row, command), config.defaults.clone())
+    };
     let payload: Value = serde_json::from_str(&claim.payload).unwrap_or(Value::Null);
     let mut spec = shared
         .resolve_process(&hook_row, &config)

@@ -155,7 +155,7 @@ async fn only_signed_rows_run(dialect: Dialect) {
                 .filter(|e| {
                     e.error
                         .as_deref()
-                        .is_some_and(|m| m.contains("refused in signed mode"))
+                        .is_some_and(|m| m.starts_with("hook: refused"))
                 })
                 .count();
             (refused == 2).then_some(())
@@ -227,7 +227,7 @@ async fn only_signed_rows_run(dialect: Dialect) {
     drop(node);
 }
 
-for_each_dialect!(only_signed_rows_run);
+for_each_dialect!(only_signed_rows_run, a_nodes_hook_runs_in_the_nodes_context);
 
 /// `sql_jobs = "signed"` without a key, or a key that is not one, is refused by `check`.
 #[test]
@@ -253,4 +253,77 @@ fn signed_mode_needs_keys() {
         assert_eq!(out.status.code(), Some(2), "{text}");
         assert!(stderr(&out).contains(expect), "{}", stderr(&out));
     }
+}
+
+/// Issue 49, finding 1: in signed mode an editor inserted an unsigned row with
+/// `alert_after` and `env = {"BASH_ENV": "$(...)"}`; the row was parked, but the dead-man's
+/// switch delivered the node's own `[defaults] on_missed` hook, a bash script, as the row's
+/// user with the row's environment, and bash ran the editor's code. A hook the node's TOML
+/// names runs in the node's own context: none of the row's environment, working directory or
+/// limits; the row's facts only as `SQLCRON_*` values.
+async fn a_nodes_hook_runs_in_the_nodes_context(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("signing.key");
+    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = stdout(&out).trim().to_string();
+    let pwned = dir.path().join("pwned");
+    let seen = dir.path().join("seen");
+    let hook = dir.path().join("notify.sh");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/bash\necho \"job=$SQLCRON_JOB event=$SQLCRON_EVENT pwd=$PWD env=${{BASH_ENV:-none}} evil=${{EVIL:-none}}\" >> {}\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &hook,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!(
+            "[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n\
+             [defaults]\non_missed = \"{}\"\n",
+            hook.display()
+        ),
+    );
+    let _node = DaemonProcess::start(dir.path(), "n", &config);
+    let workdir = tempfile::tempdir().unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, env, workdir, alerts) VALUES \
+             ('forged', '0 0 1 1 *', 'true', \
+             '{{\"BASH_ENV\":\"$(touch {})\",\"EVIL\":\"yes\"}}', '{}', '{{\"alert_after\":\"2s\"}}')",
+            pwned.display(),
+            workdir.path().display()
+        ))
+        .await
+        .unwrap();
+    let e = parked(&store, "forged").await;
+    assert!(e.starts_with("unsigned"), "{e}");
+    let line = eventually(
+        Duration::from_secs(60),
+        "the node's on_missed hook to run for the forged row",
+        || async {
+            std::fs::read_to_string(&seen)
+                .ok()
+                .filter(|s| !s.is_empty())
+        },
+    )
+    .await;
+    assert!(line.contains("job=forged event=missed"), "{line}");
+    assert!(line.contains("env=none evil=none"), "{line}");
+    assert!(
+        !line.contains(&workdir.path().display().to_string()),
+        "{line}"
+    );
+    assert!(!pwned.exists(), "the row's BASH_ENV ran in the node's hook");
+    store.close().await;
 }
