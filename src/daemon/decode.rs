@@ -104,6 +104,44 @@ pub fn trusted(row: &JobRow, config: &Config, template: Option<&JobRow>) -> Resu
                 "every_node copy: its template \"{name}\" is not an every_node job; a copy runs only what a trusted template defines"
             ));
         };
+        // A copy is `T@NODE`, pinned to NODE by its placement and nothing else, and NODE is
+        // one the template's placement admits (judged on NODE, the only node the pin lets
+        // claim it): a row carrying the template's signed columns with a placement or a name
+        // of its own would otherwise run the template where its signed placement excludes.
+        let pinned_to = row
+            .name
+            .strip_prefix(name.as_str())
+            .and_then(|rest| rest.strip_prefix('@'))
+            .filter(|node| !node.is_empty());
+        let Some(node) = pinned_to else {
+            return Err(format!(
+                "every_node copy: its name is not \"{name}@NODE\"; a copy runs only under the name its node gives it"
+            ));
+        };
+        let pin = crate::model::placement::Placement {
+            tags: vec![],
+            nodes: vec![node.to_string()],
+        };
+        let own = row
+            .placement
+            .as_deref()
+            .map(crate::model::placement::Placement::from_json);
+        if !matches!(own, Some(Ok(p)) if p == pin) {
+            return Err(format!(
+                "every_node copy: its placement is not the pin to its node \"{node}\"; a copy runs only on the node it is named for"
+            ));
+        }
+        if node == config.node_name
+            && let Some(placement) = t
+                .placement
+                .as_deref()
+                .map(crate::model::placement::Placement::from_json)
+            && !placement.is_ok_and(|p| p.matches(node, &config.node_tags))
+        {
+            return Err(format!(
+                "every_node copy: the template \"{name}\"'s placement excludes this node"
+            ));
+        }
         // The copy's own placement pins it to its node; the rest is the template's.
         let mut as_template = row.clone();
         as_template.placement = t.placement.clone();

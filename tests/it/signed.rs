@@ -91,7 +91,7 @@ async fn only_signed_rows_run(dialect: Dialect) {
     let e = parked(&store, "forged-toml").await;
     assert!(e.starts_with("unsigned:"), "{e}");
     let e = parked(&store, "fake@n").await;
-    assert!(e.starts_with("every_node copy: runs something else"), "{e}");
+    assert!(e.starts_with("every_node copy: "), "{e}");
     // The node's own copy of an unsigned template is refused with the template's reason...
     let e = parked(&store, "tmpl@n").await;
     assert!(e.starts_with("template \"tmpl\": unsigned"), "{e}");
@@ -227,7 +227,11 @@ async fn only_signed_rows_run(dialect: Dialect) {
     drop(node);
 }
 
-for_each_dialect!(only_signed_rows_run, a_nodes_hook_runs_in_the_nodes_context);
+for_each_dialect!(
+    only_signed_rows_run,
+    a_nodes_hook_runs_in_the_nodes_context,
+    a_forged_copy_runs_nowhere_its_template_excludes
+);
 
 /// `sql_jobs = "signed"` without a key, or a key that is not one, is refused by `check`.
 #[test]
@@ -325,5 +329,93 @@ async fn a_nodes_hook_runs_in_the_nodes_context(dialect: Dialect) {
         "{line}"
     );
     assert!(!pwned.exists(), "the row's BASH_ENV ran in the node's hook");
+    store.close().await;
+}
+
+/// Issue 49, finding 3: a row with `template = 'dbmaint'`, a placement of its own, the
+/// template's signed columns and its signature ran on a node the template's signed placement
+/// excludes (the check swapped in the template's placement before comparing). A copy runs only
+/// as `T@NODE`, pinned to NODE, on a NODE the template admits.
+async fn a_forged_copy_runs_nowhere_its_template_excludes(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("signing.key");
+    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = stdout(&out).trim().to_string();
+    let marker = dir.path().join("dbmaint-ran");
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n"),
+    );
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let _node = DaemonProcess::start(dir.path(), "n", &config);
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, run_on, placement) VALUES \
+             ('dbmaint', '* * * * * *', 'touch {}', 'every_node', \
+             '{{\"tags\":[],\"nodes\":[\"elsewhere\"]}}')",
+            marker.display()
+        ))
+        .await
+        .unwrap();
+    for job in ["dbmaint", "sentinel"] {
+        if job == "sentinel" {
+            store
+                .execute_raw(
+                    "INSERT INTO cron_table (name, schedule, command) VALUES \
+                     ('sentinel', '* * * * * *', 'true')",
+                )
+                .await
+                .unwrap();
+        }
+        let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), job]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Two forgeries: the copy's own name pinned to this node, and another name.
+    for (name, pin) in [("dbmaint@n", "n"), ("dbmaint-here", "n")] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command, template, source, placement, \
+                 signature) SELECT '{name}', schedule, command, 'dbmaint', 'copy', \
+                 '{{\"tags\":[],\"nodes\":[\"{pin}\"]}}', signature FROM cron_table \
+                 WHERE name = 'dbmaint'"
+            ))
+            .await
+            .unwrap();
+    }
+    // Parked (or removed by the node's sync of its copies), and never run.
+    let e = parked(&store, "dbmaint-here").await;
+    assert!(e.contains("is not \"dbmaint@NODE\""), "{e}");
+    eventually(
+        Duration::from_secs(15),
+        "dbmaint@n parked or removed",
+        || async {
+            match store.job("dbmaint@n").await.unwrap() {
+                None => Some(()),
+                Some(j) => j.error.map(|_| ()),
+            }
+        },
+    )
+    .await;
+    // A signed job claimed after the forgeries ran: the node has looked at them since.
+    let inserted = store.now().await.unwrap();
+    eventually(Duration::from_secs(20), "the sentinel to run", || async {
+        store
+            .history(Some("sentinel"), 5)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.outcome == "ok" && r.slot > inserted + 1000)
+    })
+    .await;
+    assert!(!marker.exists(), "a forged copy ran the template");
+    for name in ["dbmaint@n", "dbmaint-here"] {
+        let runs = store.history(Some(name), 10).await.unwrap();
+        assert!(runs.is_empty(), "{name}: {runs:?}");
+    }
     store.close().await;
 }
