@@ -340,9 +340,16 @@ fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
 /// `headers_file`). A row is untrusted input and the daemon reads with its own rights, so a row
 /// written with SQL could otherwise copy another job's secrets into its own command or request.
 /// Allowed when the file lies in a directory of `[security] file_dirs`, or when this node's own
-/// TOML names the same file as that key for the same job (a backfill row counts as its job),
-/// or, for a webhook's, in `[defaults]`.
-pub fn file_allowed(job: &str, key: &str, path: &str, config: &Config) -> Result<(), String> {
+/// TOML names the same file as that key for the same job (a backfill row counts as its job) and
+/// the row's whole definition is that job's (`row`; a row that borrows a TOML job's name with
+/// another command or user must not read its secrets), or, for a webhook's, in `[defaults]`.
+pub fn file_allowed(
+    job: &str,
+    row: Option<&JobRow>,
+    key: &str,
+    path: &str,
+    config: &Config,
+) -> Result<(), String> {
     let p = std::path::Path::new(path);
     let plain = p.is_absolute()
         && p.components()
@@ -352,8 +359,10 @@ pub fn file_allowed(job: &str, key: &str, path: &str, config: &Config) -> Result
     }
     let base = job.rsplit_once("#backfill-").map_or(job, |(j, _)| j);
     let in_toml = config.jobs.iter().filter(|j| j.name == base).any(|spec| {
-        let text = crate::store::apply::definition_of(spec).canonical();
-        serde_json::from_str(&text).is_ok_and(|v| names_file(&v, key, path))
+        let definition = crate::store::apply::definition_of(spec);
+        row.is_some_and(|r| definition.same_as(&r.definition()))
+            && serde_json::from_str(&definition.canonical())
+                .is_ok_and(|v| names_file(&v, key, path))
     });
     let in_defaults = config
         .alert_defaults
@@ -514,7 +523,7 @@ impl super::Shared {
             // No process: no account to switch to, no environment; the headers of its file.
             let file_headers = match &target.headers_file {
                 Some(path) => {
-                    file_allowed(&row.name, "headers_file", path, config)?;
+                    file_allowed(&row.name, Some(row), "headers_file", path, config)?;
                     crate::exec::headers_file::read(std::path::Path::new(path))?
                 }
                 None => vec![],
@@ -540,7 +549,7 @@ impl super::Shared {
         .filter(|a| !a.same_identity(&self.host.account));
         let file_env = match &row.env_file {
             Some(path) => {
-                file_allowed(&row.name, "env_file", path, config)?;
+                file_allowed(&row.name, Some(row), "env_file", path, config)?;
                 crate::exec::envfile::read(std::path::Path::new(path))?
             }
             None => vec![],

@@ -121,7 +121,12 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
                 url,
                 headers,
                 headers_file,
-            }) => match webhook_file_headers(&claim.job, headers_file.as_deref(), &config) {
+            }) => match webhook_file_headers(
+                &claim.job,
+                shared.store.job(&claim.job).await.ok().flatten().as_ref(),
+                headers_file.as_deref(),
+                &config,
+            ) {
                 Ok(file_headers) => {
                     let all: Vec<(&str, &str)> = headers
                         .iter()
@@ -441,13 +446,14 @@ fn private_output(
 /// The headers of a webhook's `headers_file`, if it names one this node reads for the job.
 fn webhook_file_headers(
     job: &str,
+    row: Option<&JobRow>,
     file: Option<&str>,
     config: &crate::config::Config,
 ) -> Result<Vec<(String, String)>, String> {
     let Some(path) = file else {
         return Ok(vec![]);
     };
-    super::decode::file_allowed(job, "headers_file", path, config)
+    super::decode::file_allowed(job, row, "headers_file", path, config)
         .and_then(|()| crate::exec::headers_file::read(std::path::Path::new(path)))
         .map_err(|e| format!("webhook: {e}"))
 }

@@ -1334,6 +1334,14 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
             format!("'echo $TOKEN > {}'", out("thief").display()),
             "NULL".to_string(),
         ),
+        // Issue 49, finding 5: a row borrowing the TOML job's name (a backfill row's form)
+        // with a command of its own.
+        (
+            "own#backfill-7",
+            format!("'{}'", own_env.display()),
+            format!("'echo $TOKEN > {}'", out("borrower").display()),
+            "NULL".to_string(),
+        ),
         (
             "sharer",
             format!("'{}'", shared_env.display()),
@@ -1384,7 +1392,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         "shared"
     );
     // ... and not another job's file elsewhere: failed, saying why, nothing run or sent.
-    for job in ["thief", "thief-http"] {
+    for job in ["thief", "thief-http", "own#backfill-7"] {
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");
         let m = r.message.clone().unwrap_or_default();
@@ -1394,6 +1402,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         );
     }
     assert!(!out("thief").exists());
+    assert!(!out("borrower").exists());
     assert!(server.requests("/thief").is_empty());
     drop(node);
     store.close().await;
