@@ -63,9 +63,14 @@ static LINK: OnceLock<Mutex<Link>> = OnceLock::new();
 
 fn spawn() -> std::io::Result<(Child, ChildStdin)> {
     // `/proc/self/exe` is this very binary, even if the file was replaced by an upgrade since.
+    // An empty environment: the daemon's may hold the database password (`PGPASSWORD`, a
+    // URL), and a job running as the daemon's user can read a same-user process's
+    // `/proc/PID/environ` unless it is non-dumpable, which the reaper becomes only once it
+    // runs (`serve`); the reaper needs no variable.
     let mut child = Command::new("/proc/self/exe")
         .arg0("sqlcron")
         .arg(SUBCOMMAND)
+        .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .process_group(0)
@@ -291,6 +296,8 @@ pub fn serve() -> u8 {
         }
         // Started through /proc/self/exe, it would be called "exe" in top and ps.
         libc::prctl(libc::PR_SET_NAME, c"sqlcron-reaper".as_ptr());
+        // Like the daemon: a same-user job can neither read its memory nor attach to it.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     let mut groups: HashMap<i32, Group> = HashMap::new();
     // Every daemon instance whose runs were registered (`<instance>.` of each run id).

@@ -449,14 +449,32 @@ async fn a_same_user_job_cannot_read_the_daemons_environment() {
     std::os::unix::fs::chown(&home, Some(account.uid), Some(account.gid)).unwrap();
     let db = home.join("sqlcron.db");
     let out = home.join("environ.txt");
+    let reaper_out = home.join("reaper.txt");
+    // Issue 49, finding 6: the reaper (`sqlcron __reaper`, the daemon's child) inherited the
+    // daemon's environment (PGPASSWORD) and was dumpable, so a same-user job read it.
+    let peek_reaper = home.join("peek-reaper.sh");
+    std::fs::write(
+        &peek_reaper,
+        format!(
+            "for p in /proc/[0-9]*; do\n\
+             [ \"$(cat $p/comm 2>/dev/null)\" = sqlcron-reaper ] || continue\n\
+             echo \"reaper $p\" >> {0}; cat $p/environ >> {0} 2>&1; echo >> {0}\n\
+             done\necho done >> {0}\n",
+            reaper_out.display()
+        ),
+    )
+    .unwrap();
     let config = home.join("sqlcron.toml");
     std::fs::write(
         &config,
         format!(
             "[node]\nname = \"n\"\n[daemon]\npoll_interval = \"200ms\"\n\
              [[job]]\nname = \"peek\"\nschedule = \"* * * * * *\"\n\
-             command = 'cat /proc/$PPID/environ > {0} 2>&1; echo \"exit $?\" >> {0}'\n",
-            out.display()
+             command = 'cat /proc/$PPID/environ > {0} 2>&1; echo \"exit $?\" >> {0}'\n\
+             [[job]]\nname = \"peek-reaper\"\nschedule = \"* * * * * *\"\n\
+             command = 'sh {1}'\n",
+            out.display(),
+            peek_reaper.display()
         ),
     )
     .unwrap();
@@ -472,6 +490,7 @@ async fn a_same_user_job_cannot_read_the_daemons_environment() {
         .arg(&config)
         .arg("daemon")
         .env("SQLCRON_DATABASE_URL", &url)
+        .env("PGPASSWORD", "reaper-must-not-show-this")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("INVOCATION_ID")
         .stdout(std::process::Stdio::null())
@@ -484,8 +503,19 @@ async fn a_same_user_job_cannot_read_the_daemons_environment() {
             .filter(|t| t.contains("exit "))
     })
     .await;
+    let reaper = eventually(Duration::from_secs(30), "the reaper peek", || async {
+        std::fs::read_to_string(&reaper_out)
+            .ok()
+            .filter(|t| t.contains("done"))
+    })
+    .await;
     let _ = daemon.kill();
     let _ = daemon.wait();
+    assert!(
+        reaper.contains("reaper /proc/"),
+        "no reaper found: {reaper}"
+    );
+    assert!(!reaper.contains("reaper-must-not-show-this"), "{reaper}");
     assert!(!text.contains("SQLCRON_DATABASE_URL"), "{text}");
     assert!(!text.contains(&url), "{text}");
     assert!(text.contains("Permission denied"), "{text}");
