@@ -116,6 +116,33 @@ pub(super) fn read_keys_file(
     Ok(())
 }
 
+/// Every directory above the keys file must be owned by root or the daemon's user and
+/// writable by its owner only (or sticky, as `/tmp`): otherwise its owner could replace the
+/// file with one holding their key. The rule `exec::envfile` applies to a job's `env_file`;
+/// written here again because `config` reads before anything runs and may not import `exec`.
+fn keys_file_parents(file: &Path, me: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !file.is_absolute() {
+        return Err(format!("{} must be an absolute path", file.display()));
+    }
+    for dir in file.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let owner_ok = meta.uid() == 0 || meta.uid() == me;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!(
+                "{}: its directory {} can be changed by another user (owner uid {}, mode {:o}): \
+                 that user could replace the keys",
+                file.display(),
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn read_trusted(file: &Path) -> Result<Vec<PublicKey>, String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let opened = std::fs::OpenOptions::new()
@@ -138,6 +165,16 @@ fn read_trusted(file: &Path) -> Result<Vec<PublicKey>, String> {
             file.display()
         ));
     }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "{} is owned by uid {}: that user could add a key; chown root {0}",
+            file.display(),
+            meta.uid()
+        ));
+    }
+    keys_file_parents(file, me)?;
     let text = std::io::read_to_string(opened)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let keys = parse_key_lines(&text).map_err(|m| format!("{}: {m}", file.display()))?;

@@ -419,3 +419,67 @@ async fn a_forged_copy_runs_nowhere_its_template_excludes(dialect: Dialect) {
     }
     store.close().await;
 }
+
+/// Issue 49, finding 9: `trusted_keys_file` is read only when nobody but root (or the daemon's
+/// user) could have written it: a file owned by another user, or a root-owned file in a
+/// directory another user can change, is refused by `check` (and the daemon) naming why.
+#[test]
+fn a_keys_file_only_root_could_have_written() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED a_keys_file_only_root_could_have_written: needs root to chown");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let nobody = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = dir.path().join("signing.key");
+    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = stdout(&out);
+    let user_dir = dir.path().join("users");
+    std::fs::create_dir(&user_dir).unwrap();
+    std::os::unix::fs::chown(&user_dir, Some(nobody), Some(nobody)).unwrap();
+    let cases = [
+        (dir.path().join("root.keys"), None, ""),
+        (
+            dir.path().join("user.keys"),
+            Some(nobody),
+            "is owned by uid 65534",
+        ),
+        (
+            user_dir.join("root.keys"),
+            None,
+            "can be changed by another user",
+        ),
+    ];
+    for (file, owner, expect) in &cases {
+        std::fs::write(file, &public).unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(file, Some(*uid), Some(*uid)).unwrap();
+        }
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[database]\nurl = \"sqlite://{}/db\"\n[security]\nsql_jobs = \"signed\"\ntrusted_keys_file = \"{}\"\n",
+                dir.path().display(),
+                file.display()
+            ),
+        )
+        .unwrap();
+        let out = cli(&cfg, &["check"]);
+        if expect.is_empty() {
+            assert!(out.status.success(), "{}", stderr(&out));
+        } else {
+            assert_eq!(out.status.code(), Some(2), "{}", file.display());
+            let err = stderr(&out);
+            assert!(
+                err.contains(expect) && err.contains("trusted_keys_file"),
+                "{err}"
+            );
+        }
+    }
+}
