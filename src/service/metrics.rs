@@ -15,6 +15,11 @@ use crate::daemon::metrics::Metrics;
 /// The most connections served at once: more are closed as soon as they are accepted, so a
 /// flood of idle connections cannot use up the daemon's file descriptors.
 pub const MAX_CONNECTIONS: usize = 32;
+/// Connections one client address may hold at once: one client cannot take every place.
+pub const MAX_PER_CLIENT: usize = 8;
+/// Places of [`MAX_CONNECTIONS`] kept for clients on a loopback address (the host's own
+/// probes: systemd, a local agent), whatever other clients hold.
+pub const LOOPBACK_RESERVED: usize = 2;
 
 /// How long a client has to send its request's headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,10 +55,14 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     token: Option<Arc<str>>,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        MAX_CONNECTIONS - LOOPBACK_RESERVED,
+    ));
+    let reserved = Arc::new(tokio::sync::Semaphore::new(LOOPBACK_RESERVED));
+    let per_peer = crate::service::peers::PerPeer::new(MAX_PER_CLIENT);
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok((stream, peer)) => (stream, peer.ip()),
             Err(e) => {
                 // Out of file descriptors and the like: pause rather than spin.
                 tracing::warn!(error = %e, "metrics: accept failed");
@@ -61,14 +70,22 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Full: closed at once (dropped), never queued.
+        // Full, or this client holds its share: closed at once (dropped), never queued.
+        let Some(share) = per_peer.take(peer) else {
             continue;
+        };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) if peer.is_loopback() => match reserved.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => continue,
+            },
+            Err(_) => continue,
         };
         let metrics = metrics.clone();
         let token = token.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let (_slot, _share) = (slot, share);
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let response = if token
                     .as_deref()

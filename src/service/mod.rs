@@ -4,6 +4,7 @@
 //! reaches into its run path; the listeners run on threads of their own ([`runtime`]).
 
 pub mod metrics;
+pub mod peers;
 pub mod runtime;
 pub mod systemd;
 pub mod web;

@@ -295,3 +295,77 @@ async fn the_listener_is_bounded_and_can_require_a_token() {
         crate::util::stderr(&out)
     );
 }
+
+/// Issue 49, finding 8: one client held the incomplete connections and re-opened each as it
+/// closed, and 28 of 30 probes of `/healthz` failed over 15 s. A client address holds at most
+/// `MAX_PER_CLIENT` connections, and places are kept for loopback probes: every probe from
+/// another address answers while one client (127.0.0.2) keeps trying to hold them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_keep_healthz_down() {
+    use sqlcron::service::metrics::{MAX_CONNECTIONS, MAX_PER_CLIENT};
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = node_config(
+        &db.url,
+        "p1",
+        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let _node = DaemonProcess::start(dir.path(), "p1", &config);
+    eventually(Duration::from_secs(20), "a healthy node", || async {
+        (get(port, "/healthz").map(|r| r.0) == Some(200)).then_some(())
+    })
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let counts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let attacker = {
+        let (stop, counts) = (stop.clone(), counts.clone());
+        std::thread::spawn(move || {
+            use socket2::{Domain, Socket, Type};
+            let target: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let source: std::net::SocketAddr = "127.0.0.2:0".parse().unwrap();
+            let mut held: Vec<std::net::TcpStream> = Vec::new();
+            let began = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Drop what the server closed; open again up to twice the whole cap.
+                held.retain(|s| {
+                    let mut b = [0u8; 1];
+                    s.set_nonblocking(true).unwrap();
+                    matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                });
+                // Past the first moment (the server closes what it just accepted).
+                if began.elapsed() > Duration::from_secs(1) {
+                    counts.lock().unwrap().push(held.len());
+                }
+                while held.len() < 2 * MAX_CONNECTIONS {
+                    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                    s.bind(&source.into()).unwrap();
+                    if s.connect(&target.into()).is_err() {
+                        break;
+                    }
+                    held.push(s.into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut failed = 0;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if get(port, "/healthz").map(|r| r.0) != Some(200) {
+            failed += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    attacker.join().unwrap();
+    assert_eq!(failed, 0, "probes failed while one client held connections");
+    // What the client holds between the server's closes (a moment after each re-opening it
+    // holds more, until the server has closed them).
+    let mut counts = counts.lock().unwrap().clone();
+    counts.sort();
+    let median = counts[counts.len() / 2];
+    assert!(
+        median <= MAX_PER_CLIENT,
+        "the client held {median} connections"
+    );
+}

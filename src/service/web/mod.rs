@@ -203,7 +203,7 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(600);
 /// bounded by [`HEADER_TIMEOUT`] and [`CONNECTION_LIFETIME`], as the metrics listener is.
 async fn serve(listener: tokio::net::TcpListener, app: Router, proxies: Vec<std::net::IpAddr>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let per_peer = Arc::new(PerPeer::default());
+    let per_peer = crate::service::peers::PerPeer::new(MAX_PER_CLIENT);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -245,37 +245,6 @@ async fn serve(listener: tokio::net::TcpListener, app: Router, proxies: Vec<std:
 
 /// Connections one client address may hold at once (a trusted proxy is not limited).
 pub const MAX_PER_CLIENT: usize = 32;
-
-/// Open connections by client address.
-#[derive(Default)]
-struct PerPeer(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
-
-/// One connection's place in its client's share, given back when dropped.
-struct Share(Arc<PerPeer>, std::net::IpAddr);
-
-impl PerPeer {
-    fn take(self: &Arc<Self>, peer: std::net::IpAddr) -> Option<Share> {
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(peer).or_default();
-        if *n >= MAX_PER_CLIENT {
-            return None;
-        }
-        *n += 1;
-        Some(Share(self.clone(), peer))
-    }
-}
-
-impl Drop for Share {
-    fn drop(&mut self) {
-        let mut open = self.0.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.1);
-            }
-        }
-    }
-}
 
 /// The routes, under the base path.
 pub(crate) fn router(web: Web) -> Router {
