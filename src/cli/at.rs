@@ -95,7 +95,10 @@ pub async fn run(store: &Store, req: Request<'_>) -> Result<u8, Failure> {
             .map(|d| d.to_string_lossy().into_owned()),
         signature: None,
     };
-    job.signature = req.key.map(|k| k.sign(&job.definition()));
+    // A new job: its first generation is the database's clock (later signatures go higher).
+    job.signature = req
+        .key
+        .map(|k| k.sign(&job.name, db_now.max(1) as u64, &job.definition()));
     let created = store
         .add_one_off(&job, &crate::exec::account::this_process(None))
         .await

@@ -79,6 +79,14 @@ pub(super) async fn run_daemon(
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
     tracing::info!(node = %config.node_name, database = %config.database_url, jobs = config.jobs.len(), "starting");
+    // The generations of signatures this node has run, kept across restarts (signed mode).
+    crate::daemon::generations::load(crate::daemon::generations::file_for(
+        env.state_directory
+            .as_deref()
+            .unwrap_or(crate::config::STATE_DIR_DEFAULT),
+        &config.database_url.to_string(),
+        &config.node_name,
+    ));
     let (tx, mut rx) = mpsc::unbounded_channel();
     spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
 

@@ -51,7 +51,12 @@ pub async fn sign(store: &Store, key: &Path, jobs: &[String]) -> Result<u8, Fail
             .map_err(Failure::runtime)?
             .ok_or_else(|| Failure::usage(format!("no job named \"{name}\"")))?;
         let definition = row.definition();
-        let signature = key.sign(&definition);
+        // Higher than the row's own and than any before it: the database's clock in
+        // milliseconds, or one more than the generation the row holds if that is later.
+        let now = store.now().await.map_err(Failure::runtime)?.max(1) as u64;
+        let generation = crate::model::signing::generation(row.signature.as_deref())
+            .map_or(now, |g| now.max(g + 1));
+        let signature = key.sign(name, generation, &definition);
         if !store
             .set_signature(name, &signature, &actor)
             .await
@@ -59,7 +64,10 @@ pub async fn sign(store: &Store, key: &Path, jobs: &[String]) -> Result<u8, Fail
         {
             return Err(Failure::usage(format!("no job named \"{name}\"")));
         }
-        println!("{name}: signed {}", definition.canonical());
+        println!(
+            "{name}: signed generation {generation}: {}",
+            definition.canonical()
+        );
     }
     Ok(0)
 }

@@ -170,12 +170,17 @@ pub fn trusted(row: &JobRow, config: &Config, template: Option<&JobRow>) -> Resu
             ));
         }
     }
-    crate::model::signing::verify(
+    // Signed for this name (a backfill's or a chain's row: for its job's), and not older than
+    // a version this node has already run (a replay).
+    let name = crate::model::signing::signed_name(&row.name);
+    let generation = crate::model::signing::verify(
+        name,
         &row.definition(),
         row.signature.as_deref(),
         &config.security.trusted_keys,
     )
-    .map_err(|r| r.message().to_string())
+    .map_err(|r| r.message().to_string())?;
+    super::generations::admit(name, generation)
 }
 
 /// The `http` column: an HTTP job's request, or `None` for a process.

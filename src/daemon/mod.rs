@@ -17,6 +17,7 @@ mod claimed;
 pub mod decode;
 mod delivery;
 mod every_node;
+pub mod generations;
 pub mod guard;
 mod housekeeping;
 pub mod lease;

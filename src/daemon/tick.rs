@@ -374,7 +374,11 @@ impl Shared {
                     }
                 }
                 Err(message) => {
-                    if self.store.set_invalid(row.id, &message).await? {
+                    if self
+                        .store
+                        .set_invalid(row.id, row.signature.as_deref(), &message)
+                        .await?
+                    {
                         bad += 1;
                         tracing::error!(job = %row.name, error = %message, "job row is invalid; skipped until fixed");
                     }

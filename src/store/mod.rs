@@ -242,9 +242,13 @@ fn statements(d: Dialect) -> Statements {
                                       WHERE r.job_name = cron_table.name) END \
              WHERE id = ? AND next_exec IS NULL",
         ),
+        // Fenced by the signature read with the row too: a row signed between the read and
+        // this park (its signature's unpark trigger fires only on a parked row) must not be
+        // parked for the signature it no longer lacks; it is read again instead.
         invalid: d.render(
             "UPDATE cron_table SET error = ?, next_exec = ?, slot = NULL, dirty = 0 \
-             WHERE id = ? AND next_exec IS NULL",
+             WHERE id = ? AND next_exec IS NULL \
+             AND (signature = ? OR (signature IS NULL AND ? IS NULL))",
         ),
         start_run: d.render(
             "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome, \

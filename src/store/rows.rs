@@ -43,7 +43,8 @@ pub struct JobRow {
     pub template: Option<String>,
     /// JSON object: an HTTP job's request (see `model/http_target.rs`), instead of a command.
     pub http: Option<String>,
-    /// `ed25519:<Base64>`: a signature of the row's definition (see `model/signing.rs`).
+    /// `ed25519v2:<generation>:<Base64>`: a signature of the row's name, generation and definition
+    /// (see `model/signing.rs`).
     pub signature: Option<String>,
     /// `after`: a JSON array of upstreams (`model/chains.rs`).
     pub after: Option<String>,

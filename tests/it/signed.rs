@@ -230,7 +230,8 @@ async fn only_signed_rows_run(dialect: Dialect) {
 for_each_dialect!(
     only_signed_rows_run,
     a_nodes_hook_runs_in_the_nodes_context,
-    a_forged_copy_runs_nowhere_its_template_excludes
+    a_forged_copy_runs_nowhere_its_template_excludes,
+    an_old_signed_version_written_back_is_refused
 );
 
 /// `sql_jobs = "signed"` without a key, or a key that is not one, is refused by `check`.
@@ -482,4 +483,132 @@ fn a_keys_file_only_root_could_have_written() {
             );
         }
     }
+}
+
+/// The newest run of `job` whose output is `text`.
+async fn ran_with(store: &Store, job: &str, text: &str) {
+    eventually(
+        Duration::from_secs(20),
+        &format!("{job} to run and print {text}"),
+        || async {
+            store
+                .history(Some(job), 20)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|r| r.outcome == "ok" && r.output.as_deref().map(str::trim) == Some(text))
+        },
+    )
+    .await;
+}
+
+/// Issue 49, finding 2: sign `rotate` (v1), change it and sign again (v2); the editor writes
+/// v1's command and signature back and asks for a run: v1 ran. A signature now names the job
+/// and a generation; a node refuses a generation lower than one it has run for that name, also
+/// after a restart; a signature copied onto another name does not verify.
+async fn an_old_signed_version_written_back_is_refused(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("signing.key");
+    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = stdout(&out).trim().to_string();
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n"),
+    );
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('rotate', '0 0 1 1 *', 'echo v1')",
+        )
+        .await
+        .unwrap();
+    let sign = |job: &str| {
+        let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), job]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let run = |job: &str| {
+        let out = cli(&cfg, &["run", job]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    // A signed row is scheduled (prepared) before its run is asked for.
+    let scheduled = || async {
+        eventually(Duration::from_secs(15), "rotate scheduled", || async {
+            store
+                .job("rotate")
+                .await
+                .unwrap()
+                .filter(|j| j.error.is_none() && j.slot.is_some() && j.next_exec.is_some())
+                .map(|_| ())
+        })
+        .await
+    };
+    sign("rotate");
+    scheduled().await;
+    let v1 = store
+        .job("rotate")
+        .await
+        .unwrap()
+        .unwrap()
+        .signature
+        .unwrap();
+    assert!(v1.starts_with("ed25519v2:"), "{v1}");
+    run("rotate");
+    ran_with(&store, "rotate", "v1").await;
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo v2' WHERE name = 'rotate'")
+        .await
+        .unwrap();
+    sign("rotate");
+    scheduled().await;
+    run("rotate");
+    ran_with(&store, "rotate", "v2").await;
+
+    // The editor writes v1 back, with its signature, and asks for a run.
+    let replay = format!(
+        "UPDATE cron_table SET command = 'echo v1', signature = '{v1}' WHERE name = 'rotate'"
+    );
+    store.execute_raw(&replay).await.unwrap();
+    run("rotate");
+    let e = parked(&store, "rotate").await;
+    assert!(e.contains("older than generation"), "{e}");
+    // v2's signature on another name, with v2's command: not signed for that name.
+    let v2 = store.job("rotate").await.unwrap().unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, signature) VALUES \
+             ('rotate-too', '* * * * * *', 'echo v2', '{}')",
+            v2.signature.clone().unwrap()
+        ))
+        .await
+        .unwrap();
+    let e = parked(&store, "rotate-too").await;
+    assert!(e.contains("does not match"), "{e}");
+
+    // A new daemon on the same state directory remembers: the replay written again (which
+    // unparks it) is refused again.
+    drop(node);
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo other' WHERE name = 'rotate'")
+        .await
+        .unwrap();
+    store.execute_raw(&replay).await.unwrap();
+    let _node = DaemonProcess::start(dir.path(), "n-again", &config);
+    run("rotate");
+    let e = parked(&store, "rotate").await;
+    assert!(e.contains("older than generation"), "{e}");
+    let v1_runs = store
+        .history(Some("rotate"), 20)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.output.as_deref().map(str::trim) == Some("v1"))
+        .count();
+    assert_eq!(v1_runs, 1, "v1 ran again");
+    store.close().await;
 }

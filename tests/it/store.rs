@@ -528,7 +528,10 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
     assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, None);
     assert!(store.peek("a", None).await.unwrap().pending_prepare);
     // An invalid row is parked with its error, and a fix clears it.
-    store.set_invalid(row.id, "schedule: bad").await.unwrap();
+    store
+        .set_invalid(row.id, row.signature.as_deref(), "schedule: bad")
+        .await
+        .unwrap();
     let parked = store.job("s").await.unwrap().unwrap();
     assert_eq!(parked.next_exec, Some(PARKED));
     assert_eq!(parked.error.as_deref(), Some("schedule: bad"));

@@ -190,6 +190,9 @@ impl DaemonProcess {
             // Not a systemd service, even when the tests run inside one.
             .env_remove("INVOCATION_ID")
             .env("RUST_LOG", "sqlcron=debug")
+            // The node's state (the generations of signatures it ran) in the test's own
+            // folder, not the host's /var/lib/sqlcron.
+            .env("STATE_DIRECTORY", dir)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

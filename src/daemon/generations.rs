@@ -1,0 +1,130 @@
+//! The highest generation of a signature this node has accepted for each job name, so that an
+//! older signed version written back (a replay: the command of last month with last month's
+//! signature) is refused. Kept in memory and in a file of the node's state directory, written
+//! again (atomically, by rename) each time a generation rises, so that a restart forgets
+//! nothing; the file is named for the database and the node, since one host may run daemons
+//! of several clusters.
+//!
+//! What it cannot stop: a replay to a node that never saw the newer version (a node added
+//! later, or one that was down from the new signature until the replay, with an empty or lost
+//! state directory). docs/security.md says so.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// The floors and where they are kept.
+struct Floors {
+    seen: BTreeMap<String, u64>,
+    file: Option<PathBuf>,
+}
+
+static FLOORS: OnceLock<Mutex<Floors>> = OnceLock::new();
+
+fn floors() -> &'static Mutex<Floors> {
+    FLOORS.get_or_init(|| {
+        Mutex::new(Floors {
+            seen: BTreeMap::new(),
+            file: None,
+        })
+    })
+}
+
+/// Where a node keeps its floors: `DIR/signed-generations/<hash>.json`, the hash of the
+/// database (as the redacted URL names it) and the node's name.
+pub fn file_for(state_dir: &str, database: &str, node: &str) -> PathBuf {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{database}\n{node}").as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    PathBuf::from(state_dir)
+        .join("signed-generations")
+        .join(format!("{hex}.json"))
+}
+
+/// Reads the floors kept in `file` (none yet: an empty set) and keeps them there from now
+/// on. Called once when the daemon starts; an unreadable file is logged and the node starts
+/// with what it has.
+pub fn load(file: PathBuf) {
+    let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
+    match std::fs::read_to_string(&file) {
+        Ok(text) => match serde_json::from_str::<BTreeMap<String, u64>>(&text) {
+            Ok(seen) => {
+                for (name, g) in seen {
+                    let e = f.seen.entry(name).or_default();
+                    *e = (*e).max(g);
+                }
+            }
+            Err(e) => {
+                tracing::error!(file = %file.display(), error = %e, "signed generations: cannot parse the file; starting from what this run sees")
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::error!(file = %file.display(), error = %e, "signed generations: cannot read the file; starting from what this run sees")
+        }
+    }
+    f.file = Some(file);
+}
+
+/// Accepts `generation` of a signature for `name` unless a higher one was seen; raises the
+/// floor (and writes the file) when it is higher.
+pub fn admit(name: &str, generation: u64) -> Result<(), String> {
+    let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
+    let floor = f.seen.get(name).copied().unwrap_or(0);
+    if generation < floor {
+        return Err(format!(
+            "signature: generation {generation} is older than generation {floor}, which this node \
+             has already run for \"{name}\" (an old signed version written back?); sign the job again"
+        ));
+    }
+    if generation > floor {
+        f.seen.insert(name.to_string(), generation);
+        if let Some(file) = f.file.clone()
+            && let Err(e) = save(&file, &f.seen)
+        {
+            tracing::warn!(file = %file.display(), error = %e, "signed generations: cannot write the file; kept in memory until the daemon stops");
+        }
+    }
+    Ok(())
+}
+
+fn save(file: &std::path::Path, seen: &BTreeMap<String, u64>) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::DirBuilderExt as _;
+    if let Some(dir) = file.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let tmp = file.with_extension("json.tmp");
+    let mut out = std::fs::File::create(&tmp)?;
+    out.write_all(serde_json::to_string(seen).unwrap_or_default().as_bytes())?;
+    out.sync_all()?;
+    std::fs::rename(&tmp, file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_generation_is_refused_once_a_newer_one_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file_for(dir.path().to_str().unwrap(), "postgres://db/x", "n1");
+        load(file.clone());
+        assert!(admit("gen-test-job", 10).is_ok());
+        assert!(admit("gen-test-job", 10).is_ok());
+        assert!(admit("gen-test-job", 12).is_ok());
+        let e = admit("gen-test-job", 11).unwrap_err();
+        assert!(e.contains("older than generation 12"), "{e}");
+        // Kept across a restart: the file holds the floor.
+        let kept: BTreeMap<String, u64> =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(kept.get("gen-test-job"), Some(&12));
+        assert_ne!(
+            file,
+            file_for(dir.path().to_str().unwrap(), "postgres://db/x", "n2")
+        );
+    }
+}
