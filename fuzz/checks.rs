@@ -114,10 +114,17 @@ pub fn row(data: &[u8]) {
     let definition = row.definition();
     let _ = definition.canonical();
     let key = sqlcron::model::signing::SecretKey::from_seed([9; 32]);
+    let verified = sqlcron::model::signing::verify(
+        &row.name,
+        &definition,
+        row.signature.as_deref(),
+        &[key.public()],
+    );
     assert!(
-        sqlcron::model::signing::verify(&definition, row.signature.as_deref(), &[key.public()])
-            .is_err()
-            || row.signature.as_deref() == Some(key.sign(&definition).as_str())
+        verified.is_err()
+            || verified
+                .is_ok_and(|g| row.signature.as_deref()
+                    == Some(key.sign(&row.name, g, &definition).as_str()))
     );
     if let Some(limits) = &row.limits
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(limits)
