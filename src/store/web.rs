@@ -151,6 +151,21 @@ impl Store {
     /// `claim_id` (indexed; it has no partial indexes); PostgreSQL and SQLite claim with
     /// `RETURNING` and leave `claim_id` empty, so there the held rows are read by `exec_by`
     /// (the partial index `cron_table_held`).
+    /// How many rows a node holds now (the overview's count, which its list may cut).
+    pub async fn running_count(&self) -> Result<i64> {
+        let held = match self.dialect {
+            Dialect::Mysql => "claim_id IS NOT NULL AND exec_by IS NOT NULL",
+            Dialect::Postgres | Dialect::Sqlite => "exec_by IS NOT NULL",
+        };
+        sqlx::query_scalar(AssertSqlSafe(
+            self.dialect
+                .render(&format!("SELECT COUNT(*) FROM cron_table WHERE {held}")),
+        ))
+        .fetch_one(&self.db)
+        .await
+        .map_err(sql_err!(self, "count running jobs"))
+    }
+
     pub async fn running(&self, limit: i64) -> Result<Vec<JobRow>> {
         let held = match self.dialect {
             Dialect::Mysql => "claim_id IS NOT NULL",

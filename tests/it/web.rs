@@ -1134,3 +1134,73 @@ fn single_sign_on_needs_users_and_proxies_are_addresses() {
         "{err}"
     );
 }
+
+/// Issue 50, points 3, 5 and 6: an address over 8 KB with a session cookie is answered 414 at
+/// once (it got no reply at all); the overview counts every running job (its list stopped at
+/// 20); a running job's "Next" says it runs now and names its next slot, not the lease's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_counts_every_run_and_long_addresses_are_refused() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, user_line("alice", "operator", "alice-secret")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = free_port();
+    const JOBS: usize = 24;
+    let mut extra = format!(
+        "max_parallel = 32\n[web]\nlisten = \"127.0.0.1:{port}\"\nbase_path = \"/cron\"\nusers_file = \"{}\"\n",
+        users.display()
+    );
+    for i in 0..JOBS {
+        extra.push_str(&format!(
+            "[[job]]\nname = \"r{i:02}\"\nschedule = \"*/2 * * * * *\"\ncommand = \"sleep 30\"\n"
+        ));
+    }
+    let _node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", &extra));
+    let mut alice = Browser::new(port);
+    eventually(Duration::from_secs(30), "the dashboard answers", || async {
+        alice
+            .client
+            .get(format!("{}/login", alice.base))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == StatusCode::OK)
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        alice.sign_in("alice", "alice-secret").await,
+        StatusCode::SEE_OTHER
+    );
+    eventually(Duration::from_secs(30), "every job running", || async {
+        let jobs = store.jobs().await.ok()?;
+        (jobs.iter().filter(|j| j.exec_by.is_some()).count() == JOBS).then_some(())
+    })
+    .await;
+    let (status, page, _) = alice.get("").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(&format!("<span class=\"big\">{JOBS}</span> running now")),
+        "{page}"
+    );
+    let (_, job, _) = alice.get("/jobs/r00").await;
+    assert!(job.contains("running now; then "), "{job}");
+
+    // An address over 8 KB, with the session cookie: 414, at once.
+    let long = format!("/jobs?q={}", "a".repeat(9000));
+    let asked = std::time::Instant::now();
+    let resp = alice
+        .client
+        .get(format!("{}{long}", alice.base))
+        .header("cookie", alice.cookie.clone().unwrap())
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::URI_TOO_LONG);
+    assert!(asked.elapsed() < Duration::from_secs(3));
+    store.close().await;
+}

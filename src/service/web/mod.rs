@@ -141,6 +141,11 @@ async fn untrusted_headers(
     next.run(request).await
 }
 
+/// The longest address served (the dashboard's own links are far shorter).
+pub const MAX_URI: usize = 8 * 1024;
+/// The most header bytes a request may carry (a session cookie is under 100).
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
 /// The largest request body read (forms are a few hundred bytes; a bulk action's 500 names
 /// fit many times).
 const BODY_LIMIT: usize = 256 * 1024;
@@ -149,6 +154,27 @@ const BODY_LIMIT: usize = 256 * 1024;
 /// runs: a client that promises a body and sends it slowly cannot hold a connection for the
 /// connection's whole lifetime (the header timeout does not cover the body).
 async fn bounded_body(request: Request, next: Next) -> Response {
+    // Too long an address or too many header bytes: answered at once, before anything reads
+    // them (an 8 KB address with a session cookie used to get no reply at all).
+    if request.uri().to_string().len() > MAX_URI {
+        return (
+            StatusCode::URI_TOO_LONG,
+            format!("the address is longer than {MAX_URI} bytes\n"),
+        )
+            .into_response();
+    }
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if header_bytes > MAX_HEADER_BYTES {
+        return (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("the request's headers are longer than {MAX_HEADER_BYTES} bytes\n"),
+        )
+            .into_response();
+    }
     let (parts, body) = request.into_parts();
     let bytes =
         match tokio::time::timeout(HEADER_TIMEOUT, axum::body::to_bytes(body, BODY_LIMIT)).await {

@@ -134,11 +134,34 @@ pub(crate) fn state(j: &JobRow) -> &'static str {
     }
 }
 
-pub(crate) fn next_cell(j: &JobRow, now: i64, shown: super::zone::Shown) -> Markup {
+/// Rows the overview lists under "Running now" (all are counted).
+const RUNNING_SHOWN: i64 = 200;
+
+/// When a job runs next. While a node holds it, `next_exec` is the claim's lease end, not a
+/// slot: the cell says it runs now and names the slot after the one it serves.
+pub(crate) fn next_cell(
+    j: &JobRow,
+    now: i64,
+    shown: super::zone::Shown,
+    defaults: &crate::model::job::Policy,
+) -> Markup {
     let zone = j
         .timezone
         .as_deref()
         .and_then(|z| crate::schedule::parse_zone(z).ok());
+    if j.exec_by.is_some() {
+        let after = j.slot.and_then(|slot| {
+            let (schedule, _) = crate::daemon::resolve(j, defaults).ok()?;
+            let t = chrono::DateTime::from_timestamp_millis(slot)?;
+            schedule.next_after(t).map(|n| n.timestamp_millis())
+        });
+        return html! {
+            "running now"
+            @if let Some(t) = after {
+                "; then " time datetime=(utc(t)) title=(shown.at(t, zone)) { (relative(t, now)) }
+            }
+        };
+    }
     match j.next_exec {
         Some(t) if t < PARKED && j.enabled => html! {
             time datetime=(utc(t)) title=(shown.at(t, zone)) { (relative(t, now)) }
@@ -268,9 +291,9 @@ pub(crate) async fn overview(State(web): State<Web>, headers: HeaderMap) -> Resp
         Ok(n) => n,
         Err(e) => return unavailable(e),
     };
-    let (nodes, running, due, outcomes, parked, placements) = match tokio::try_join!(
+    let (nodes, (running, held), due, outcomes, parked, placements) = match tokio::try_join!(
         s.nodes(),
-        s.running(20),
+        async { tokio::try_join!(s.running(RUNNING_SHOWN), s.running_count()) },
         s.next_due(10),
         day_counts(&web, now),
         s.parked_jobs(6),
@@ -295,7 +318,7 @@ pub(crate) async fn overview(State(web): State<Web>, headers: HeaderMap) -> Resp
         }
         section.cards aria-label="summary" {
             div.card { span.big { (alive) } " of " (nodes.len()) " nodes alive" }
-            div.card { span.big { (running.len()) } " running now" }
+            div.card { span.big { (held.max(running.len() as i64)) } " running now" }
             div.card { span.big { (count("ok")) } " ok in 24 h" }
             div.card class=@if failed > 0 { "bad" } {
                 span.big { (failed) } " failed in 24 h"
@@ -310,12 +333,15 @@ pub(crate) async fn overview(State(web): State<Web>, headers: HeaderMap) -> Resp
                     td { (j.slot.map(|t| who.shown.at(t, j.timezone.as_deref().and_then(|z| crate::schedule::parse_zone(z).ok()))).unwrap_or_default()) }
                 } } }
             }
+            @if held > running.len() as i64 {
+                p { "The first " (running.len()) " of " (held) " by name; each job's page shows the rest." }
+            }
         }
         h2 { "Next runs" }
         table { thead { tr { th { "Job" } th { "Next" } th { "Schedule" } } }
             tbody { @for j in &due { tr {
                 td { a href=(web.href(&format!("/jobs/{}", encode(&j.name)))) { (j.name) } }
-                td { (next_cell(j, now, who.shown)) }
+                td { (next_cell(j, now, who.shown, &web.node.defaults)) }
                 td { code { (j.schedule) } }
             } } }
         }
@@ -380,7 +406,7 @@ pub(crate) async fn jobs(
                 td { a href=(web.href(&format!("/jobs/{}", encode(&j.name)))) { (j.name) } }
                 td { span class=(format!("badge {}", state(j))) { (state(j)) } }
                 td { code { (j.schedule) } " " small { (j.timezone.as_deref().unwrap_or("UTC")) } }
-                td { (next_cell(j, now, who.shown)) }
+                td { (next_cell(j, now, who.shown, &web.node.defaults)) }
                 td { (j.exec_by.as_deref().unwrap_or("-")) }
                 @if can_act { td { (job_actions(&web, j)) } }
             } } }
