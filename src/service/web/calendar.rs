@@ -173,7 +173,7 @@ pub(crate) async fn job_calendar(
                 " "
             }
             "as it came out, by day and hour in the job's zone (" (tz.name()) "). A cell shows the worst of its slots."
-            @if window < asked * DAY_MS { " This schedule is busy: only the last " (super::runs::duration(window)) " are shown (" (CALENDAR_SLOTS) " slots at most)." }
+            @if window < asked * DAY_MS { " This schedule is busy: only the last " (super::runs::span(window)) " are shown (" (CALENDAR_SLOTS) " slots at most)." }
         }
         ul.legend aria-label="legend" {
             @for c in [Came::Ok, Came::Rerun, Came::Late, Came::Missed, Came::Failed] {

@@ -33,6 +33,27 @@ pub(crate) fn duration(ms: i64) -> String {
     }
 }
 
+/// A stretch of time as a person says it: "3 days", "5 h 20 min", "12 min".
+pub(crate) fn span(ms: i64) -> String {
+    const MIN: i64 = 60_000;
+    const HOUR: i64 = 60 * MIN;
+    const DAY: i64 = 24 * HOUR;
+    let plural = |n: i64, one: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {one}s")
+        }
+    };
+    match ms {
+        m if m >= DAY && m % DAY == 0 => plural(m / DAY, "day"),
+        m if m >= DAY => format!("{} {} h", plural(m / DAY, "day"), m % DAY / HOUR),
+        m if m >= HOUR => format!("{} h {} min", m / HOUR, m % HOUR / MIN),
+        m if m >= MIN => format!("{} min", m / MIN),
+        m => duration(m),
+    }
+}
+
 /// The last `max` bytes of `text`, cut at a character boundary; whether it was cut.
 fn tail(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
@@ -287,6 +308,16 @@ mod tests {
         // "é" is two bytes: a cut inside it moves past it.
         assert_eq!(tail("aé", 1), ("", true));
         assert_eq!(tail("aéz", 2), ("z", true));
+    }
+
+    #[test]
+    fn spans_read_as_days_hours_and_minutes() {
+        assert_eq!(span(3 * 86_400_000), "3 days");
+        assert_eq!(span(86_400_000), "1 day");
+        assert_eq!(span(86_400_000 + 5 * 3_600_000), "1 day 5 h");
+        assert_eq!(span(5 * 3_600_000 + 20 * 60_000), "5 h 20 min");
+        assert_eq!(span(12 * 60_000), "12 min");
+        assert_eq!(span(1500), "1.5 s");
     }
 
     #[test]
