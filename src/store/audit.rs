@@ -38,7 +38,7 @@ pub struct AuditRow {
     /// `run`, `pause`, `resume`, `apply_create`, `apply_update`, `apply_remove`, `sql_insert`,
     /// `sql_update`, `sql_delete`, `lock_break` (then `job` is the lock's name), `calendar_write`,
     /// `calendar_remove`, `sql_calendar_insert`, `sql_calendar_update`, `sql_calendar_delete`
-    /// (then `job` is the calendar's name).
+    /// (then `job` is the calendar's name), `denied` (an action the dashboard refused).
     pub action: String,
     pub job: Option<String>,
     pub who: String,
@@ -115,6 +115,19 @@ impl Store {
             .await
             .map_err(sql_err!(self, "write audit"))?;
         Ok(())
+    }
+
+    /// Records an action the dashboard refused (`denied`): who asked, what, and from where, in
+    /// `detail`. `target` is the job, node, lock or event it was asked for.
+    pub async fn audit_denied(&self, actor: &Actor, target: &str, detail: &str) -> Result<()> {
+        self.audit_in(
+            &self.db,
+            actor,
+            "denied",
+            target,
+            Some(self.dialect.storable_text(detail, 2000).into_owned()),
+        )
+        .await
     }
 
     /// When the job of this name was last created (by an apply, SQL, `sqlcron at` or a

@@ -117,7 +117,7 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
         format!(
             "[web]\nlisten = \"127.0.0.1:{port}\"\nbase_path = \"/cron/\"\nusers_file = \"{}\"\n\
              trusted_proxies = {proxies}\nsso_header = \"X-Remote-User\"\n\
-             [[job]]\nname = \"tick\"\nschedule = \"*/2 * * * * *\"\ncommand = \"echo '<b>tick</b>'\"\n\
+             [[job]]\nname = \"tick\"\nschedule = \"*/2 * * * * *\"\ncommand = \"echo '<b>tick</b>'\"\non_failure = \"true\"\n\
              [[job]]\nname = \"slow\"\nschedule = \"0 0 1 1 *\"\nretries = 1\ncommand = \"sleep 120\"\n",
             users.display()
         )
@@ -283,6 +283,48 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert!(r.text().await.unwrap().contains("needs the operator role"));
     assert!(store.job("tick").await.unwrap().unwrap().enabled);
+    // Issue 50, point 9: the refusal leaves a trace (who, what, on what, from where); a
+    // client's own address header is not believed.
+    let r = victor
+        .client
+        .post(format!("{}/jobs/tick/resume", victor.base))
+        .header("origin", &victor.origin)
+        .header("cookie", victor.cookie.clone().unwrap())
+        .header("x-sqlcron-peer", "203.0.113.9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let denied: Vec<_> = store
+        .audit_log(Some("tick"), 50)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.action == "denied")
+        .collect();
+    // The cross-origin posts refused above are there too, under the operator's name.
+    assert!(
+        denied.iter().any(|a| a.who == "web:alice"
+            && a.detail
+                .as_deref()
+                .is_some_and(|d| d.contains("cross-origin"))),
+        "{denied:?}"
+    );
+    let details: Vec<&str> = denied
+        .iter()
+        .filter(|a| a.who == "web:victor")
+        .filter_map(|a| a.detail.as_deref())
+        .collect();
+    assert_eq!(details.len(), 2, "{denied:?}");
+    assert!(
+        details
+            .iter()
+            .any(|d| d.starts_with("pause refused") && d.ends_with("(from 127.0.0.1)"))
+            && details
+                .iter()
+                .any(|d| d.starts_with("resume refused") && !d.contains("203.0.113.9")),
+        "{details:?}"
+    );
 
     // The operator pauses, runs now and resumes: the audit trail names the web user.
     assert_eq!(
@@ -571,7 +613,8 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
             .any(|a| a.action == "stop" && a.who == "web:alice")
     );
 
-    // A failed event delivered again: operators only, audited; the daemon delivers it.
+    // A failed event delivered again: operators only, audited; the daemon delivers it (to the
+    // hook tick's definition names: an event row's own hook is never run).
     store
         .execute_raw(&format!(
             "INSERT INTO cron_events (dedupe, job_name, kind, created, hook, payload, state, tries, error) \

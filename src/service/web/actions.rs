@@ -15,18 +15,41 @@ use super::auth::same_origin;
 use super::pages::allowed;
 
 /// The caller, when the request comes from the dashboard's own pages and their role allows
-/// `action`; otherwise the refusal to send.
+/// `action`; otherwise the refusal to send, recorded in the audit trail as `denied` (who,
+/// what, on what, from which address) when the caller was known or the origin was wrong.
 pub(crate) async fn actor(
     web: &Web,
     headers: &HeaderMap,
     action: Action,
+    target: &str,
 ) -> Result<Actor, Response> {
-    let who = allowed(web, headers, action).await?;
+    let who = match allowed(web, headers, action).await {
+        Ok(who) => who,
+        Err(refused) => {
+            if refused.status() == StatusCode::FORBIDDEN {
+                let name = match super::auth::caller(web, headers).await {
+                    Ok(Some(c)) => c.who(),
+                    _ => "web:?".to_string(),
+                };
+                denied(
+                    web,
+                    headers,
+                    &name,
+                    action,
+                    target,
+                    "the role does not allow it",
+                )
+                .await;
+            }
+            return Err(refused);
+        }
+    };
     // A cookie goes with any request the browser makes; a bearer token only with those its
     // holder makes, so only cookie callers must prove the request came from our pages.
     if !who.token
         && let Err(why) = same_origin(headers)
     {
+        denied(web, headers, &who.who(), action, target, &why.to_string()).await;
         return Err((StatusCode::FORBIDDEN, format!("{why}\n")).into_response());
     }
     Ok(Actor {
@@ -36,6 +59,36 @@ pub(crate) async fn actor(
             .map(|h| h.trim().to_string()),
         pid: Some(i64::from(std::process::id())),
     })
+}
+
+/// Writes the `denied` audit row of a refused action. A failure to write it is logged: the
+/// refusal stands either way.
+async fn denied(
+    web: &Web,
+    headers: &HeaderMap,
+    who: &str,
+    action: Action,
+    target: &str,
+    why: &str,
+) {
+    let from = headers
+        .get(super::PEER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("?");
+    let actor = Actor {
+        who: who.to_string(),
+        host: None,
+        pid: None,
+    };
+    let detail = format!("{} refused: {why} (from {from})", action_name(action));
+    if let Err(e) = web.store.audit_denied(&actor, target, &detail).await {
+        tracing::warn!(error = %e, who, "web: could not record a refused action");
+    }
+}
+
+/// An action as the audit trail names it.
+fn action_name(action: Action) -> String {
+    format!("{action:?}").to_lowercase()
 }
 
 /// Does `action` to `target` through the store call the CLI uses. False: no such target.
@@ -81,7 +134,7 @@ pub(crate) fn back(web: &Web, headers: &HeaderMap) -> Response {
 }
 
 async fn act(web: &Web, headers: &HeaderMap, action: Action, target: &str) -> Response {
-    let actor = match actor(web, headers, action).await {
+    let actor = match actor(web, headers, action, target).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -135,7 +188,8 @@ pub(crate) async fn bulk(
         )
             .into_response();
     }
-    let actor = match actor(&web, &headers, action).await {
+    let names: Vec<&str> = jobs.iter().copied().collect();
+    let actor = match actor(&web, &headers, action, &names.join(",")).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -220,7 +274,7 @@ async fn act_confirmed(
     why: &'static str,
 ) -> Response {
     if form.confirm != "yes" {
-        if let Err(r) = actor(web, headers, action).await {
+        if let Err(r) = actor(web, headers, action, target).await {
             return r;
         }
         return (StatusCode::BAD_REQUEST, why).into_response();

@@ -124,7 +124,7 @@ pub(crate) async fn queue(
     Path(name): Path<String>,
     axum::Form(form): axum::Form<RangeForm>,
 ) -> Response {
-    let actor = match super::actions::actor(&web, &headers, Action::Backfill).await {
+    let actor = match super::actions::actor(&web, &headers, Action::Backfill, &name).await {
         Ok(a) => a,
         Err(r) => return r,
     };

@@ -119,6 +119,9 @@ pub async fn start(config: &Config) -> Option<tokio::task::JoinHandle<()>> {
     Some(tokio::spawn(serve(listener, app, proxies)))
 }
 
+/// The header the dashboard sets to the client's address (any a client sends is removed).
+pub(crate) const PEER_HEADER: &str = "x-sqlcron-peer";
+
 /// The address a request came from (`None` if the socket could not say).
 #[derive(Clone, Copy)]
 struct Peer(Option<std::net::IpAddr>);
@@ -131,6 +134,12 @@ async fn untrusted_headers(
     next: Next,
 ) -> Response {
     let peer = request.extensions().get::<Peer>().and_then(|p| p.0);
+    // The client's address, for the handlers (the audit of a refused action): set here only,
+    // whatever a client sent under that name.
+    request.headers_mut().remove(PEER_HEADER);
+    if let Some(value) = peer.and_then(|ip| HeaderValue::from_str(&ip.to_string()).ok()) {
+        request.headers_mut().insert(PEER_HEADER, value);
+    }
     if !peer.is_some_and(|ip| web.config.trusted_proxies.contains(&ip)) {
         let headers = request.headers_mut();
         headers.remove("x-forwarded-proto");
