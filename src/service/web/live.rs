@@ -31,7 +31,7 @@ const STREAMS: usize = 64;
 /// A stream ends after this and the browser reconnects, so the session is checked again.
 const STREAM_LIFE: Duration = Duration::from_secs(300);
 /// How often an open stream asks again whether its caller may still read.
-const RECHECK: Duration = Duration::from_secs(10);
+const RECHECK: Duration = Duration::from_secs(4);
 
 /// The node's feed of run changes.
 pub(crate) struct Feed {
