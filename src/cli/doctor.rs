@@ -334,7 +334,15 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
     }
     let versions: std::collections::BTreeSet<&str> =
         alive.iter().filter_map(|n| n.version.as_deref()).collect();
-    if versions.len() > 1 {
+    if alive.is_empty() {
+        // Every other check can pass on a cluster where nothing runs: this one says so first.
+        found.push(bad(
+            "live nodes",
+            Level::Error,
+            "no live node: nothing runs",
+            "start the service on at least one node (systemctl start sqlcron), then run doctor again",
+        ));
+    } else if versions.len() > 1 {
         let each: Vec<String> = alive
             .iter()
             .map(|n| format!("{} {}", n.name, n.version.as_deref().unwrap_or("?")))
@@ -403,7 +411,9 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
             unplaceable(r.placement.as_deref(), &offers).map(|why| format!("{}: {why}", r.name))
         })
         .collect();
-    if orphans.is_empty() {
+    if alive.is_empty() {
+        // Reported above ("live nodes"): no job has a node to run it.
+    } else if orphans.is_empty() {
         found.push(ok(
             "placement",
             "every enabled job has a live node to run it",

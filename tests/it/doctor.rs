@@ -147,3 +147,34 @@ async fn doctor_names_each_problem(dialect: Dialect) {
     drop(held);
     store.close().await;
 }
+
+/// Issue 51, point 1: with no daemon running, doctor said "ok versions 0 live node(s)" and "ok
+/// placement every enabled job has a live node to run it" and exited 0. No live node is an
+/// error: nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_nothing_runs_without_a_live_node() {
+    let db = TestDb::new(Dialect::Postgres).await;
+    let store = db.store().await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('nightly', '@daily', 'true')",
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, node_config(&db.url, "n1", "")).unwrap();
+    let out = sqlcron(&["--config", config.to_str().unwrap(), "doctor"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}{}", stderr(&out));
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ERROR") && l.contains("no live node: nothing runs")),
+        "{text}"
+    );
+    assert!(
+        !text.contains("every enabled job has a live node"),
+        "{text}"
+    );
+    store.close().await;
+}
