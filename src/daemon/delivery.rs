@@ -108,40 +108,63 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
             ),
             retry: false,
         })
-    } else if let Err(f) = hook_trusted(&shared, &claim, &config).await {
-        Err(f)
     } else {
-        match Hook::decode(&claim.hook) {
-            Err(e) => Err(Failure {
-                error: format!("hook: {e}"),
-                retry: false,
-            }),
-            Ok(Hook::Command(command)) => run_hook_command(&shared, &claim, &command).await,
-            Ok(Hook::Webhook {
-                url,
-                headers,
-                headers_file,
-            }) => match webhook_file_headers(
-                &claim.job,
-                shared.store.job(&claim.job).await.ok().flatten().as_ref(),
-                headers_file.as_deref(),
-                &config,
-            ) {
-                Ok(file_headers) => {
-                    let all: Vec<(&str, &str)> = headers
-                        .iter()
-                        .chain(file_headers.iter().map(|(k, v)| (k, v)))
-                        .map(|(k, v)| (k.as_str(), v.as_str()))
-                        .collect();
-                    post(&shared.http, &claim, &url, &all, config.delivery.timeout).await
-                }
-                Err(error) => Err(Failure {
-                    error,
-                    retry: false,
-                }),
-            },
+        match hook_trusted(&shared, &claim, &config).await {
+            Err(f) => Err(f),
+            Ok(checked) => deliver_checked(&shared, &claim, &config, checked).await,
         }
     };
+    record_delivery(&shared, &claim, &config, result).await;
+}
+
+/// Delivers the hook `hook_trusted` accepted, from the row it read: the row is read once, so
+/// what runs is what was checked.
+async fn deliver_checked(
+    shared: &Shared,
+    claim: &EventClaim,
+    config: &crate::config::Config,
+    checked: Checked,
+) -> Result<(), Failure> {
+    match Hook::decode(&claim.hook) {
+        Err(e) => Err(Failure {
+            error: format!("hook: {e}"),
+            retry: false,
+        }),
+        Ok(Hook::Command(command)) => run_hook_command(shared, claim, &command, checked).await,
+        Ok(Hook::Webhook {
+            url,
+            headers,
+            headers_file,
+        }) => match webhook_file_headers(
+            &claim.job,
+            checked.row.as_ref(),
+            headers_file.as_deref(),
+            config,
+        ) {
+            Ok(file_headers) => {
+                let all: Vec<(&str, &str)> = headers
+                    .iter()
+                    .chain(file_headers.iter().map(|(k, v)| (k, v)))
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                post(&shared.http, claim, &url, &all, config.delivery.timeout).await
+            }
+            Err(error) => Err(Failure {
+                error,
+                retry: false,
+            }),
+        },
+    }
+}
+
+/// Writes how a delivery ended, under the event's claim.
+async fn record_delivery(
+    shared: &Shared,
+    claim: &EventClaim,
+    config: &crate::config::Config,
+    result: Result<(), Failure>,
+) {
+    let give_up_at = claim.created + config.delivery.give_up_after.as_millis() as i64;
     let how = match result {
         Ok(()) => Delivered::Sent,
         Err(f) => {
@@ -177,7 +200,7 @@ async fn deliver(shared: Arc<Shared>, claim: EventClaim) {
     // lasts (after it, another node has the event and delivers it again).
     let deadline = tokio::time::Instant::now() + config.daemon.lease;
     loop {
-        match shared.store.event_finish(&claim, &how).await {
+        match shared.store.event_finish(claim, &how).await {
             Ok(true) => return,
             Ok(false) => {
                 tracing::warn!(job = %claim.job, event = %claim.kind, id = claim.id, "alert claim lost before its delivery was recorded; another node delivers it again");
@@ -208,11 +231,18 @@ fn field(payload: &Value, key: &str) -> String {
 /// names for it today: an event row written with SQL is data, and cannot name a command or an
 /// address of its own. With `[security] sql_jobs = "signed"`, a hook the job itself names runs
 /// only while the job's row is trusted (signed, or this node's TOML job).
+/// What `hook_trusted` read and judged: the job's row at delivery, and whether the job itself
+/// names the hook (then it runs as the job) or the node's `[defaults]` do.
+struct Checked {
+    row: Option<JobRow>,
+    row_names_it: bool,
+}
+
 async fn hook_trusted(
     shared: &Shared,
     claim: &EventClaim,
     config: &crate::config::Config,
-) -> Result<(), Failure> {
+) -> Result<Checked, Failure> {
     use crate::config::security::SqlJobs;
     let signed = config.security.sql_jobs == SqlJobs::Signed;
     let refuse = |why: &str| Failure {
@@ -237,17 +267,15 @@ async fn hook_trusted(
         });
     }
     // A hook the job itself names is as trusted as the job.
-    if let Some(r) = row
-        .as_ref()
-        .filter(|_| signed && own.resolve(&AlertSettings::default()).hook(kind).is_some())
-    {
+    let row_names_it = row.is_some() && own.resolve(&AlertSettings::default()).hook(kind).is_some();
+    if let Some(r) = row.as_ref().filter(|_| signed && row_names_it) {
         let template = match &r.template {
             Some(t) => shared.store.job(t).await.map_err(retry)?,
             None => None,
         };
         super::decode::trusted(r, config, template.as_ref()).map_err(|e| refuse(&e))?;
     }
-    Ok(())
+    Ok(Checked { row, row_names_it })
 }
 
 /// The row a hook of the node's own `[defaults]` runs as: the command alone, as a job of the
@@ -284,38 +312,25 @@ async fn run_hook_command(
     shared: &Shared,
     claim: &EventClaim,
     command: &str,
+    checked: Checked,
 ) -> Result<(), Failure> {
     let config = shared.config();
     let permanent = |error: String| Failure {
         error,
         retry: false,
     };
-    let row: JobRow = match shared.store.job(&claim.job).await {
-        Ok(Some(row)) => row,
-        Ok(None) => {
-            return Err(permanent(
-                "the job no longer exists: a command hook runs as the job, with its environment"
-                    .into(),
-            ));
-        }
-        Err(e) => {
-            return Err(Failure {
-                error: e.to_string(),
-                retry: true,
-            });
-        }
+    let Some(row) = checked.row else {
+        return Err(permanent(
+            "the job no longer exists: a command hook runs as the job, with its environment".into(),
+        ));
     };
     // Whose hook it is decides whose context it runs in: a hook only the node's own TOML
     // (`[defaults]`) names runs as a job of that TOML would with nothing of its own (the
     // node's `default_user`, its environment, policy and limits), never with the row's user,
     // group, env, env_file, workdir or limits, which an editor of the row could have set to
     // take over the node's script (`BASH_ENV`, a borrowed name's env_file). A hook the row
-    // itself names runs as the row, which `hook_trusted` has checked in signed mode.
-    let row_names_it = EventKind::parse(&claim.kind).is_some_and(|kind| {
-        row_alerts(&row)
-            .is_ok_and(|own| own.resolve(&AlertSettings::default()).hook(kind).is_some())
-    });
-    let (hook_row, policy) = if row_names_it {
+    // itself names runs as the row `hook_trusted` read and checked (in signed mode).
+    let (hook_row, policy) = if checked.row_names_it {
         let policy = resolve(&row, &config.defaults)
             .map(|(_, p)| p)
             .unwrap_or_else(|_| config.defaults.clone());

@@ -18,6 +18,14 @@ async fn parked(store: &Store, job: &str) -> String {
     .await
 }
 
+/// A signing key made by `sqlcron keygen` in `dir`, and its public half.
+fn keygen(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let key = dir.join("signing.key");
+    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    (key, stdout(&out).trim().to_string())
+}
+
 fn cli(config: &std::path::Path, args: &[&str]) -> std::process::Output {
     let mut all = vec!["--config", config.to_str().unwrap()];
     all.extend_from_slice(args);
@@ -270,10 +278,7 @@ async fn a_nodes_hook_runs_in_the_nodes_context(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("signing.key");
-    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let public = stdout(&out).trim().to_string();
+    let (_, public) = keygen(dir.path());
     let pwned = dir.path().join("pwned");
     let seen = dir.path().join("seen");
     let hook = dir.path().join("notify.sh");
@@ -341,10 +346,7 @@ async fn a_forged_copy_runs_nowhere_its_template_excludes(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("signing.key");
-    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let public = stdout(&out).trim().to_string();
+    let (key, public) = keygen(dir.path());
     let marker = dir.path().join("dbmaint-ran");
     let config = node_config(
         &db.url,
@@ -435,10 +437,7 @@ fn a_keys_file_only_root_could_have_written() {
     let nobody = 65534;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let key = dir.path().join("signing.key");
-    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let public = stdout(&out);
+    let (_, public) = keygen(dir.path());
     let user_dir = dir.path().join("users");
     std::fs::create_dir(&user_dir).unwrap();
     std::os::unix::fs::chown(&user_dir, Some(nobody), Some(nobody)).unwrap();
@@ -510,10 +509,7 @@ async fn an_old_signed_version_written_back_is_refused(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("signing.key");
-    let out = sqlcron(&["keygen", "--out", key.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let public = stdout(&out).trim().to_string();
+    let (key, public) = keygen(dir.path());
     let config = node_config(
         &db.url,
         "n",
