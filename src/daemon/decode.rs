@@ -347,13 +347,15 @@ fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
 /// Allowed when the file lies in a directory of `[security] file_dirs`, or when this node's own
 /// TOML names the same file as that key for the same job (a backfill row counts as its job) and
 /// the row's whole definition is that job's (`row`; a row that borrows a TOML job's name with
-/// another command or user must not read its secrets), or, for a webhook's, in `[defaults]`.
+/// another command or user must not read its secrets), or, when the node's own `[defaults]`
+/// webhook is delivered (`node_hook`), in `[defaults]`.
 pub fn file_allowed(
     job: &str,
     row: Option<&JobRow>,
     key: &str,
     path: &str,
     config: &Config,
+    node_hook: bool,
 ) -> Result<(), String> {
     let p = std::path::Path::new(path);
     let plain = p.is_absolute()
@@ -369,11 +371,14 @@ pub fn file_allowed(
             && serde_json::from_str(&definition.canonical())
                 .is_ok_and(|v| names_file(&v, key, path))
     });
-    let in_defaults = config
-        .alert_defaults
-        .to_json()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .is_some_and(|v| names_file(&v, key, path));
+    // `[defaults]` vouches for its files only when its own hook is delivered: a row's HTTP
+    // request, env_file or a hook the row names must not borrow them.
+    let in_defaults = node_hook
+        && config
+            .alert_defaults
+            .to_json()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .is_some_and(|v| names_file(&v, key, path));
     if in_toml || in_defaults {
         return Ok(());
     }
@@ -528,7 +533,7 @@ impl super::Shared {
             // No process: no account to switch to, no environment; the headers of its file.
             let file_headers = match &target.headers_file {
                 Some(path) => {
-                    file_allowed(&row.name, Some(row), "headers_file", path, config)?;
+                    file_allowed(&row.name, Some(row), "headers_file", path, config, false)?;
                     crate::exec::headers_file::read(std::path::Path::new(path))?
                 }
                 None => vec![],
@@ -554,7 +559,7 @@ impl super::Shared {
         .filter(|a| !a.same_identity(&self.host.account));
         let file_env = match &row.env_file {
             Some(path) => {
-                file_allowed(&row.name, Some(row), "env_file", path, config)?;
+                file_allowed(&row.name, Some(row), "env_file", path, config, false)?;
                 crate::exec::envfile::read(std::path::Path::new(path))?
             }
             None => vec![],

@@ -138,6 +138,7 @@ async fn deliver_checked(
         }) => match webhook_file_headers(
             &claim.job,
             checked.row.as_ref(),
+            !checked.row_names_it,
             headers_file.as_deref(),
             config,
         ) {
@@ -462,13 +463,14 @@ fn private_output(
 fn webhook_file_headers(
     job: &str,
     row: Option<&JobRow>,
+    node_hook: bool,
     file: Option<&str>,
     config: &crate::config::Config,
 ) -> Result<Vec<(String, String)>, String> {
     let Some(path) = file else {
         return Ok(vec![]);
     };
-    super::decode::file_allowed(job, row, "headers_file", path, config)
+    super::decode::file_allowed(job, row, "headers_file", path, config, node_hook)
         .and_then(|()| crate::exec::headers_file::read(std::path::Path::new(path)))
         .map_err(|e| format!("webhook: {e}"))
 }

@@ -1337,8 +1337,12 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
     let shared_env = allowed.join("shared.env");
     write(&shared_env, "TOKEN=shared\n");
     let out = |job: &str| dir.path().join(format!("{job}.out"));
+    // The node's own [defaults] webhook names a token file: only that hook may read it.
+    let defaults_headers = other.join("defaults.headers");
+    write(&defaults_headers, "Authorization: Bearer defaults-token\n");
     let extra = format!(
         "[security]\nfile_dirs = [\"{allowed}\"]\n\
+         [defaults]\non_failure = {{ url = \"{base}/defaults\", headers_file = \"{defaults_headers}\" }}\n\
          [[job]]\nname = \"own\"\nschedule = \"* * * * * *\"\nenv_file = \"{own_env}\"\n\
          command = \"echo $TOKEN > {own_out}\"\n\
          [[job]]\nname = \"own-http\"\nschedule = \"* * * * * *\"\n\
@@ -1347,6 +1351,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         own_env = own_env.display(),
         own_out = out("own").display(),
         own_headers = own_headers.display(),
+        defaults_headers = defaults_headers.display(),
     );
     let node = DaemonProcess::start(
         dir.path(),
@@ -1387,6 +1392,16 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
                 own_headers.display()
             ),
         ),
+        // A row's request borrowing the [defaults] webhook's token file.
+        (
+            "defaults-thief",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"headers_file\":\"{}\"}}'",
+                defaults_headers.display()
+            ),
+        ),
     ];
     for (name, env_file, command, http) in &rows {
         store
@@ -1422,7 +1437,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         "shared"
     );
     // ... and not another job's file elsewhere: failed, saying why, nothing run or sent.
-    for job in ["thief", "thief-http", "own#backfill-7"] {
+    for job in ["thief", "thief-http", "own#backfill-7", "defaults-thief"] {
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");
         let m = r.message.clone().unwrap_or_default();
