@@ -53,10 +53,18 @@ pub async fn sign(store: &Store, key: &Path, jobs: &[String]) -> Result<u8, Fail
         let definition = row.definition();
         // Higher than the row's own and than any before it: the database's clock in
         // milliseconds, or one more than the generation the row holds if that is later.
+        // The row's generation counts only when its signature is this key's for this row: a
+        // writer could otherwise set a huge one and make every later signature look old.
         let now = store.now().await.map_err(Failure::runtime)?.max(1) as u64;
-        let generation = crate::model::signing::generation(row.signature.as_deref())
-            .map_or(now, |g| now.max(g + 1));
-        let signature = key.sign(name, generation, &definition);
+        let own = crate::model::signing::verify(
+            &row.name,
+            &definition,
+            row.signature.as_deref(),
+            &[key.public()],
+        )
+        .ok();
+        let generation = own.map_or(now, |g| now.max(g.saturating_add(1)));
+        let signature = key.sign(&row.name, generation, &definition);
         if !store
             .set_signature(name, &signature, &actor)
             .await
