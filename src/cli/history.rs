@@ -71,8 +71,8 @@ pub(super) async fn audit(
         return Ok(0);
     }
     println!(
-        "{:<21} {:<13} {:<24} {:<32} DETAIL",
-        "WHEN", "ACTION", "JOB", "WHO"
+        "{:<21} {:<13} {:<24} {:<32} {:<28} DETAIL",
+        "WHEN", "ACTION", "JOB", "WHO", "DATABASE USER"
     );
     for r in rows {
         let who = match (&r.host, r.pid) {
@@ -81,11 +81,12 @@ pub(super) async fn audit(
             _ => r.who.clone(),
         };
         println!(
-            "{:<21} {:<13} {:<24} {:<32} {}",
+            "{:<21} {:<13} {:<24} {:<32} {:<28} {}",
             daemon::fmt_ms(r.at),
             r.action,
             r.job.unwrap_or_default(),
             who,
+            r.db_user.as_deref().unwrap_or("-"),
             r.detail.unwrap_or_default()
         );
     }

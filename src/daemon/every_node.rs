@@ -79,7 +79,7 @@ impl Shared {
                     self.store.update_copy(&t.name, &name, &actor).await?;
                     tracing::info!(job = %name, template = %t.name, "host-local copy updated");
                 }
-                (false, Some(_)) if self.store.remove_copy(&name).await? => {
+                (false, Some(_)) if self.store.remove_copy(&name, &actor).await? => {
                     tracing::info!(job = %name, "host-local copy removed: this node no longer matches");
                 }
                 _ => {}
@@ -90,7 +90,7 @@ impl Shared {
         for c in &copies {
             let template = c.template.as_deref().unwrap_or_default();
             if !templates.iter().any(|t| t.name == template)
-                && self.store.remove_copy(&c.name).await?
+                && self.store.remove_copy(&c.name, &actor).await?
             {
                 tracing::info!(job = %c.name, template, "host-local copy removed: its job is gone");
             }

@@ -206,13 +206,14 @@ impl Store {
     /// is no such job.
     pub async fn set_enabled(&self, name: &str, enabled: bool, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let action = if enabled { "resume" } else { "pause" };
+        let mark = self.mark(&mut tx, actor, action, None).await?;
         let done = sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
         ))
         .bind(i64::from(enabled))
-        .bind(mark)
+        .bind(mark.clone())
         .bind(name.to_string())
         .execute(&mut *tx)
         .await
@@ -220,8 +221,8 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        let action = if enabled { "resume" } else { "pause" };
-        self.audit_in(&mut *tx, actor, action, name, None).await?;
+        self.audited(&mut tx, actor, &mark, action, name, None)
+            .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
@@ -231,13 +232,13 @@ impl Store {
     /// matches it, so the row stays refused: nothing here needs to be compared.
     pub async fn set_signature(&self, name: &str, signature: &str, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let mark = self.mark(&mut tx, actor, "sign", None).await?;
         let done = sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("UPDATE cron_table SET signature = ?, changed_by = ? WHERE name = ?"),
         ))
         .bind(signature.to_string())
-        .bind(mark)
+        .bind(mark.clone())
         .bind(name.to_string())
         .execute(&mut *tx)
         .await
@@ -245,7 +246,8 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        self.audit_in(&mut *tx, actor, "sign", name, None).await?;
+        self.audited(&mut tx, actor, &mark, "sign", name, None)
+            .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
@@ -301,13 +303,13 @@ impl Store {
     pub async fn request_run(&self, name: &str, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         // Vouched for: the audit triggers record a run_now set by anybody else.
-        let mark = self.mark(&mut tx, actor).await?;
+        let mark = self.mark(&mut tx, actor, "run", None).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET run_now = 1, changed_by = ?, \
              next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \
              WHERE name = ?",
         )))
-        .bind(mark)
+        .bind(mark.clone())
         .bind(PARKED)
         .bind(name.to_string())
         .execute(&mut *tx)
@@ -316,7 +318,8 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        self.audit_in(&mut *tx, actor, "run", name, None).await?;
+        self.audited(&mut tx, actor, &mark, "run", name, None)
+            .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }

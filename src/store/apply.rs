@@ -85,14 +85,6 @@ impl Store {
                             }
                             q = bind_value(q, v);
                         }
-                        let mark = self.mark(&mut tx, actor).await?;
-                        q.bind(i64::from(job.enabled))
-                            .bind(hash)
-                            .bind(mark)
-                            .bind(job.name.clone())
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(sql_err!(self, "update TOML job"))?;
                         let (action, detail) = if same_file {
                             let detail = format!(
                                 "restored {} to the TOML definition (changed outside the file)",
@@ -102,7 +94,15 @@ impl Store {
                         } else {
                             ("apply_update", format!("changed {}", drift.join(",")))
                         };
-                        self.audit_in(&mut *tx, actor, action, &job.name, Some(detail))
+                        let mark = self.mark(&mut tx, actor, action, Some(&detail)).await?;
+                        q.bind(i64::from(job.enabled))
+                            .bind(hash)
+                            .bind(mark.clone())
+                            .bind(job.name.clone())
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(sql_err!(self, "update TOML job"))?;
+                        self.audited(&mut tx, actor, &mark, action, &job.name, Some(detail))
                             .await?;
                     }
                 }
@@ -119,14 +119,14 @@ impl Store {
                         for v in &values {
                             q = bind_value(q, v);
                         }
-                        let mark = self.mark(&mut tx, actor).await?;
+                        let mark = self.mark(&mut tx, actor, "apply_create", None).await?;
                         q.bind(i64::from(job.enabled))
                             .bind(hash)
-                            .bind(mark)
+                            .bind(mark.clone())
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "create TOML job"))?;
-                        self.audit_in(&mut *tx, actor, "apply_create", &job.name, None)
+                        self.audited(&mut tx, actor, &mark, "apply_create", &job.name, None)
                             .await?;
                     }
                 }
@@ -139,11 +139,11 @@ impl Store {
                 report.removed.push(name.clone());
                 if !dry_run {
                     // Marked first, so that the delete trigger knows it is not a plain SQL one.
-                    let marker = self.mark_removal(&mut tx, actor).await?;
+                    let marker = self.mark_removal(&mut tx, actor, "apply_remove").await?;
                     sqlx::query(AssertSqlSafe(self.dialect.render(
                         "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
                     )))
-                    .bind(marker)
+                    .bind(marker.clone())
                     .bind(name.clone())
                     .execute(&mut *tx)
                     .await
@@ -155,7 +155,7 @@ impl Store {
                     .execute(&mut *tx)
                     .await
                     .map_err(sql_err!(self, "remove TOML job"))?;
-                    self.audit_in(&mut *tx, actor, "apply_remove", name, None)
+                    self.audited(&mut tx, actor, &marker, "apply_remove", name, None)
                         .await?;
                 }
             }

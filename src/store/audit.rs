@@ -1,25 +1,31 @@
 //! The audit trail, `cron_audit`: one row per operator action (`sqlcron run`, `pause`,
-//! `resume`, `unlock`, a TOML apply and what it changed) written here, and one per definition
-//! change made with plain SQL, written by the schema's triggers.
+//! `resume`, `unlock`, a TOML apply and what it changed) and one per definition change, whoever
+//! made it.
 //!
-//! How the triggers tell the two apart: every change made through sqlcron sets
-//! `cron_table.changed_by` to a fresh value ([`Store::mark`]) and, on PostgreSQL and MySQL,
-//! vouches for that value on its own connection in the same transaction (a session setting,
-//! `sqlcron.marker` / `@sqlcron_marker`, that a column written by SQL cannot imitate). The
-//! triggers there leave a change to sqlcron only when the row's `changed_by` (the old row's, for
-//! a delete) equals the vouched value; every other change is recorded as a SQL change with the
-//! database user, whatever the row says. On SQLite, which has no session settings, a trigger
-//! records an insert or an update only when `changed_by` did not change, and a delete unless the
-//! row was marked `removing ...` first: a writer of the file can do anything, triggers included,
-//! and the file's permissions are the control there (docs/security.md). The database clock
-//! times every row.
+//! On PostgreSQL and MySQL the schema's triggers write the row of every change of a definition,
+//! always (migrations 0026 and 0023): nothing a client sets can skip it, and every row carries
+//! `db_user`, what the database itself knows of the writer, set by a trigger of `cron_audit`
+//! whatever the writer put there. sqlcron says who the operator is: before a change it sets
+//! `cron_table.changed_by` to a fresh value and puts a *claim* on its connection, for its
+//! transaction (the session setting `sqlcron.claim` / `@sqlcron_claim`: that value, the action,
+//! the operator, the detail). A trigger that records a row marked with the claim's value takes
+//! the action, operator and detail from it and notes that it did (`sqlcron.recorded` /
+//! `@sqlcron_recorded`); sqlcron then writes no row of its own ([`Store::audited`]), or writes
+//! one when nothing changed (a pause of a paused job). A claim is only what a writer says: it
+//! changes how the row reads, never whether it is written, nor its `db_user`.
+//!
+//! On SQLite, which has no session settings, a trigger records an insert or an update only
+//! when `changed_by` did not change, and a delete unless the row was marked `removing ...`
+//! first, and sqlcron writes its own rows: a writer of the file can do anything, triggers
+//! included, and the file's permissions are the control there (docs/security.md). The database
+//! clock times every row.
 
 use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
 
 /// A value of `changed_by` no earlier change used.
-fn marker(actor: &Actor) -> String {
+pub(super) fn marker(actor: &Actor) -> String {
     format!(
         "{}@{} pid {} #{:016x}",
         actor.who,
@@ -45,6 +51,11 @@ pub struct AuditRow {
     pub host: Option<String>,
     pub pid: Option<i64>,
     pub detail: Option<String>,
+    /// What the database itself knew of the writer of the row: on PostgreSQL `session_user`
+    /// (`as current_user` when it differs) `from` the client's address, on MySQL/MariaDB
+    /// `USER()`; set by a trigger, whatever the writer put there. `None` on SQLite, and for
+    /// rows written before the column existed.
+    pub db_user: Option<String>,
 }
 
 /// The statement that records one action; binds: action, job, who, host, pid, detail.
@@ -52,44 +63,106 @@ pub(super) const AUDIT_INSERT: &str = "INSERT INTO cron_audit (at, action, job, 
      VALUES ({now}, ?, ?, ?, ?, ?, ?)";
 
 impl Store {
-    /// A fresh `changed_by` value for one change by `actor`, vouched for on `conn` (which must
-    /// be in the transaction that writes it): see the module's doc.
+    /// A fresh `changed_by` value for one change by `actor`, claimed on `conn` (which must be in
+    /// the transaction that writes it) as `action` with `detail`: see the module's doc. After
+    /// the write, [`Store::audited`] records the action where no trigger did.
     pub(super) async fn mark(
         &self,
         conn: &mut sqlx::AnyConnection,
         actor: &Actor,
+        action: &str,
+        detail: Option<&str>,
     ) -> Result<String> {
         let value = marker(actor);
-        self.vouch(conn, &value).await?;
+        self.claim_change(conn, actor, &value, action, detail)
+            .await?;
         Ok(value)
     }
 
     /// A fresh `removing ...` value of `changed_by` for a row about to be deleted by `actor`,
-    /// vouched for on `conn`: set on the row before its delete, it tells every dialect's delete
-    /// trigger that the delete is sqlcron's own (see the module's doc).
+    /// claimed on `conn` as `action`: set on the row before its delete, it tells every
+    /// dialect's delete trigger that the delete is sqlcron's own (see the module's doc).
     pub(super) async fn mark_removal(
         &self,
         conn: &mut sqlx::AnyConnection,
         actor: &Actor,
+        action: &str,
     ) -> Result<String> {
         let value = format!("removing {}", marker(actor));
-        self.vouch(conn, &value).await?;
+        self.claim_change(conn, actor, &value, action, None).await?;
         Ok(value)
     }
 
-    /// Vouches for `value` as sqlcron's own `changed_by` on `conn`, for its transaction.
-    pub(super) async fn vouch(&self, conn: &mut sqlx::AnyConnection, value: &str) -> Result<()> {
+    /// Claims the rows marked `value` on `conn`, for its transaction, as `action` by `actor`
+    /// with `detail`. Also sets the marker schemas before PostgreSQL's migration 0026 and
+    /// MySQL's 0023 read (`sqlcron.marker` / `@sqlcron_marker`), so that a node of this version
+    /// writes one row per change during a rolling upgrade too.
+    pub(super) async fn claim_change(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        actor: &Actor,
+        value: &str,
+        action: &str,
+        detail: Option<&str>,
+    ) -> Result<()> {
         let text = match self.dialect {
             Dialect::Sqlite => return Ok(()),
-            Dialect::Postgres => "SELECT set_config('sqlcron.marker', $1, true)",
-            Dialect::Mysql => "SET @sqlcron_marker = ?",
+            Dialect::Postgres => {
+                "SELECT set_config('sqlcron.marker', $1, true), set_config('sqlcron.claim', $2, true)"
+            }
+            Dialect::Mysql => "SET @sqlcron_marker = ?, @sqlcron_claim = ?",
         };
+        let claim = serde_json::json!({
+            "marker": value,
+            "action": action,
+            "who": actor.who,
+            "host": actor.host,
+            "pid": actor.pid,
+            "detail": detail,
+        });
         sqlx::query(text)
             .bind(value.to_string())
+            .bind(claim.to_string())
             .execute(conn)
             .await
-            .map_err(sql_err!(self, "vouch for a change"))?;
+            .map_err(sql_err!(self, "claim a change"))?;
         Ok(())
+    }
+
+    /// After a change claimed with `value`: records `action` on `job` unless a trigger recorded
+    /// it already (always on SQLite, which leaves sqlcron's changes to sqlcron; elsewhere when
+    /// the write changed nothing a trigger records, such as a pause of a paused job).
+    pub(super) async fn audited(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        actor: &Actor,
+        value: &str,
+        action: &str,
+        job: &str,
+        detail: Option<String>,
+    ) -> Result<()> {
+        let text = match self.dialect {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some(
+                "SELECT COUNT(*) FROM (SELECT 1) AS one \
+                 WHERE current_setting('sqlcron.recorded', true) = $1",
+            ),
+            Dialect::Mysql => Some(
+                "SELECT COUNT(*) FROM (SELECT 1) AS one \
+                 WHERE CAST(@sqlcron_recorded AS BINARY) = CAST(? AS BINARY)",
+            ),
+        };
+        if let Some(text) = text {
+            let recorded: i64 = sqlx::query_scalar(text)
+                .bind(value.to_string())
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(sql_err!(self, "ask whether the change was recorded"))?;
+            if recorded > 0 {
+                return Ok(());
+            }
+        }
+        self.audit_in(&mut *conn, actor, action, job, detail).await
     }
 
     /// Records one action.
@@ -145,7 +218,7 @@ impl Store {
 
     /// The audit trail, newest first, optionally of one job.
     pub async fn audit_log(&self, job: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
-        let cols = "id, at, action, job, who, host, pid, detail";
+        let cols = "id, at, action, job, who, host, pid, detail, db_user";
         let text = match job {
             Some(_) => format!(
                 "SELECT {cols} FROM cron_audit WHERE job = ? ORDER BY at DESC, id DESC LIMIT ?"
@@ -172,6 +245,7 @@ impl Store {
                     host: r.try_get("host")?,
                     pid: r.try_get("pid")?,
                     detail: r.try_get("detail")?,
+                    db_user: r.try_get("db_user")?,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()

@@ -110,7 +110,9 @@ impl Store {
         let name = backfill_name(job, slot);
         let cols = COPIED.join(", ");
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let mark = self
+            .mark(&mut tx, actor, "backfill", Some(schedule))
+            .await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "INSERT INTO cron_table (name, schedule, misfire, starting_deadline, pool, source, \
              changed_by, calendars, {cols}) \
@@ -120,7 +122,7 @@ impl Store {
         .bind(name.clone())
         .bind(schedule.to_string())
         .bind(pool)
-        .bind(mark)
+        .bind(mark.clone())
         .bind(job.to_string())
         .execute(&mut *tx)
         .await
@@ -133,9 +135,10 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        self.audit_in(
-            &mut *tx,
+        self.audited(
+            &mut tx,
             actor,
+            &mark,
             "backfill",
             &name,
             Some(schedule.to_string()),

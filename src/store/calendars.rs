@@ -93,15 +93,15 @@ impl Store {
                      VALUES (?, 1, ?, ?)"
                 }
             };
-            let mark = self.mark(&mut tx, actor).await?;
+            let mark = self.mark(&mut tx, actor, "calendar_write", None).await?;
             sqlx::query(AssertSqlSafe(self.dialect.render(text)))
                 .bind(entries.clone())
-                .bind(mark)
+                .bind(mark.clone())
                 .bind(name.clone())
                 .execute(&mut *tx)
                 .await
                 .map_err(sql_err!(self, "write calendar"))?;
-            self.audit_in(&mut *tx, actor, "calendar_write", name, None)
+            self.audited(&mut tx, actor, &mark, "calendar_write", name, None)
                 .await?;
             report.written.push(name.clone());
         }
@@ -110,11 +110,11 @@ impl Store {
             .filter(|r| r.from_toml && !defs.iter().any(|(n, _)| *n == r.name))
         {
             // Marked first, so that the delete trigger knows it is not a plain SQL one.
-            let marker = self.mark_removal(&mut tx, actor).await?;
+            let marker = self.mark_removal(&mut tx, actor, "calendar_remove").await?;
             sqlx::query(AssertSqlSafe(self.dialect.render(
                 "UPDATE cron_calendars SET changed_by = ? WHERE name = ? AND from_toml = 1",
             )))
-            .bind(marker)
+            .bind(marker.clone())
             .bind(gone.name.clone())
             .execute(&mut *tx)
             .await
@@ -126,7 +126,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(sql_err!(self, "remove calendar"))?;
-            self.audit_in(&mut *tx, actor, "calendar_remove", &gone.name, None)
+            self.audited(&mut tx, actor, &marker, "calendar_remove", &gone.name, None)
                 .await?;
             report.removed.push(gone.name.clone());
         }

@@ -170,7 +170,7 @@ impl Store {
     ) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         if let Some(t) = trigger {
-            let mark = self.mark(&mut tx, actor).await?;
+            let mark = self.mark(&mut tx, actor, "chain", None).await?;
             let cols = super::backfill::COPIED.join(", ");
             let made = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
                 "INSERT INTO cron_table (name, schedule, misfire, starting_deadline, pool, source, \

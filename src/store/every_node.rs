@@ -20,8 +20,8 @@ fn definition() -> impl Iterator<Item = &'static str> {
         .chain(["signature"])
 }
 
-/// Marks a copy being removed (the audit trigger then records no `sql_delete`; on PostgreSQL
-/// and MySQL only when the connection vouched for it, see `audit.rs`).
+/// Marks a copy being removed (SQLite's audit trigger then records no `sql_delete`; PostgreSQL's
+/// and MySQL's record the claimed `copy_remove`, see `audit.rs`).
 const REMOVING: &str = "removing (every_node copy)";
 
 impl Store {
@@ -53,7 +53,7 @@ impl Store {
     ) -> Result<bool> {
         let cols = definition().collect::<Vec<_>>().join(", ");
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let mark = self.mark(&mut tx, actor, "copy_create", None).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "INSERT INTO cron_table (name, template, source, placement, changed_by, {cols}) \
              SELECT ?, name, 'copy', ?, ?, {cols} FROM cron_table \
@@ -98,7 +98,7 @@ impl Store {
             }
         };
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let mark = self.mark(&mut tx, actor, "copy_update", None).await?;
         let q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
         let q = match self.dialect {
             Dialect::Mysql => q
@@ -119,9 +119,10 @@ impl Store {
 
     /// Removes a copy that no run holds now (a held one is removed at a later sync). True when
     /// it was removed.
-    pub async fn remove_copy(&self, copy: &str) -> Result<bool> {
+    pub async fn remove_copy(&self, copy: &str, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        self.vouch(&mut tx, REMOVING).await?;
+        self.claim_change(&mut tx, actor, REMOVING, "copy_remove", None)
+            .await?;
         let marked = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET changed_by = ? \
              WHERE name = ? AND template IS NOT NULL AND exec_by IS NULL",

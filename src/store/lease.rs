@@ -120,12 +120,12 @@ impl Store {
     /// exist or nothing holds it.
     pub async fn request_stop(&self, name: &str, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let mark = self.mark(&mut tx, actor, "stop", None).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET stop_token = token, changed_by = ? \
              WHERE name = ? AND exec_by IS NOT NULL AND lease_until > {now}",
         )))
-        .bind(mark)
+        .bind(mark.clone())
         .bind(name.to_string())
         .execute(&mut *tx)
         .await
@@ -133,7 +133,8 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        self.audit_in(&mut *tx, actor, "stop", name, None).await?;
+        self.audited(&mut tx, actor, &mark, "stop", name, None)
+            .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }

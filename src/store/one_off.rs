@@ -2,6 +2,7 @@
 
 use sqlx::AssertSqlSafe;
 
+use super::audit::marker;
 use super::*;
 
 /// What `sqlcron at` creates.
@@ -41,7 +42,12 @@ impl Store {
     /// job of that name exists.
     pub async fn add_one_off(&self, job: &OneOff, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor).await?;
+        let detail = format!(
+            "{} {}",
+            job.schedule,
+            job.command.clone().or(job.argv.clone()).unwrap_or_default()
+        );
+        let mark = self.mark(&mut tx, actor, "at", Some(&detail)).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "INSERT INTO cron_table (name, schedule, command, argv, run_user, workdir, signature, \
              source, changed_by) VALUES (?, ?, ?, ?, ?, ?, ?, 'cli', ?)",
@@ -53,7 +59,7 @@ impl Store {
         .bind(job.run_user.clone())
         .bind(job.workdir.clone())
         .bind(job.signature.clone())
-        .bind(mark)
+        .bind(mark.clone())
         .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "add one-off"));
@@ -66,18 +72,8 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        self.audit_in(
-            &mut *tx,
-            actor,
-            "at",
-            &job.name,
-            Some(format!(
-                "{} {}",
-                job.schedule,
-                job.command.clone().or(job.argv.clone()).unwrap_or_default()
-            )),
-        )
-        .await?;
+        self.audited(&mut tx, actor, &mark, "at", &job.name, Some(detail))
+            .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
@@ -89,8 +85,10 @@ impl Store {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         // A fresh mark each time: rows a SQL writer marked with a value of its own are not
         // removed with these.
-        let removing = format!("{REMOVING} {}", self.mark(&mut tx, actor).await?);
-        self.vouch(&mut tx, &removing).await?;
+        let removing = format!("{REMOVING} {}", marker(actor));
+        let expired = "one-off done";
+        self.claim_change(&mut tx, actor, &removing, "expired", Some(expired))
+            .await?;
         let marked = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET changed_by = ? WHERE source <> 'toml' \
              AND schedule LIKE '@at %' AND next_exec = ? AND exec_by IS NULL \
@@ -122,12 +120,13 @@ impl Store {
         .await
         .map_err(sql_err!(self, "remove done one-offs"))?;
         for name in &names {
-            self.audit_in(
-                &mut *tx,
+            self.audited(
+                &mut tx,
                 actor,
+                &removing,
                 "expired",
                 name,
-                Some("one-off done".into()),
+                Some(expired.into()),
             )
             .await?;
         }

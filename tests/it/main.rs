@@ -11,6 +11,7 @@ macro_rules! for_each_dialect {
 
 mod alerts;
 mod architecture;
+mod audit_writer;
 mod behaviour;
 mod browser;
 mod calendars;

@@ -201,7 +201,7 @@ async fn roles_as_documented(dialect: Dialect) {
         ("DROP TRIGGER cron_table_before_update", "denied")
     } else {
         (
-            "DROP TRIGGER cron_audit_sql_update ON cron_table",
+            "DROP TRIGGER cron_audit_change_update ON cron_table",
             "must be owner",
         )
     };

@@ -153,7 +153,7 @@ pub(crate) async fn audit(
     };
     let body = html! {
         h1 { "Audit" @if let Some(j) = job { " of " (j) } }
-        p { "Every change to the jobs, by whom, from where (newest first). SQL changes name the database user." }
+        p { "Every change to the jobs, by whom, from where (newest first). Who and Host are what the writer said; Database user is what the database knew of it." }
         form.search method="get" action=(web.href("/audit")) role="search" {
             label for="job" { "Job" }
             input #job name="job" value=(job.unwrap_or("")) type="search";
@@ -161,13 +161,14 @@ pub(crate) async fn audit(
         }
         @if rows.is_empty() { p { "No entry." } } @else {
             table {
-                thead { tr { th { "When" } th { "Action" } th { "Job or lock" } th { "Who" } th { "Host" } th { "Detail" } } }
+                thead { tr { th { "When" } th { "Action" } th { "Job or lock" } th { "Who" } th { "Host" } th { "Database user" } th { "Detail" } } }
                 tbody { @for a in &rows { tr {
                     td { (who.shown.at(a.at, None)) }
                     td { (a.action) }
                     td { @if let Some(j) = &a.job { (j) } }
                     td { (a.who) }
                     td { (a.host.as_deref().unwrap_or("-")) }
+                    td { (a.db_user.as_deref().unwrap_or("-")) }
                     td { small { (a.detail.as_deref().unwrap_or("")) } }
                 } } }
             }

