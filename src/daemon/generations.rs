@@ -5,9 +5,14 @@
 //! nothing; the file is named for the database and the node, since one host may run daemons
 //! of several clusters.
 //!
-//! What it cannot stop: a replay to a node that never saw the newer version (a node added
-//! later, or one that was down from the new signature until the replay, with an empty or lost
-//! state directory). docs/security.md says so.
+//! A node learns a generation when it prepares or claims a row, and from every signed row in
+//! the table ([`learn`]: at start, before it claims anything, and with each heartbeat), so that
+//! a node that never ran a job refuses an older version of it too.
+//!
+//! What it cannot stop: a replay to a node that never saw the newer version in the table (one
+//! that was down from the new signature until the replay, with an empty or lost state
+//! directory, or a replay written within a heartbeat of the new signature). docs/security.md
+//! says so.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,6 +22,9 @@ use std::sync::{Mutex, OnceLock};
 struct Floors {
     seen: BTreeMap<String, u64>,
     file: Option<PathBuf>,
+    /// The signature [`learn`] last judged for each row name: a row is verified again only
+    /// when its signature changed.
+    judged: BTreeMap<String, String>,
 }
 
 static FLOORS: OnceLock<Mutex<Floors>> = OnceLock::new();
@@ -26,6 +34,7 @@ fn floors() -> &'static Mutex<Floors> {
         Mutex::new(Floors {
             seen: BTreeMap::new(),
             file: None,
+            judged: BTreeMap::new(),
         })
     })
 }
@@ -86,6 +95,85 @@ pub fn admit(name: &str, generation: u64) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Raises the floors to `generations` (name, generation), where higher, and writes the file
+/// once.
+fn raise(generations: &[(String, u64)]) {
+    let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
+    let mut raised = false;
+    for (name, g) in generations {
+        let e = f.seen.entry(name.clone()).or_default();
+        if *g > *e {
+            *e = *g;
+            raised = true;
+        }
+    }
+    if raised
+        && let Some(file) = f.file.clone()
+        && let Err(e) = save(&file, &f.seen)
+    {
+        tracing::warn!(file = %file.display(), error = %e, "signed generations: cannot write the file; kept in memory until the daemon stops");
+    }
+}
+
+/// Learns the generation of every signed row of the table whose signature verifies with one
+/// of `keys` (a row whose signature did not change since the last call is not read again).
+/// Returns how many rows were verified. The signatures are checked on a blocking thread, not
+/// on the run path's.
+pub async fn learn(
+    store: &crate::store::Store,
+    keys: &[crate::model::signing::PublicKey],
+) -> Result<usize, crate::store::StoreError> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let pairs = store.signatures().await?;
+    let changed = {
+        let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
+        let present: std::collections::BTreeSet<&str> =
+            pairs.iter().map(|(n, _)| n.as_str()).collect();
+        f.judged.retain(|n, _| present.contains(n.as_str()));
+        pairs
+            .iter()
+            .any(|(n, s)| f.judged.get(n).map(String::as_str) != Some(s.as_str()))
+    };
+    if !changed {
+        return Ok(0);
+    }
+    let rows = store.signed_jobs().await?;
+    let keys = keys.to_vec();
+    let judged = tokio::task::spawn_blocking(move || {
+        let mut found = vec![];
+        let mut judged = vec![];
+        let known = floors()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .judged
+            .clone();
+        for row in rows {
+            let Some(sig) = row.signature.clone() else {
+                continue;
+            };
+            if known.get(&row.name) == Some(&sig) {
+                continue;
+            }
+            let name = crate::model::signing::signed_name(&row.name);
+            if let Ok(g) = crate::model::signing::verify(name, &row.definition(), Some(&sig), &keys)
+            {
+                found.push((name.to_string(), g));
+            }
+            judged.push((row.name, sig));
+        }
+        raise(&found);
+        judged
+    })
+    .await
+    .unwrap_or_default();
+    let n = judged.len();
+    let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
+    f.judged.extend(judged);
+    Ok(n)
 }
 
 fn save(file: &std::path::Path, seen: &BTreeMap<String, u64>) -> std::io::Result<()> {

@@ -94,6 +94,28 @@ impl Store {
         Ok(claim::decode_rows(&rows))
     }
 
+    /// The name and signature of every signed row: what a node reads with each heartbeat to
+    /// learn the newest signed generations (`daemon::generations::learn`).
+    pub async fn signatures(&self) -> Result<Vec<(String, String)>> {
+        sqlx::query_as(
+            "SELECT name, signature FROM cron_table WHERE signature IS NOT NULL ORDER BY name",
+        )
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list signatures"))
+    }
+
+    /// Every signed row, by name.
+    pub async fn signed_jobs(&self) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE signature IS NOT NULL ORDER BY name"
+        )))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list signed jobs"))?;
+        Ok(claim::decode_rows(&rows))
+    }
+
     pub async fn job(&self, name: &str) -> Result<Option<JobRow>> {
         let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE name = ?"

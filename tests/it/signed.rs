@@ -239,7 +239,8 @@ for_each_dialect!(
     only_signed_rows_run,
     a_nodes_hook_runs_in_the_nodes_context,
     a_forged_copy_runs_nowhere_its_template_excludes,
-    an_old_signed_version_written_back_is_refused
+    an_old_signed_version_written_back_is_refused,
+    a_node_that_never_ran_a_job_refuses_its_old_version
 );
 
 /// `sql_jobs = "signed"` without a key, or a key that is not one, is refused by `check`.
@@ -617,5 +618,94 @@ async fn an_old_signed_version_written_back_is_refused(dialect: Dialect) {
         .filter(|r| r.output.as_deref().map(str::trim) == Some("v1"))
         .count();
     assert_eq!(v1_runs, 1, "v1 ran again");
+    store.close().await;
+}
+
+/// The highest generation `node_dir`'s node keeps for `job` in its state directory.
+fn floor_in(node_dir: &std::path::Path, job: &str) -> Option<u64> {
+    let dir = node_dir.join("signed-generations");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let text = std::fs::read_to_string(e.path()).ok()?;
+        let seen: std::collections::BTreeMap<String, u64> = serde_json::from_str(&text).ok()?;
+        seen.get(job).copied()
+    })
+}
+
+/// Issue 49, finding 2, on a node that never ran the job (found by an attack review): v2 is
+/// signed while only n1 runs; n2 starts later, n1 stops, and the editor writes v1 back. n2
+/// learned v2's generation from the table (at start, and with each heartbeat), so it refuses
+/// v1. Before, a node learned a generation only from rows it prepared or claimed, and n2 ran v1.
+async fn a_node_that_never_ran_a_job_refuses_its_old_version(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir1 = tempfile::tempdir().unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir1.path());
+    let security = format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n");
+    let config1 = node_config(&db.url, "n1", &security);
+    let cfg = dir1.path().join("node.toml");
+    std::fs::write(&cfg, &config1).unwrap();
+    let n1 = DaemonProcess::start(dir1.path(), "n1", &config1);
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('rotate', '0 0 1 1 *', 'echo v1')",
+        )
+        .await
+        .unwrap();
+    let sign = || {
+        let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), "rotate"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    sign();
+    let v1 = eventually(Duration::from_secs(15), "v1 signed", || async {
+        store.job("rotate").await.unwrap().and_then(|j| j.signature)
+    })
+    .await;
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo v2' WHERE name = 'rotate'")
+        .await
+        .unwrap();
+    sign();
+    let v2 = sqlcron::model::signing::generation(
+        store
+            .job("rotate")
+            .await
+            .unwrap()
+            .unwrap()
+            .signature
+            .as_deref(),
+    )
+    .unwrap();
+    assert!(v2 > sqlcron::model::signing::generation(Some(&v1)).unwrap());
+
+    // n2 starts with an empty state directory and learns v2's generation from the table.
+    let n2 = DaemonProcess::start(dir2.path(), "n2", &node_config(&db.url, "n2", &security));
+    eventually(
+        Duration::from_secs(20),
+        "n2 to learn v2's generation",
+        || async { (floor_in(dir2.path(), "rotate") == Some(v2)).then_some(()) },
+    )
+    .await;
+    drop(n1);
+
+    // The editor writes v1 back, with its signature, and asks for a run: only n2 is up.
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET command = 'echo v1', signature = '{v1}' WHERE name = 'rotate'"
+        ))
+        .await
+        .unwrap();
+    let out = cli(&cfg, &["run", "rotate"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e = parked(&store, "rotate").await;
+    assert!(e.contains("older than generation"), "{e}");
+    let ran_v1 = store
+        .history(Some("rotate"), 20)
+        .await
+        .unwrap()
+        .into_iter()
+        .any(|r| r.output.as_deref().map(str::trim) == Some("v1"));
+    assert!(!ran_v1, "n2 ran the old version");
+    drop(n2);
     store.close().await;
 }
