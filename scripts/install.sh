@@ -19,6 +19,7 @@ fi
 
 install -D -m 0755 "$BIN" "$DESTDIR/usr/bin/sqlcron"
 install -D -m 0644 systemd/sqlcron.service "$DESTDIR/lib/systemd/system/sqlcron.service"
+install -D -m 0644 systemd/run-as-users.conf "$DESTDIR/usr/share/sqlcron/run-as-users.conf"
 install -d -m 0755 "$DESTDIR/etc/sqlcron"
 if [ ! -e "$DESTDIR/etc/sqlcron/sqlcron.toml" ]; then
     # The example with its sample jobs commented out, so a fresh install runs nothing by surprise.

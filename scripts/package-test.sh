@@ -52,7 +52,8 @@ step "the RPM's files and scriptlets"
 files=$(rpm -qlp "$rpm_file")
 for f in /usr/bin/sqlcron /usr/lib/systemd/system/sqlcron.service /etc/sqlcron/sqlcron.toml \
     /usr/lib/sysusers.d/sqlcron.conf /usr/lib/tmpfiles.d/sqlcron.conf \
-    /usr/share/man/man1/sqlcron.1.gz /usr/share/bash-completion/completions/sqlcron; do
+    /usr/share/man/man1/sqlcron.1.gz /usr/share/bash-completion/completions/sqlcron \
+    /usr/share/sqlcron/run-as-users.conf; do
     grep -qx "$f" <<<"$files" || fail "the RPM lacks $f"
 done
 scripts=$(rpm -qp --scripts "$rpm_file")

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 scripts/ensure-databases.sh
 
-# The unit file test runs `systemd-analyze verify`.
+# The unit file test runs `systemd-analyze verify`. The service test (scripts/service-test.sh,
+# beside the database tests) boots a Debian 12 root made with mmdebstrap in systemd-nspawn and
+# runs the shipped unit there (it installs mmdebstrap and systemd-container if missing).
 if ! command -v systemd-analyze >/dev/null; then
     echo "test.sh: installing systemd (for systemd-analyze)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
@@ -44,7 +46,7 @@ CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --all-targets --quiet -- 
 clippy=$!
 package_log=$(mktemp)
 package_test=
-trap 'kill "$clippy" ${package_test:+"$package_test"} 2>/dev/null || true; rm -f "$clippy_log" "$package_log"' EXIT
+trap 'kill "$clippy" ${package_test:+"$package_test"} ${service_test:+"$service_test"} 2>/dev/null || true; rm -f "$clippy_log" "$package_log" "${service_log:-}"' EXIT
 # Each part's wall time goes to stderr, to see where the suite's time goes.
 phase() { echo "test.sh: $1 done after ${SECONDS}s" >&2; }
 cargo test --all-targets --no-run
@@ -66,6 +68,17 @@ fi
 # Everything but the chaos soak, in parallel; then the soak alone, its three databases at once
 # (three daemons and a throwaway server each, light on CPU: about 30 CPU seconds in 90 s;
 # SQLCRON_SOAK_SECS sets its length, default 60 s).
+service_log=$(mktemp)
+service_test=
+if [ "${SQLCRON_SKIP_SERVICE_TEST:-}" != 1 ]; then
+    (
+        rc=0
+        SQLCRON_BIN=target/debug/sqlcron nice -n 19 scripts/service-test.sh || rc=$?
+        echo "service-test.sh: ended after ${SECONDS}s of the suite"
+        exit $rc
+    ) >"$service_log" 2>&1 &
+    service_test=$!
+fi
 cargo test --all-targets -- --skip soak::
 phase "unit and integration tests"
 if ! wait "$clippy"; then
@@ -81,6 +94,14 @@ if [ -n "${SQLCRON_FUZZ_SECS:-}" ] && [ "$SQLCRON_FUZZ_SECS" != 0 ]; then
 fi
 cargo test --test it soak:: -- --test-threads=3
 phase "chaos soak"
+if [ -n "$service_test" ]; then
+    if ! wait "$service_test"; then
+        cat "$service_log" >&2
+        echo "test.sh: the service test (booted container) failed" >&2
+        exit 1
+    fi
+    grep -E '^(service-test.sh:|.*systemd-analyze security:)' "$service_log" || true
+fi
 if [ -n "$package_test" ]; then
     if ! wait "$package_test"; then
         cat "$package_log" >&2

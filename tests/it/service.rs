@@ -438,12 +438,12 @@ async fn a_reload_with_a_broken_file_fails_and_keeps_the_old_configuration() {
     .await;
     let reload_now = || -> Result<(), String> {
         for line in &reload {
-            let line = line
-                .replace("/usr/bin/sqlcron", env!("CARGO_BIN_EXE_sqlcron"))
-                .replace("$MAINPID", &daemon.pid().to_string());
-            let argv: Vec<&str> = line.split_whitespace().collect();
-            let out = Command::new(argv[0])
-                .args(&argv[1..])
+            // systemd's quoting of these lines is the shell's; it sets $MAINPID.
+            let line = line.replace("/usr/bin/sqlcron", env!("CARGO_BIN_EXE_sqlcron"));
+            let out = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(&line)
+                .env("MAINPID", daemon.pid().to_string())
                 .env("SQLCRON_CONFIG", &config)
                 .output()
                 .unwrap();
