@@ -176,6 +176,46 @@ pub async fn learn(
     Ok(n)
 }
 
+/// The keys a signed-mode node trusts; `None` in open mode (no generation to learn).
+fn signed_keys(config: &crate::config::Config) -> Option<&[crate::model::signing::PublicKey]> {
+    (config.security.sql_jobs == crate::config::security::SqlJobs::Signed)
+        .then_some(config.security.trusted_keys.as_slice())
+}
+
+impl super::Shared {
+    /// [`learn`] now (at start, before the first claim); a failure is logged.
+    pub(super) async fn learn_generations(&self, config: &crate::config::Config) {
+        if let Some(keys) = signed_keys(config)
+            && let Err(e) = learn(&self.store, keys).await
+        {
+            tracing::warn!(error = %e, "signed generations not read");
+        }
+    }
+
+    /// [`learn`] on a task of its own, beside the loop (with each heartbeat), one at a time.
+    pub(super) fn learn_generations_beside(
+        self: std::sync::Arc<Self>,
+        config: &crate::config::Config,
+    ) {
+        use std::sync::atomic::Ordering;
+        let Some(keys) = signed_keys(config) else {
+            return;
+        };
+        // A read of the signed generations is under way.
+        static LEARNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if LEARNING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let keys = keys.to_vec();
+        tokio::spawn(async move {
+            if let Err(e) = learn(&self.store, &keys).await {
+                tracing::warn!(error = %e, "signed generations not read");
+            }
+            LEARNING.store(false, Ordering::Release);
+        });
+    }
+}
+
 fn save(file: &std::path::Path, seen: &BTreeMap<String, u64>) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::DirBuilderExt as _;

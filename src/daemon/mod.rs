@@ -129,8 +129,6 @@ struct Shared {
     /// any template or copy (true at start): a node syncs its copies only while either is so.
     templates: std::sync::atomic::AtomicI64,
     copies_seen: std::sync::atomic::AtomicBool,
-    /// A read of the signed generations (`generations::learn`) is under way.
-    learning: std::sync::atomic::AtomicBool,
     /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
     recent_runs: recorded::RecentRuns,
     /// Jobs some row names in `after`, as of the last look (see `chains.rs`), and the wake of
@@ -182,7 +180,6 @@ impl Daemon {
                 drained: false.into(),
                 templates: 0.into(),
                 copies_seen: true.into(),
-                learning: false.into(),
                 recent_runs: recorded::RecentRuns::default(),
                 upstreams: Mutex::new(Default::default()),
                 chains_wake: Notify::new(),
@@ -283,13 +280,8 @@ impl Daemon {
         {
             tracing::warn!(error = %e, "host-local jobs not synced");
         }
-        // Before the first claim: the newest signed generations in the table, so that this
-        // node refuses an older version written back even of a job it never ran.
-        if let Some(keys) = signed_keys(&config)
-            && let Err(e) = generations::learn(&self.shared.store, keys).await
-        {
-            tracing::warn!(error = %e, "signed generations not read");
-        }
+        // Before the first claim: the newest signed generations in the table.
+        self.shared.learn_generations(&config).await;
         drop(config);
         // Parsing and applying a large TOML leaves freed heap behind; give it back to the system
         // so a long-running node's footprint reflects what it really holds.
@@ -504,20 +496,7 @@ impl Daemon {
         if let Err(e) = self.shared.sync_copies(config).await {
             tracing::warn!(error = %e, "host-local jobs not synced");
         }
-        // The newest signed generations, read beside the loop (one at a time).
-        use std::sync::atomic::Ordering;
-        if let Some(keys) = signed_keys(config)
-            && !self.shared.learning.swap(true, Ordering::AcqRel)
-        {
-            let shared = self.shared.clone();
-            let keys = keys.to_vec();
-            tokio::spawn(async move {
-                if let Err(e) = generations::learn(&shared.store, &keys).await {
-                    tracing::warn!(error = %e, "signed generations not read");
-                }
-                shared.learning.store(false, Ordering::Release);
-            });
-        }
+        self.shared.clone().learn_generations_beside(config);
     }
 
     fn running_count(&self) -> usize {
@@ -617,12 +596,6 @@ pub fn fmt_ms(ms: i64) -> String {
     DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
         .unwrap_or_else(|| ms.to_string())
-}
-
-/// The keys a signed-mode node trusts; `None` in open mode (no generation to learn).
-fn signed_keys(config: &Config) -> Option<&[crate::model::signing::PublicKey]> {
-    (config.security.sql_jobs == crate::config::security::SqlJobs::Signed)
-        .then_some(config.security.trusted_keys.as_slice())
 }
 
 #[cfg(test)]

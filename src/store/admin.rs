@@ -5,6 +5,19 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
 
+/// What the dashboard's guarded `Run now` ([`Store::request_run_once`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAsk {
+    /// A run is asked for.
+    Requested,
+    /// A run was asked for already (another tab, click or post) and has not started: nothing
+    /// added.
+    AlreadyAsked,
+    /// The job was claimed since the page was drawn: the click was about a state that is gone.
+    RanSince,
+    NoSuchJob,
+}
+
 impl Store {
     /// Registers this daemon in `cron_nodes`.
     pub async fn register_node(
@@ -344,6 +357,40 @@ impl Store {
             .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
+    }
+
+    /// The dashboard's `Run now`: one click, one run, one audit row. `seen` is the fencing token
+    /// the page showed the job at: a run is asked for only when none is asked for yet and the
+    /// job has not been claimed since the page was drawn (two tabs, a double click, three posts
+    /// at once: the first asks, the others are told why not). Audited as `run`, like
+    /// [`Store::request_run`], which `sqlcron run` uses unguarded.
+    pub async fn request_run_once(&self, name: &str, seen: i64, actor: &Actor) -> Result<RunAsk> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let mark = self.mark(&mut tx, actor, "run", None).await?;
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_table SET run_now = 1, changed_by = ?, \
+             next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \
+             WHERE name = ? AND run_now = 0 AND token = ?",
+        )))
+        .bind(mark.clone())
+        .bind(PARKED)
+        .bind(name.to_string())
+        .bind(seen)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err!(self, "request run"))?;
+        if done.rows_affected() == 1 {
+            self.audited(&mut tx, actor, &mark, "run", name, None)
+                .await?;
+            tx.commit().await.map_err(sql_err!(self, "commit"))?;
+            return Ok(RunAsk::Requested);
+        }
+        tx.rollback().await.map_err(sql_err!(self, "rollback"))?;
+        Ok(match self.job(name).await? {
+            None => RunAsk::NoSuchJob,
+            Some(j) if j.run_now => RunAsk::AlreadyAsked,
+            Some(_) => RunAsk::RanSince,
+        })
     }
 
     /// Runs arbitrary SQL (tests and `sqlcron` maintenance only).

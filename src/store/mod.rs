@@ -333,6 +333,7 @@ pub mod wake;
 pub mod web;
 
 use crate::model::actor::Actor;
+pub use admin::RunAsk;
 pub use apply::job_hash;
 pub use audit::AuditRow;
 pub use drift::{Drift, drift};

@@ -53,4 +53,5 @@ mod tls;
 mod util;
 mod wakeups;
 mod web;
+mod web_actions;
 mod web_flood;

@@ -28,15 +28,15 @@ pub fn user_line(name: &str, role: &str, password: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-struct Browser {
-    client: reqwest::Client,
-    base: String,
+pub struct Browser {
+    pub client: reqwest::Client,
+    pub base: String,
     origin: String,
-    cookie: Option<String>,
+    pub cookie: Option<String>,
 }
 
 impl Browser {
-    fn new(port: u16) -> Browser {
+    pub fn new(port: u16) -> Browser {
         Browser {
             // The server closes connections idle past its 10 s header timeout: never reuse one
             // idle that long (a POST on a connection closed under it is not retried).
@@ -51,7 +51,7 @@ impl Browser {
         }
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, String, reqwest::header::HeaderMap) {
+    pub async fn get(&self, path: &str) -> (StatusCode, String, reqwest::header::HeaderMap) {
         let mut r = self.client.get(format!("{}{path}", self.base));
         if let Some(c) = &self.cookie {
             r = r.header("cookie", c);
@@ -62,7 +62,7 @@ impl Browser {
     }
 
     /// A form post as the dashboard's own page sends it (same origin), or with `origin`.
-    async fn post(
+    pub async fn post(
         &self,
         path: &str,
         form: &[(&str, &str)],
@@ -79,7 +79,7 @@ impl Browser {
         r.send().await.unwrap()
     }
 
-    async fn sign_in(&mut self, user: &str, password: &str) -> StatusCode {
+    pub async fn sign_in(&mut self, user: &str, password: &str) -> StatusCode {
         let resp = self
             .post("/login", &[("user", user), ("password", password)], None)
             .await;
@@ -146,7 +146,7 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     // Signed out: pages send the browser to sign in, the API answers 401.
     let (status, _, headers) = alice.get("/jobs").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(headers["location"], "/cron/login");
+    assert_eq!(headers["location"], "/cron/login?next=%2Fcron%2Fjobs");
     assert_eq!(alice.get("/api/v1/jobs").await.0, StatusCode::UNAUTHORIZED);
     // Outside the sub-path there is nothing.
     let outside = alice

@@ -282,12 +282,56 @@ async fn act_confirmed(
     act(web, headers, action, target).await
 }
 
+/// The `Run now` form: the fencing token the page showed the job at.
+#[derive(serde::Deserialize)]
+pub(crate) struct RunForm {
+    seen: Option<i64>,
+}
+
+/// `POST /jobs/NAME/run`. With `seen` (the dashboard's own button), one click is one run: a
+/// second post for the same page (another tab, a double click) adds nothing and says why
+/// (409). Without it (a script's post), a run is asked for as `sqlcron run` asks.
 pub(crate) async fn run_now(
     State(web): State<Web>,
     headers: HeaderMap,
     Path(name): Path<String>,
+    form: Result<axum::Form<RunForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    act(&web, &headers, Action::RunNow, &name).await
+    // A post with no form at all (curl -X POST) asks as `sqlcron run` does.
+    let Some(seen) = form.ok().and_then(|f| f.0.seen) else {
+        return act(&web, &headers, Action::RunNow, &name).await;
+    };
+    let actor = match actor(&web, &headers, Action::RunNow, &name).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    use crate::store::RunAsk;
+    match web.store.request_run_once(&name, seen, &actor).await {
+        Ok(RunAsk::Requested) => {
+            tracing::info!(who = %actor.who, action = "RunNow", target = %name, "web: action");
+            back(&web, &headers)
+        }
+        Ok(RunAsk::AlreadyAsked) => (
+            StatusCode::CONFLICT,
+            format!(
+                "a run of {name} is already asked for (from another tab or click) and has not started: nothing was added\n"
+            ),
+        )
+            .into_response(),
+        Ok(RunAsk::RanSince) => (
+            StatusCode::CONFLICT,
+            format!(
+                "{name} has run since this page was drawn: nothing was added; reload the page to ask for another run\n"
+            ),
+        )
+            .into_response(),
+        Ok(RunAsk::NoSuchJob) => (
+            StatusCode::NOT_FOUND,
+            format!("nothing by that name to act on: {name}\n"),
+        )
+            .into_response(),
+        Err(e) => super::pages::unavailable(e),
+    }
 }
 
 pub(crate) async fn pause(

@@ -357,16 +357,49 @@ impl LoginLimiter {
     }
 }
 
-pub(crate) async fn login_page(State(web): State<Web>) -> Response {
-    login_form(&web, None, StatusCode::OK)
+/// The page asked for before signing in (`?next=`).
+#[derive(Deserialize)]
+pub(crate) struct NextPage {
+    next: Option<String>,
 }
 
-fn login_form(web: &Web, error: Option<&str>, status: StatusCode) -> Response {
+pub(crate) async fn login_page(
+    State(web): State<Web>,
+    axum::extract::Query(asked): axum::extract::Query<NextPage>,
+) -> Response {
+    let next = asked.next.and_then(|n| next_after_sign_in(&web, &n));
+    login_form(&web, None, StatusCode::OK, next.as_deref())
+}
+
+/// Where a sign-in may land: a page of this dashboard, under its base path, never another
+/// site (`//host`, a scheme), the sign-in page itself, or an address with control characters.
+pub(crate) fn next_after_sign_in(web: &Web, next: &str) -> Option<String> {
+    let base = web.config.base_path.as_str();
+    let under_base = if base.is_empty() {
+        next.starts_with('/')
+    } else {
+        next == base
+            || next.starts_with(&format!("{base}/"))
+            || next.starts_with(&format!("{base}?"))
+    };
+    let login = web.href("/login");
+    (under_base
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && next != login
+        && !next.starts_with(&format!("{login}?"))
+        && next.len() <= 2048)
+        .then(|| next.to_string())
+}
+
+fn login_form(web: &Web, error: Option<&str>, status: StatusCode, next: Option<&str>) -> Response {
     let action = web.href("/login");
     let body = maud::html! {
         h1 { "Sign in" }
         @if let Some(e) = error { p.error role="alert" { (e) } }
         form method="post" action=(action) {
+            @if let Some(n) = next { input type="hidden" name="next" value=(n); }
             label for="user" { "User" }
             input #user name="user" autocomplete="username" required autofocus;
             label for="password" { "Password" }
@@ -381,6 +414,8 @@ fn login_form(web: &Web, error: Option<&str>, status: StatusCode) -> Response {
 pub(crate) struct LoginForm {
     user: String,
     password: String,
+    #[serde(default)]
+    next: Option<String>,
 }
 
 pub(crate) async fn login(
@@ -391,6 +426,10 @@ pub(crate) async fn login(
     if let Err(why) = same_origin(&headers) {
         return (StatusCode::FORBIDDEN, why).into_response();
     }
+    let next = form
+        .next
+        .as_deref()
+        .and_then(|n| next_after_sign_in(&web, n));
     let now = Instant::now();
     let user = web
         .users
@@ -415,6 +454,7 @@ pub(crate) async fn login(
             &web,
             Some("Too many sign-ins at once: try again in a moment."),
             StatusCode::TOO_MANY_REQUESTS,
+            next.as_deref(),
         );
     };
     // An unknown user costs the same hash as a known one.
@@ -436,6 +476,7 @@ pub(crate) async fn login(
                 &web,
                 Some("Wrong user or password."),
                 StatusCode::UNAUTHORIZED,
+                next.as_deref(),
             );
         }
         web.logins.failed(&key, now);
@@ -445,6 +486,7 @@ pub(crate) async fn login(
             &web,
             Some("Wrong user or password."),
             StatusCode::UNAUTHORIZED,
+            next.as_deref(),
         );
     };
     web.logins.succeeded(&user.name);
@@ -479,7 +521,8 @@ pub(crate) async fn login(
         web.config.session_lifetime.as_secs(),
         if secure { "; Secure" } else { "" }
     );
-    let mut response = Redirect::to(&web.href("/")).into_response();
+    let to = next.unwrap_or_else(|| web.href("/"));
+    let mut response = Redirect::to(&to).into_response();
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, v);
     }

@@ -333,11 +333,14 @@ pub(crate) fn router(web: Web) -> Router {
         .route("/static/live.js", get(live::script))
         .fallback(not_found)
         .with_state(web.clone())
-        .layer(axum::middleware::from_fn_with_state(web, untrusted_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            untrusted_headers,
+        ))
         .layer(axum::middleware::from_fn(deadline))
         .layer(axum::middleware::from_fn(bounded_body))
         .layer(axum::middleware::from_fn(security_headers));
-    if base.is_empty() {
+    let whole = if base.is_empty() {
         app
     } else {
         // `/cron/` is the overview too, by its one address.
@@ -349,7 +352,9 @@ pub(crate) fn router(web: Web) -> Router {
                 get(move || async move { axum::response::Redirect::permanent(&to) }),
             )
             .fallback(not_found)
-    }
+    };
+    // Outside the nesting: it sees the whole address asked for, the base path included.
+    whole.layer(axum::middleware::from_fn_with_state(web, sign_in_returns))
 }
 
 async fn style() -> Response {
@@ -365,6 +370,32 @@ async fn style() -> Response {
 
 async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "not found\n").into_response()
+}
+
+/// A page asked for before signing in is where the sign-in lands: a redirect to the sign-in
+/// page answering a GET names the page asked for (`/login?next=...`), which the sign-in form
+/// carries and the sign-in follows (auth.rs, `next_after_sign_in`).
+async fn sign_in_returns(
+    axum::extract::State(web): axum::extract::State<Web>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let asked = (request.method() == axum::http::Method::GET).then(|| request.uri().clone());
+    let mut response = next.run(request).await;
+    let login = web.href("/login");
+    if let Some(uri) = asked
+        && response.status().is_redirection()
+        && response
+            .headers()
+            .get(header::LOCATION)
+            .is_some_and(|l| l.as_bytes() == login.as_bytes())
+    {
+        let asked = uri.path_and_query().map_or("/", |p| p.as_str());
+        if let Ok(v) = HeaderValue::from_str(&format!("{login}?next={}", pages::encode(asked))) {
+            response.headers_mut().insert(header::LOCATION, v);
+        }
+    }
+    response
 }
 
 /// No inline script or style, no framing, no sniffing, no referrer beyond the origin.

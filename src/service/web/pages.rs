@@ -434,7 +434,11 @@ pub(crate) fn job_actions(web: &Web, j: &JobRow) -> Markup {
     let path = |a: &str| web.href(&format!("/jobs/{}/{a}", encode(&j.name)));
     html! {
         div.actions {
-            form method="post" action=(path("run")) { button type="submit" aria-label=(format!("Run {} now", j.name)) { "Run now" } }
+            // The token the job is shown at: one click, one run (actions::run_now).
+            form method="post" action=(path("run")) {
+                input type="hidden" name="seen" value=(j.token);
+                button type="submit" aria-label=(format!("Run {} now", j.name)) { "Run now" }
+            }
             @if j.exec_by.is_some() {
                 a.button href=(path("stop")) aria-label=(format!("Stop the run of {}", j.name)) { "Stop…" }
             }
