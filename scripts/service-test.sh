@@ -110,8 +110,15 @@ for _ in $(seq 150); do
 done
 [ -n "$leader" ] || { cat "$work/console.log"; fail "the container did not start"; }
 inside() { nsenter -t "$leader" -a "$@"; }
-state=$(inside timeout 120 systemctl is-system-running --wait || true)
-case "$state" in running | degraded) ;; *) cat "$work/console.log"; fail "boot: $state" ;; esac
+# Until the boot is over: early on, systemctl cannot reach systemd yet ("Failed to connect to
+# bus"), then it says "starting".
+state=
+for _ in $(seq 600); do
+    state=$(inside systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running | degraded) break ;; esac
+    sleep 0.2
+done
+case "$state" in running | degraded) ;; *) cat "$work/console.log"; fail "boot: '$state' after 120 s" ;; esac
 inside systemd-sysusers >/dev/null
 # As the package's postinst and install.sh do.
 inside chown root:sqlcron /etc/sqlcron/sqlcron.toml
