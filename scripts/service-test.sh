@@ -182,6 +182,12 @@ check_variant() {
     pgrep -f 'sleep 3004' >/dev/null || fail "$variant: the other run did not go on"
     echo "$variant: the escaped processes ended with their run; the other run goes on"
     inside systemctl stop sqlcron
+    # A clean stop leaves nothing for systemd to kill (issue 51: the reaper was SIGKILLed at
+    # every stop).
+    if inside journalctl -u sqlcron --no-pager | grep -q 'with signal SIGKILL'; then
+        inside journalctl -u sqlcron --no-pager | tail -20
+        fail "$variant: systemd killed a process of the service at its stop"
+    fi
 }
 
 jobs() {

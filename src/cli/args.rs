@@ -171,7 +171,13 @@ pub(super) enum Command {
         dry_run: bool,
     },
     /// Run a job once more as soon as possible; its schedule is unchanged.
-    Run { job: String },
+    Run {
+        job: String,
+        /// Ask for the run even when nothing will run it now (the job is paused, or no node
+        /// is up): it runs once the job is resumed and a node claims it.
+        #[arg(long)]
+        queue: bool,
+    },
     /// Stop a node claiming (default: this configuration's node); its runs finish. For rolling
     /// upgrades. Lasts until `undrain`, across restarts. SIGUSR2 to the daemon does the same.
     Drain {

@@ -20,7 +20,7 @@ pub struct Request<'a> {
 
 pub async fn run(store: &Store, config: &Config, req: Request<'_>) -> Result<u8, Failure> {
     let Some(row) = store.job(req.job).await.map_err(Failure::runtime)? else {
-        return Err(Failure::usage(format!("no job named \"{}\"", req.job)));
+        return Err(super::no_such_job(store, req.job).await);
     };
     let (schedule, _) = daemon::resolve(&row, &config.defaults)
         .map_err(|e| Failure::runtime(format!("{}: cannot be backfilled: {e}", req.job)))?;

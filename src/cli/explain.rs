@@ -40,7 +40,7 @@ pub async fn run(
     json: bool,
 ) -> Result<u8, Failure> {
     let Some(row) = store.job(job).await.map_err(Failure::runtime)? else {
-        return Err(Failure::runtime(format!("no job named \"{job}\"")));
+        return Err(super::no_such_job(store, job).await);
     };
     let (schedule, _) = daemon::resolve(&row, &config.defaults)
         .map_err(|e| Failure::runtime(format!("{job}: cannot be explained: {e}")))?;

@@ -12,6 +12,13 @@ pub(super) async fn history(
         .history(job, limit.clamp(1, 100_000))
         .await
         .map_err(Failure::runtime)?;
+    // A name with no run is a typo unless such a job exists (a job removed keeps its history).
+    if let Some(job) = job
+        && rows.is_empty()
+        && store.job(job).await.map_err(Failure::runtime)?.is_none()
+    {
+        return Err(super::no_such_job(store, job).await);
+    }
     if json {
         println!(
             "{}",

@@ -332,25 +332,39 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 )
                 .await
             }
-            Command::Run { job } => {
+            Command::Run { job, queue } => {
                 let store = connect(&config).await?;
-                if store
-                    .job(&job)
-                    .await
-                    .map_err(Failure::runtime)?
+                let row = store.job(&job).await.map_err(Failure::runtime)?;
+                if row
+                    .as_ref()
                     .is_some_and(|r| r.run_on.as_deref() == Some("every_node"))
                 {
                     return Err(Failure::usage(format!(
                         "{job} runs on every node: run one node's copy, sqlcron run {job}@NODE"
                     )));
                 }
-                found(
-                    &job,
-                    store
-                        .request_run(&job, &crate::exec::account::this_process(None))
-                        .await
-                        .map_err(Failure::runtime)?,
-                )?;
+                // A run nothing will start is refused, unless asked to wait for it (--queue).
+                if let Some(r) = row.as_ref().filter(|_| !queue) {
+                    if !r.enabled {
+                        return Err(Failure::usage(format!(
+                            "{job} is paused: nothing runs it until `sqlcron resume {job}`; resume it first, or `sqlcron run --queue {job}` to have it run at the resume"
+                        )));
+                    }
+                    let (now, nodes) = tokio::try_join!(store.now(), store.nodes())
+                        .map_err(Failure::runtime)?;
+                    if !nodes.iter().any(|n| n.alive(now)) {
+                        return Err(Failure::runtime(format!(
+                            "no live node: nothing runs {job} now; start the service (systemctl start sqlcron), or `sqlcron run --queue {job}` to have it run when a node is up"
+                        )));
+                    }
+                }
+                if !store
+                    .request_run(&job, &crate::exec::account::this_process(None))
+                    .await
+                    .map_err(Failure::runtime)?
+                {
+                    return Err(no_such_job(&store, &job).await);
+                }
                 println!("{job}: will run as soon as a node is free");
                 Ok(0)
             }
@@ -394,7 +408,9 @@ async fn set_enabled(config: &Config, job: &str, enabled: bool) -> Result<u8, Fa
         .set_enabled(job, enabled, &crate::exec::account::this_process(None))
         .await
         .map_err(Failure::runtime)?;
-    found(job, changed)?;
+    if !changed {
+        return Err(no_such_job(&store, job).await);
+    }
     println!("{job}: {}", if enabled { "resumed" } else { "paused" });
     Ok(0)
 }
@@ -414,12 +430,28 @@ async fn stop(config: &Config, job: &str) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn found(job: &str, ok: bool) -> Result<(), Failure> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Failure::usage(format!("no job named \"{job}\"")))
+/// "no job named JOB", as every command says it (exit 2), with the closest name when one is
+/// near: a typo is told apart from a job without runs.
+pub(super) async fn no_such_job(store: &Store, job: &str) -> Failure {
+    let names: Vec<String> = store
+        .jobs()
+        .await
+        .map(|rows| rows.into_iter().map(|r| r.name).collect())
+        .unwrap_or_default();
+    match closest(job, names.iter().map(String::as_str)) {
+        Some(near) => Failure::usage(format!("no job named \"{job}\" (did you mean \"{near}\"?)")),
+        None => Failure::usage(format!("no job named \"{job}\"")),
     }
+}
+
+/// The name nearest `asked` by edit distance, when within a third of its length (at least 2).
+fn closest<'a>(asked: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (asked.chars().count() / 3).max(2);
+    names
+        .map(|n| (strsim::levenshtein(asked, n), n))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, n)| (*d, *n))
+        .map(|(_, n)| n)
 }
 
 async fn connect(config: &Config) -> Result<Store, Failure> {

@@ -139,12 +139,14 @@ pub(super) async fn run_daemon(
                 };
                 if stop {
                     tracing::info!("stopped before the database was ready");
+                    crate::exec::reaper::stop();
                     return Ok(0);
                 }
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
             None => {
                 tracing::info!("stopped before the database was ready");
+                crate::exec::reaper::stop();
                 return Ok(0);
             }
         }
@@ -161,6 +163,7 @@ pub(super) async fn run_daemon(
     crate::service::systemd::ready();
     tracing::info!("ready");
     daemon.run(rx).await;
+    crate::exec::reaper::stop();
     listeners.shutdown();
     store.close().await;
     Ok(0)

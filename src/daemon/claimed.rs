@@ -526,17 +526,24 @@ impl Shared {
             }
             None => {
                 let (outcome, slot) = (result.outcome.as_str(), fmt_ms(slot));
+                // A run that did not end ok is a warning (`journalctl -p warning` lists it).
+                let ok = result.outcome == crate::model::job::Outcome::Ok;
+                macro_rules! finished {
+                    ($($field:tt)*) => {
+                        if ok {
+                            tracing::info!($($field)*, "finished")
+                        } else {
+                            tracing::warn!($($field)*, "finished")
+                        }
+                    };
+                }
                 match (result.exit_code, result.signal) {
-                    (Some(exit), _) => {
-                        tracing::info!(job = %row.name, %slot, attempt, outcome, exit, "finished")
-                    }
+                    (Some(exit), _) => finished!(job = %row.name, %slot, attempt, outcome, exit),
                     (None, Some(signal)) => {
                         let signal = crate::model::signal::name(signal);
-                        tracing::info!(job = %row.name, %slot, attempt, outcome, %signal, "finished")
+                        finished!(job = %row.name, %slot, attempt, outcome, %signal)
                     }
-                    (None, None) => {
-                        tracing::info!(job = %row.name, %slot, attempt, outcome, "finished")
-                    }
+                    (None, None) => finished!(job = %row.name, %slot, attempt, outcome),
                 }
                 self.finish(claim, &key, manual, policy, schedule, result)
                     .await;

@@ -101,6 +101,32 @@ pub fn start() -> std::io::Result<u32> {
     Ok(pid)
 }
 
+/// At a clean stop, once no job is left: the reaper is told to end (its pipe closed) and waited
+/// for, up to 2 s, so that it is gone before the service manager ends what is left of the
+/// service (systemd logged `Killing process N (sqlcron) with signal SIGKILL` at every stop).
+pub fn stop() {
+    let Some(link) = LINK.get() else {
+        return;
+    };
+    let reaper = link.lock().unwrap_or_else(|e| e.into_inner()).reaper.take();
+    let Some((mut child, pipe)) = reaper else {
+        return;
+    };
+    drop(pipe);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+        }
+    }
+}
+
 /// Writes to the reaper; if it is gone (killed by someone), starts a new one and tells it every
 /// group still registered.
 fn send(link: &mut Link, line: &str) {

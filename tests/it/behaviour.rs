@@ -284,6 +284,13 @@ async fn timeout_stops_the_job(dialect: Dialect) {
     assert_eq!(h.signal, Some(libc::SIGTERM as i64));
     let took = h.ended.unwrap() - h.started.unwrap();
     assert!((900..3_000).contains(&took), "ran {took} ms");
+    // Issue 51, point 13: a run that did not end ok is logged as a warning (it was INFO).
+    let log = node.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("finished") && l.contains("timeout")),
+        "{log}"
+    );
     assert!(node.stop().success());
 }
 
@@ -339,6 +346,25 @@ async fn run_pause_and_resume_commands(dialect: Dialect) {
     let r = sqlcron(&["--config", cfg, "pause", "nope"]);
     assert_eq!(r.status.code(), Some(2));
     assert!(stderr(&r).contains("no job named \"nope\""));
+    // Issue 51, point 14: a typo is one exit code (2) everywhere, with the closest name.
+    for cmd in ["history", "explain", "run", "pause", "resume", "backfill"] {
+        let mut args = vec!["--config", cfg, cmd, "manul"];
+        if cmd == "backfill" {
+            args.extend([
+                "--from",
+                "2026-01-01T00:00:00Z",
+                "--to",
+                "2026-01-02T00:00:00Z",
+            ]);
+        }
+        let r = sqlcron(&args);
+        assert_eq!(r.status.code(), Some(2), "{cmd}: {}", stderr(&r));
+        assert!(
+            stderr(&r).contains("no job named \"manul\" (did you mean \"manual\"?)"),
+            "{cmd}: {}",
+            stderr(&r)
+        );
+    }
 
     let r = sqlcron(&["--config", cfg, "status", "--json"]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));

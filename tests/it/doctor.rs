@@ -176,5 +176,32 @@ async fn doctor_says_nothing_runs_without_a_live_node() {
         !text.contains("every enabled job has a live node"),
         "{text}"
     );
+
+    // Issue 51, points 1 and 4: `run` refuses what nothing would run, and says why; --queue
+    // asks for the run all the same. (Before, each said "will run as soon as a node is free".)
+    let run = |args: &[&str]| {
+        let mut all = vec!["--config", config.to_str().unwrap(), "run"];
+        all.extend_from_slice(args);
+        sqlcron(&all)
+    };
+    let out = run(&["nightly"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no live node"), "{}", stderr(&out));
+    let out = run(&["--queue", "nightly"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let asked = store.job("nightly").await.unwrap().unwrap();
+    assert!(asked.run_now);
+    store
+        .execute_raw("UPDATE cron_table SET enabled = 0, run_now = 0 WHERE name = 'nightly'")
+        .await
+        .unwrap();
+    let out = run(&["nightly"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is paused") && stderr(&out).contains("sqlcron resume nightly"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!store.job("nightly").await.unwrap().unwrap().run_now);
     store.close().await;
 }

@@ -226,7 +226,7 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
         "{text}"
     );
     let bad = sqlcron(&["--config", &config, "explain", "nosuch"]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("no job named \"nosuch\""));
 
     assert!(survivor.stop().success());
