@@ -28,8 +28,10 @@ command -v sqlite3 >/dev/null || missing+=(sqlite3)
 # The dashboard's browser test drives Debian's Chromium through Debian's chromedriver.
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
 if [ ${#missing[@]} -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} (for the database topology, SQLite command and browser tests)" >&2
+    echo "test.sh: installing ${missing[*]} (for the database topology, SQLite command, browser and service tests)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
