@@ -61,6 +61,19 @@ async fn a_flood_of_expensive_pages_delays_no_run() {
         },
     )
     .await;
+    // The long run is going before the quiet stretch starts, so that it spans the flood
+    // (20 s from now, the flood from 10 s to 25 s). Without this wait the test failed whenever
+    // the daemon started in the first seconds of a half minute: the flood was over before the
+    // first slot of `hold`, and no run of it could overlap the flood.
+    eventually(Duration::from_secs(40), "hold running", || async {
+        store
+            .job("hold")
+            .await
+            .ok()?
+            .and_then(|j| j.exec_by)
+            .map(|_| ())
+    })
+    .await;
 
     let quiet_from = store.now().await.unwrap();
     tokio::time::sleep(QUIET).await;
