@@ -4,6 +4,7 @@ use crate::daemon;
 use crate::store::Store;
 
 use super::Failure;
+use super::terminal::shown;
 
 pub async fn run(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Result<u8, Failure> {
     let rows = store
@@ -31,12 +32,12 @@ pub async fn run(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Re
             "{:>8} {:<21} {:<24} {:<9} {:<9} {:>5} {:<16} {}",
             r.id,
             daemon::fmt_ms(r.created),
-            r.job,
-            r.kind,
-            r.state,
+            shown(&r.job),
+            shown(&r.kind),
+            shown(&r.state),
             r.tries,
-            r.node.unwrap_or_default(),
-            detail
+            shown(&r.node.unwrap_or_default()),
+            shown(&detail)
         );
     }
     Ok(0)

@@ -1,5 +1,6 @@
 //! `sqlcron history` and `sqlcron audit`: runs and changes, as a table or JSON.
 
+use super::terminal::shown;
 use super::*;
 
 pub(super) async fn history(
@@ -48,13 +49,13 @@ pub(super) async fn history(
         };
         println!(
             "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
-            r.job,
+            shown(&r.job),
             daemon::fmt_ms(r.slot),
             r.attempt,
-            r.outcome,
-            r.node.unwrap_or_default(),
+            shown(&r.outcome),
+            shown(&r.node.unwrap_or_default()),
             fmt_ms(r.ended),
-            detail
+            shown(&detail)
         );
     }
     Ok(0)
@@ -90,11 +91,11 @@ pub(super) async fn audit(
         println!(
             "{:<21} {:<13} {:<24} {:<32} {:<28} {}",
             daemon::fmt_ms(r.at),
-            r.action,
-            r.job.unwrap_or_default(),
-            who,
-            r.db_user.as_deref().unwrap_or("-"),
-            r.detail.unwrap_or_default()
+            shown(&r.action),
+            shown(&r.job.unwrap_or_default()),
+            shown(&who),
+            shown(r.db_user.as_deref().unwrap_or("-")),
+            shown(&r.detail.unwrap_or_default())
         );
     }
     Ok(0)

@@ -15,6 +15,7 @@ mod next;
 mod run_daemon;
 mod signing;
 mod status;
+mod terminal;
 
 use std::path::PathBuf;
 use std::time::Duration;

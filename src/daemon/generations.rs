@@ -22,8 +22,8 @@ use std::sync::{Mutex, OnceLock};
 struct Floors {
     seen: BTreeMap<String, u64>,
     file: Option<PathBuf>,
-    /// The signature [`learn`] last judged for each row name: a row is verified again only
-    /// when its signature changed.
+    /// The signature [`learn`] last verified for each row name: a row is verified again only
+    /// when its signature changed (a row whose signature did not verify, each time).
     judged: BTreeMap<String, String>,
 }
 
@@ -118,7 +118,7 @@ fn raise(generations: &[(String, u64)]) {
 }
 
 /// Learns the generation of every signed row of the table whose signature verifies with one
-/// of `keys` (a row whose signature did not change since the last call is not read again).
+/// of `keys` (a row whose signature verified and did not change since is not read again).
 /// Returns how many rows were verified. The signatures are checked on a blocking thread, not
 /// on the run path's.
 pub async fn learn(
@@ -142,6 +142,7 @@ pub async fn learn(
         return Ok(0);
     }
     let rows = store.signed_jobs().await?;
+    let read = rows.len();
     let keys = keys.to_vec();
     let judged = tokio::task::spawn_blocking(move || {
         let mut found = vec![];
@@ -159,11 +160,14 @@ pub async fn learn(
                 continue;
             }
             let name = crate::model::signing::signed_name(&row.name);
+            // Only a signature that verifies is judged for good: one that does not may verify
+            // later with the same text (a column changed and changed back), and is read again
+            // with each heartbeat until it does or changes.
             if let Ok(g) = crate::model::signing::verify(name, &row.definition(), Some(&sig), &keys)
             {
                 found.push((name.to_string(), g));
+                judged.push((row.name, sig));
             }
-            judged.push((row.name, sig));
         }
         raise(&found);
         judged
@@ -171,6 +175,7 @@ pub async fn learn(
     .await
     .unwrap_or_default();
     let n = judged.len();
+    tracing::debug!(read, verified = n, "signed generations read");
     let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
     f.judged.extend(judged);
     Ok(n)

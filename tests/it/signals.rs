@@ -388,6 +388,77 @@ async fn processes_a_run_leaves_behind_end_with_it() {
     store.close().await;
 }
 
+/// A process that leaves its run and sets `SQLCRON_RUN_ID` to another run's id is not spared
+/// while that other run goes on: the id carries a secret the job cannot guess. The forger
+/// tries every id the old form (`<instance>.<n>`) could give, with and without its own
+/// secret; `hold` runs the whole time, and every escaped process ends with the forger's run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_run_id_spares_no_process() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let forge = dir.path().join("forge.sh");
+    std::fs::write(
+        &forge,
+        format!(
+            r#"id=$SQLCRON_RUN_ID
+p=${{id%%.*}}; rest=${{id#*.}}; n=${{rest%%.*}}; secret=${{id##*.}}
+total=0
+for k in $(seq 1 $((n + 3))); do
+  for forged in "$p.$k" "$p.$k.$secret"; do
+    SQLCRON_RUN_ID=$forged setsid sh -c 'echo $$ >> {d}/forged.pid; exec sleep 300' >/dev/null 2>&1 &
+    total=$((total + 1))
+  done
+done
+while [ "$(cat {d}/forged.pid 2>/dev/null | wc -l)" -lt "$total" ]; do sleep 0.05; done
+echo forged $total
+"#
+        ),
+    )
+    .unwrap();
+    let jobs = format!(
+        "[[job]]\nname = \"hold\"\nschedule = \"*/2 * * * * *\"\ncommand = \"echo $$ > {d}/hold.pid; exec sleep 120\"\n\
+         [[job]]\nname = \"forger\"\nschedule = \"0 0 1 1 *\"\ncommand = \"sh {}\"\n",
+        forge.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
+    let store = db.store().await;
+    let hold = first_pid(&dir.path().join("hold.pid"), "hold to start").await;
+    eventually(Duration::from_secs(10), "forger applied", || async {
+        store.job("forger").await.unwrap().and_then(|j| j.next_exec)
+    })
+    .await;
+    let cfg = dir.path().join("n.toml");
+    let r = sqlcron(&["--config", cfg.to_str().unwrap(), "run", "forger"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    eventually(
+        Duration::from_secs(20),
+        "the forger's run ended ok",
+        || async {
+            let history = store.history(Some("forger"), 5).await.unwrap();
+            history.iter().any(|r| r.outcome == "ok").then_some(())
+        },
+    )
+    .await;
+    let pids: Vec<i32> = std::fs::read_to_string(dir.path().join("forged.pid"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(pids.len() >= 4, "{pids:?}");
+    for pid in pids {
+        assert_ends(pid, "a process with a forged run id", || node.log_text()).await;
+    }
+    assert!(
+        crate::util::alive(hold),
+        "hold's run, whose id the forger tried, ended: the test proved nothing\n{}",
+        node.log_text()
+    );
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
 /// A killed daemon's reaper ends what its runs left outside their process groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_daemon_takes_escaped_processes_with_it() {

@@ -678,8 +678,30 @@ async fn a_node_that_never_ran_a_job_refuses_its_old_version(dialect: Dialect) {
     .unwrap();
     assert!(v2 > sqlcron::model::signing::generation(Some(&v1)).unwrap());
 
-    // n2 starts with an empty state directory and learns v2's generation from the table.
+    // n2 starts with an empty state directory while v2's row does not verify (a column
+    // changed with SQL); once the column is back, n2 learns v2's generation from the table.
+    // Before, n2 never looked at that signature again.
+    store
+        .execute_raw("UPDATE cron_table SET env = '{\"X\":\"1\"}' WHERE name = 'rotate'")
+        .await
+        .unwrap();
     let n2 = DaemonProcess::start(dir2.path(), "n2", &node_config(&db.url, "n2", &security));
+    eventually(
+        Duration::from_secs(20),
+        "n2 to read the row that does not verify",
+        || async {
+            n2.log_text()
+                .lines()
+                .any(|l| l.contains("signed generations read") && l.contains("verified=0"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(floor_in(dir2.path(), "rotate"), None);
+    store
+        .execute_raw("UPDATE cron_table SET env = NULL WHERE name = 'rotate'")
+        .await
+        .unwrap();
     eventually(
         Duration::from_secs(20),
         "n2 to learn v2's generation",

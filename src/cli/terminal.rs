@@ -1,0 +1,37 @@
+//! Text from the database on an operator's terminal. A row's text is anybody's who can write
+//! the table (a job's output in a run's message, a forged claim in the audit trail, a row
+//! inserted with SQL): a control character in it (an escape sequence that hides the lines after
+//! it, a carriage return that overwrites a column) is shown as its escape, never sent as is.
+//! `--json` output is escaped by JSON itself.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// `text` with every control character (C0, DEL and C1) written as `\u{..}`.
+pub(super) fn shown(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_as_escapes() {
+        assert_eq!(shown("paused"), "paused");
+        assert_eq!(shown("a\u{1b}[8mb"), "a\\u{1b}[8mb");
+        assert_eq!(shown("x\ry\tz\u{9b}"), "x\\u{d}y\\u{9}z\\u{9b}");
+        assert_eq!(shown("é ✓"), "é ✓");
+    }
+}
