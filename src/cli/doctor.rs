@@ -61,14 +61,28 @@ const CLOCK_WARN_MS: i64 = 1_000;
 /// Runs every check and prints the report; the exit code is the worst level found.
 pub(super) async fn run(config: &Config, json: bool) -> Result<u8, Failure> {
     let mut found = Vec::new();
-    found.push(ok(
-        "configuration",
-        format!(
-            "{}: valid, {} job(s)",
-            config.path.display(),
-            config.jobs.len()
-        ),
-    ));
+    if config.path.exists() {
+        found.push(ok(
+            "configuration",
+            format!(
+                "{}: valid, {} job(s)",
+                config.path.display(),
+                config.jobs.len()
+            ),
+        ));
+    } else {
+        // The defaults alone (SQLite in the state directory, no job): legal, but rarely meant.
+        found.push(bad(
+            "configuration",
+            Level::Warn,
+            format!(
+                "no configuration file at {}: the defaults are used (database {}, no job)",
+                config.path.display(),
+                config.database_url
+            ),
+            "write the file (the package installs one), or pass --config PATH",
+        ));
+    }
     if let Some(w) = crate::config::readable_secret_warning(config) {
         found.push(bad(
             "configuration",
@@ -87,17 +101,11 @@ pub(super) async fn run(config: &Config, json: bool) -> Result<u8, Failure> {
         )),
     }
     found.extend(local_files(config));
-    match super::connect(config).await {
-        Ok(store) => {
-            found.extend(database(&store, config).await);
-            store.close().await;
-        }
-        Err(e) => found.push(bad(
-            "database",
-            Level::Error,
-            format!("cannot connect: {}", e.message),
-            "check [database] url, the server and the network",
-        )),
+    let file = super::database_file::missing(&config.database_url)
+        .or_else(|| super::database_file::unopenable(&config.database_url));
+    match file {
+        Some(p) => found.push(bad("database", Level::Error, p.message, &p.fix)),
+        None => found.extend(database_checks(config).await),
     }
     found.push(listener(config).await);
     if let Some(warning) = crate::config::open_metrics_warning(config) {
@@ -563,6 +571,24 @@ fn days_and_hours(d: chrono::TimeDelta) -> String {
         (1, h) => format!("1 day {h} h"),
         (n, h) => format!("{n} days {h} h"),
     }
+}
+
+/// The checks that need the database, once its file (SQLite) is there and can be opened.
+async fn database_checks(config: &Config) -> Vec<Finding> {
+    let mut found = vec![];
+    match super::connect(config).await {
+        Ok(store) => {
+            found.extend(database(&store, config).await);
+            store.close().await;
+        }
+        Err(e) => found.push(bad(
+            "database",
+            Level::Error,
+            format!("cannot connect: {}", e.message),
+            "check [database] url, the server and the network",
+        )),
+    }
+    found
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ const LIMIT: usize = 2_000;
 const FUTURE: usize = 3;
 const DAY_MS: i64 = 86_400_000;
 
+/// What `explain` and `status` say when no node is up, undrained: whatever the schedule says,
+/// nothing runs.
+pub(super) const NO_LIVE_NODE: &str = "no live node: nothing runs (start the service: systemctl start sqlcron; `sqlcron status` lists the nodes)";
+
 #[derive(Serialize)]
 struct Explanation<'a> {
     job: &'a str,
@@ -27,7 +31,8 @@ struct Explanation<'a> {
     now: i64,
     slots: Vec<SlotExplained>,
     left_out: usize,
-    /// "no live node matches (...)" when no live, undrained node may run the job.
+    /// "no live node matches (...)" when no live, undrained node may run the job; the text of
+    /// [`NO_LIVE_NODE`] when there is none at all.
     placement: Option<String>,
 }
 
@@ -93,7 +98,11 @@ pub async fn run(
         .iter()
         .map(|n| NodeOffer::new(&n.name, n.tags.as_deref(), n.alive(now) && !n.drain))
         .collect();
-    let placement = unplaceable(row.placement.as_deref(), &offers);
+    let placement = if offers.iter().any(|o| o.available) {
+        unplaceable(row.placement.as_deref(), &offers)
+    } else {
+        Some(NO_LIVE_NODE.to_string())
+    };
     if json {
         let out = Explanation {
             job,
@@ -119,8 +128,10 @@ pub async fn run(
         crate::model::explain::local(&schedule, from),
         crate::model::explain::local(&schedule, to)
     );
-    if let Some(why) = &placement {
-        println!("{job}: will not run until a node matches: {why}");
+    match &placement {
+        Some(why) if why == NO_LIVE_NODE => println!("{job}: will not run: {why}"),
+        Some(why) => println!("{job}: will not run until a node matches: {why}"),
+        None => {}
     }
     if left_out > 0 {
         println!("... {left_out} earlier slots left out (narrow the range with --from and --to)");

@@ -4,6 +4,7 @@ mod args;
 mod at;
 mod backfill;
 mod check;
+mod database_file;
 mod doctor;
 mod drain;
 mod events;
@@ -176,8 +177,20 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Daemon => run_daemon(config, path, explicit, env).await,
             Command::Migrate => {
                 let store = connect(&config).await?;
+                let before = store.migrations_applied().await;
                 store.migrate().await.map_err(Failure::runtime)?;
-                println!("schema up to date ({})", store.dialect().name());
+                let after = store.migrations_applied().await;
+                match after - before {
+                    0 => println!(
+                        "schema up to date ({}, {after} migrations)",
+                        store.dialect().name()
+                    ),
+                    n => println!(
+                        "applied {n} migration{} ({}, {after} in all)",
+                        if n == 1 { "" } else { "s" },
+                        store.dialect().name()
+                    ),
+                }
                 Ok(0)
             }
             Command::Apply { dry_run } => {
@@ -250,7 +263,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 wait,
                 command,
             } => guarded(&config, name, size, &lease, wait.as_deref(), &command).await,
-            Command::Locks { json } => locks(&connect(&config).await?, json).await,
+            Command::Locks { json } => locks(&connect_existing(&config).await?, json).await,
             Command::Unlock { name, token } => unlock(&connect(&config).await?, &name, token).await,
             Command::History { job, limit, json } => {
                 history(&connect_read(&config).await?, job.as_deref(), limit, json).await
@@ -265,7 +278,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 explain::run(&store, &config, &job, from.as_deref(), to.as_deref(), json).await
             }
             Command::Audit { job, limit, json } => {
-                audit(&connect(&config).await?, job.as_deref(), limit, json).await
+                audit(&connect_existing(&config).await?, job.as_deref(), limit, json).await
             }
             Command::Events {
                 retry: Some(id), ..
@@ -285,7 +298,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             Command::Events {
                 job, limit, json, ..
-            } => events::run(&connect(&config).await?, job.as_deref(), limit, json).await,
+            } => events::run(&connect_existing(&config).await?, job.as_deref(), limit, json).await,
             Command::Sign { key, jobs } => {
                 signing::sign(&connect(&config).await?, &key, &jobs).await
             }
@@ -478,8 +491,19 @@ fn connect_with(
 async fn connect_read(config: &Config) -> Result<Store, Failure> {
     match &config.database_read_url {
         Some(url) => Store::connect_reader(url, 4).map_err(|e| Failure::usage(e.to_string())),
-        None => connect(config).await,
+        None => connect_existing(config).await,
     }
+}
+
+/// The store for a command that only reads: never creates a SQLite file, and names the owner
+/// of one it cannot open (exit 1).
+async fn connect_existing(config: &Config) -> Result<Store, Failure> {
+    if let Some(p) = database_file::missing(&config.database_url)
+        .or_else(|| database_file::unopenable(&config.database_url))
+    {
+        return Err(Failure::runtime(format!("{} ({})", p.message, p.fix)));
+    }
+    connect(config).await
 }
 
 /// A database time (ms) for tables: RFC 3339 in UTC, or `-`.

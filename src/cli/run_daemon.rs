@@ -107,6 +107,7 @@ pub(super) async fn run_daemon(
             }
         });
     }
+    let url = config.database_url.clone();
     let daemon = Daemon::new(store.clone(), config)
         .with_service_manager(std::sync::Arc::new(crate::service::systemd::Systemd));
     loop {
@@ -132,7 +133,20 @@ pub(super) async fn run_daemon(
         match outcome {
             Some(Ok(())) => break,
             Some(Err(e)) => {
-                tracing::error!(error = %e, kind = e.kind(), "database not ready; retrying");
+                match super::database_file::unopenable(&url) {
+                    // The cause SQLite's own message leaves out: who owns what it cannot open.
+                    Some(p) => tracing::error!(
+                        error = %e,
+                        kind = e.kind(),
+                        cause = %p.message,
+                        fix = %p.fix,
+                        "database not ready; retrying: {}",
+                        p.message
+                    ),
+                    None => {
+                        tracing::error!(error = %e, kind = e.kind(), "database not ready; retrying")
+                    }
+                }
                 let stop = tokio::select! {
                     _ = tokio::time::sleep(delay) => false,
                     msg = rx.recv() => matches!(msg, Some(Control::Stop | Control::StopNow) | None),

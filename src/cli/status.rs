@@ -85,6 +85,8 @@ struct NodeStatus {
 #[derive(Serialize)]
 struct Status {
     now: String,
+    /// Set when no node is up and undrained: nothing runs, whatever the jobs' NEXT says.
+    warning: Option<&'static str>,
     jobs: Vec<JobStatus>,
     nodes: Vec<NodeStatus>,
     calendars: Vec<CalendarStatus>,
@@ -266,6 +268,7 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     let chains = chain_links(store.upstream_edges().await.map_err(Failure::runtime)?);
     let status = Status {
         now: daemon::fmt_ms(now),
+        warning: (!offers.iter().any(|o| o.available)).then_some(super::explain::NO_LIVE_NODE),
         nodes: nodes
             .iter()
             .map(|n| NodeStatus {
@@ -293,6 +296,9 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
         return Ok(0);
     }
     let mut out = String::new();
+    if let Some(w) = status.warning {
+        out.push_str(&format!("WARNING: {w}\n\n"));
+    }
     // Like `systemctl list-timers`: when next and in how long, when last and how long ago.
     out.push_str(&format!(
         "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {}\n",

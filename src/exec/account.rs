@@ -212,6 +212,14 @@ pub fn checked(user: &str, group: Option<&str>, allowed: &Allowed) -> Result<Acc
     Ok(account)
 }
 
+/// The name of the account `uid` (its number when it has none).
+pub fn name_of(uid: u32) -> String {
+    match passwd(Key::Uid(uid)) {
+        Ok(Some(a)) => a.name,
+        _ => uid.to_string(),
+    }
+}
+
 enum Key<'a> {
     Name(&'a str),
     Uid(u32),

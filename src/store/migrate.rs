@@ -27,6 +27,14 @@ impl Store {
         Ok((applied, latest))
     }
 
+    /// How many migrations the database has applied (0: none, or no schema at all).
+    pub async fn migrations_applied(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success = TRUE")
+            .fetch_one(&self.db)
+            .await
+            .unwrap_or(0)
+    }
+
     /// Whether this connection's user may create tables where the schema lives: what `migrate`
     /// needs for the next upgrade. PostgreSQL asks `has_schema_privilege`; MySQL/MariaDB creates
     /// and drops a probe table; SQLite needs only the file, which `doctor` checks itself.

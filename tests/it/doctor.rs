@@ -176,6 +176,22 @@ async fn doctor_says_nothing_runs_without_a_live_node() {
         !text.contains("every enabled job has a live node"),
         "{text}"
     );
+    // `explain` and `status` say it too (before: "will run in 52s", and jobs `due`).
+    let out = sqlcron(&["--config", config.to_str().unwrap(), "explain", "nightly"]);
+    assert!(
+        stdout(&out).contains("nightly: will not run: no live node: nothing runs"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = sqlcron(&["--config", config.to_str().unwrap(), "status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(
+        status["warning"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no live node")),
+        "{status}"
+    );
 
     // Issue 51, points 1 and 4: `run` refuses what nothing would run, and says why; --queue
     // asks for the run all the same. (Before, each said "will run as soon as a node is free".)

@@ -35,6 +35,7 @@ mod pooler;
 mod proxied;
 mod proxy;
 mod quickstart;
+mod read_commands;
 mod retention;
 mod roles;
 mod run_record;
