@@ -370,7 +370,14 @@ impl Shared {
                     };
                     if self.store.set_prepared(row.id, slot, next_exec).await? {
                         ok += 1;
-                        tracing::info!(job = %row.name, next = %fmt_ms(slot), "job scheduled");
+                        // A job with no time of its own (a chain's next link) has no slot to
+                        // print: the largest instant stands for "when its upstream runs".
+                        let next = if slot == i64::MAX {
+                            "after its upstream".to_string()
+                        } else {
+                            fmt_ms(slot)
+                        };
+                        tracing::info!(job = %row.name, next = %next, "job scheduled");
                     }
                 }
                 Err(message) => {

@@ -224,11 +224,13 @@ impl Upstream {
         serde_json::from_str(text).ok()
     }
 
-    /// `SQLCRON_UPSTREAM_JOB`, `_SLOT` (RFC 3339, UTC), `_RUN_ID`, `_OUTCOME`.
+    /// `SQLCRON_UPSTREAM_JOB`, `_SLOT` (RFC 3339, UTC, spelt as `SQLCRON_SLOT` is: whole
+    /// seconds without a fraction, so that a script can compare the two), `_RUN_ID`,
+    /// `_OUTCOME`.
     pub fn env(&self) -> Vec<(String, String)> {
         let slot = chrono::DateTime::from_timestamp_millis(self.slot)
             .unwrap_or_default()
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
         vec![
             ("SQLCRON_UPSTREAM_JOB".into(), self.job.clone()),
             ("SQLCRON_UPSTREAM_SLOT".into(), slot),
@@ -336,7 +338,16 @@ mod tests {
         assert_eq!(Upstream::from_json(&up.to_json()), Some(up.clone()));
         assert!(up.env().contains(&(
             "SQLCRON_UPSTREAM_SLOT".into(),
-            "1970-01-01T00:00:00.000Z".into()
+            "1970-01-01T00:00:00Z".into()
+        )));
+        // The same spelling as SQLCRON_SLOT's for the same instant.
+        let at = Upstream {
+            slot: 1_774_746_000_250,
+            ..up.clone()
+        };
+        assert!(at.env().contains(&(
+            "SQLCRON_UPSTREAM_SLOT".into(),
+            "2026-03-29T01:00:00.250Z".into()
         )));
     }
 }
