@@ -4,6 +4,7 @@ mod args;
 mod at;
 mod backfill;
 mod check;
+mod connect;
 mod database_file;
 mod doctor;
 mod drain;
@@ -27,6 +28,7 @@ use tokio::sync::mpsc;
 pub use args::{Cli, ImportFrom};
 use args::{Command, visible_command};
 use check::check_accounts;
+use connect::{connect, connect_existing, connect_read, connect_with};
 use history::{audit, history};
 use lock::{guarded, locks, unlock};
 use next::next;
@@ -466,44 +468,6 @@ fn closest<'a>(asked: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a 
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, n)| (*d, *n))
         .map(|(_, n)| n)
-}
-
-async fn connect(config: &Config) -> Result<Store, Failure> {
-    connect_with(config, 4, None).map_err(|e| Failure::usage(e.to_string()))
-}
-
-/// The store for `[database] url`: through a transaction-mode pooler when `direct_url` is set.
-fn connect_with(
-    config: &Config,
-    pool_size: u32,
-    statement_timeout: Option<Duration>,
-) -> Result<Store, crate::store::StoreError> {
-    match &config.database_direct_url {
-        Some(direct) => {
-            Store::connect_pooled(&config.database_url, direct, pool_size, statement_timeout)
-        }
-        None => Store::connect_with(&config.database_url, pool_size, statement_timeout),
-    }
-}
-
-/// The store the reading commands (`status`, `history`, `explain`) use: `[database] read_url`
-/// when set (a replica: any server that answers, a standby too), else the database itself.
-async fn connect_read(config: &Config) -> Result<Store, Failure> {
-    match &config.database_read_url {
-        Some(url) => Store::connect_reader(url, 4).map_err(|e| Failure::usage(e.to_string())),
-        None => connect_existing(config).await,
-    }
-}
-
-/// The store for a command that only reads: never creates a SQLite file, and names the owner
-/// of one it cannot open (exit 1).
-async fn connect_existing(config: &Config) -> Result<Store, Failure> {
-    if let Some(p) = database_file::missing(&config.database_url)
-        .or_else(|| database_file::unopenable(&config.database_url))
-    {
-        return Err(Failure::runtime(format!("{} ({})", p.message, p.fix)));
-    }
-    connect(config).await
 }
 
 /// A database time (ms) for tables: RFC 3339 in UTC, or `-`.

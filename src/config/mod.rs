@@ -12,6 +12,7 @@ mod jobs;
 pub mod raw;
 pub mod secrets;
 pub mod security;
+mod toml_errors;
 mod validate;
 pub mod web;
 
@@ -291,12 +292,15 @@ pub fn open_metrics_warning(config: &Config) -> Option<String> {
 
 /// Parses and validates TOML text.
 pub fn parse(text: &str, path: &Path, env: &Environment) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
-        path: path.to_path_buf(),
-        problems: vec![Problem {
-            location: toml_location(text, &e),
-            message: e.message().to_string(),
-        }],
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        // A key that does not fit is named with its line, table and fix (toml_errors.rs);
+        // a syntax error is toml's own.
+        let (location, message) = toml_errors::locate(text)
+            .unwrap_or_else(|| (toml_location(text, &e), e.message().to_string()));
+        ConfigError {
+            path: path.to_path_buf(),
+            problems: vec![Problem { location, message }],
+        }
     })?;
     validate(raw, path, env)
 }
@@ -539,7 +543,12 @@ timezone = "Mars/Base"
             "{msg}"
         );
         let msg = parse_err("[daemon]\npoll_intervall = \"1s\"\n");
-        assert!(msg.contains("unknown field `poll_intervall`"), "{msg}");
+        assert!(
+            msg.contains(
+                "line 2: [daemon]: unknown key `poll_intervall`; did you mean `poll_interval`?"
+            ),
+            "{msg}"
+        );
     }
 
     #[test]
