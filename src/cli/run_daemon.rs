@@ -108,12 +108,24 @@ pub(super) async fn run_daemon(
         });
     }
     let url = config.database_url.clone();
+    let (node, host) = (
+        config.node_name.clone(),
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+    );
     let daemon = Daemon::new(store.clone(), config)
         .with_service_manager(std::sync::Arc::new(crate::service::systemd::Systemd));
     loop {
         let attempt = async {
             store.migrate().await?;
-            daemon.apply_config().await
+            // One daemon per node name: a live holder of this name is another node.
+            if let Some(holder) =
+                crate::daemon::node_name::held_elsewhere(&store, &node, &host).await?
+            {
+                return Ok(Some(holder));
+            }
+            daemon.apply_config().await.map(|()| None)
         };
         // A stop signal ends the wait: a node that never got its database still obeys SIGTERM.
         let outcome = tokio::select! {
@@ -131,7 +143,15 @@ pub(super) async fn run_daemon(
             },
         };
         match outcome {
-            Some(Ok(())) => break,
+            Some(Ok(None)) => break,
+            Some(Ok(Some(holder))) => {
+                tracing::error!(node = %node, holder = %holder, "node name in use: not started");
+                crate::exec::reaper::stop();
+                return Err(Failure::runtime(format!(
+                    "node name \"{node}\" is held by a live daemon on {holder}: two daemons with one \
+                     name would claim as one node; stop that one, or give this one another [node] name"
+                )));
+            }
             Some(Err(e)) => {
                 match super::database_file::unopenable(&url) {
                     // The cause SQLite's own message leaves out: who owns what it cannot open.

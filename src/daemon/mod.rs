@@ -7,8 +7,8 @@
 //! live runs in one statement per pass.
 //!
 //! Shutdown takes its trigger as an argument ([`Control`]): a soft stop ends claiming and waits
-//! up to `shutdown_grace` for running jobs; then (or on a second stop) they are stopped and their
-//! rows released for takeover on a fresh, short timeout that the shutdown does not cancel.
+//! up to `shutdown_grace` for running jobs; then (or on a second stop) they are stopped and
+//! their rows released for takeover on a fresh timeout that the shutdown does not cancel.
 
 mod alerting;
 pub mod backfill;
@@ -23,6 +23,7 @@ mod housekeeping;
 pub mod lease;
 mod lease_thread;
 pub mod metrics;
+pub mod node_name;
 pub mod notify;
 mod placing;
 mod recorded;
@@ -55,8 +56,7 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// for a lost wake-up and for the few changes that send none (docs/wakeups.md). Lease ends and
 /// event retries need no look: the peek saw when they come, and the loop wakes then.
 pub const WAKEUP_SAFETY_LOOK: Duration = Duration::from_secs(30);
-/// Longest pause after database errors.
-const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(10);
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(10); // longest pause after errors
 
 /// What the daemon is told from outside (signals in `main`, channels in tests).
 #[derive(Debug)]

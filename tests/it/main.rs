@@ -30,6 +30,7 @@ mod http_server;
 mod locks;
 mod mariadb_outage;
 mod metrics;
+mod node_name;
 mod outage;
 mod placement;
 mod pooler;
