@@ -14,7 +14,7 @@ async fn a_second_daemon_with_a_live_nodes_name_refuses_to_start() {
     let store = db.store().await;
     let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let config = node_config(&db.url, "web-1", "");
-    let mut first = DaemonProcess::start(dir1.path(), "web-1", &config);
+    let first = DaemonProcess::start(dir1.path(), "web-1", &config);
     let pid = i64::from(first.pid());
     let registered = || async {
         store
