@@ -54,3 +54,15 @@ BEGIN
     PERFORM set_config('sqlcron.recorded', marker, true);
 END
 $$;
+
+-- CREATE OR REPLACE resets what the command does not name, the search_path that 0026 set
+-- included: set it again, so that neither function resolves a name (cron_audit, its
+-- sequence, host()) in a writer's temporary or own schema.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %I.cron_audit_db_user() SET search_path = %I, pg_temp',
+                   current_schema(), current_schema());
+    EXECUTE format('ALTER FUNCTION %I.cron_audit_record(TEXT, TEXT, TEXT, TEXT) SET search_path = %I, pg_temp',
+                   current_schema(), current_schema());
+END
+$$;

@@ -31,7 +31,12 @@ pub(super) fn connect_with(
 /// when set (a replica: any server that answers, a standby too), else the database itself.
 pub(super) async fn connect_read(config: &Config) -> Result<Store, Failure> {
     match &config.database_read_url {
-        Some(url) => Store::connect_reader(url, 4).map_err(|e| Failure::usage(e.to_string())),
+        Some(url) => {
+            if let Some(p) = database_file::missing(url) {
+                return Err(Failure::runtime(format!("{} ({})", p.message, p.fix)));
+            }
+            Store::connect_reader(url, 4).map_err(|e| Failure::usage(e.to_string()))
+        }
         None => connect_existing(config).await,
     }
 }

@@ -21,6 +21,21 @@ const DAY_MS: i64 = 86_400_000;
 /// nothing runs.
 pub(super) const NO_LIVE_NODE: &str = "no live node: nothing runs (start the service: systemctl start sqlcron; `sqlcron status` lists the nodes)";
 
+/// The same when nodes are up but every one is drained.
+pub(super) const ALL_DRAINED: &str =
+    "every live node is drained: nothing runs (`sqlcron undrain NODE`)";
+
+/// Why nothing runs at all, whatever the job: no node up (`alive`), or every one drained.
+pub(super) fn nothing_runs(alive: bool, offers: &[NodeOffer]) -> Option<&'static str> {
+    if !alive {
+        Some(NO_LIVE_NODE)
+    } else if !offers.iter().any(|o| o.available) {
+        Some(ALL_DRAINED)
+    } else {
+        None
+    }
+}
+
 #[derive(Serialize)]
 struct Explanation<'a> {
     job: &'a str,
@@ -98,10 +113,10 @@ pub async fn run(
         .iter()
         .map(|n| NodeOffer::new(&n.name, n.tags.as_deref(), n.alive(now) && !n.drain))
         .collect();
-    let placement = if offers.iter().any(|o| o.available) {
-        unplaceable(row.placement.as_deref(), &offers)
-    } else {
-        Some(NO_LIVE_NODE.to_string())
+    let alive = nodes.iter().any(|n| n.alive(now));
+    let placement = match nothing_runs(alive, &offers) {
+        Some(why) => Some(why.to_string()),
+        None => unplaceable(row.placement.as_deref(), &offers),
     };
     if json {
         let out = Explanation {
@@ -129,7 +144,9 @@ pub async fn run(
         crate::model::explain::local(&schedule, to)
     );
     match &placement {
-        Some(why) if why == NO_LIVE_NODE => println!("{job}: will not run: {why}"),
+        Some(why) if why == NO_LIVE_NODE || why == ALL_DRAINED => {
+            println!("{job}: will not run: {why}")
+        }
         Some(why) => println!("{job}: will not run until a node matches: {why}"),
         None => {}
     }

@@ -268,7 +268,7 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     let chains = chain_links(store.upstream_edges().await.map_err(Failure::runtime)?);
     let status = Status {
         now: daemon::fmt_ms(now),
-        warning: (!offers.iter().any(|o| o.available)).then_some(super::explain::NO_LIVE_NODE),
+        warning: super::explain::nothing_runs(nodes.iter().any(alive), &offers),
         nodes: nodes
             .iter()
             .map(|n| NodeStatus {

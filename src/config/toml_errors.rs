@@ -79,7 +79,18 @@ fn fits(table: Table) -> Result<(), String> {
 /// The location and the message, with a fix where one is known.
 fn said(line: usize, label: &str, section: &str, key: &str, message: &str) -> (String, String) {
     let location = format!("line {line}: {label}");
-    let text = if message.starts_with("unknown field") {
+    // The unknown key may sit one table down (`on = { tagz = [...] }`): serde names it.
+    let inner = message
+        .strip_prefix("unknown field `")
+        .and_then(|r| r.split('`').next())
+        .filter(|k| *k != key);
+    let text = if let Some(inner) = inner {
+        let mut m = format!("`{key}`: unknown key `{inner}`");
+        if let Some(k) = closest(inner, &listed(message)) {
+            m.push_str(&format!("; did you mean `{k}`?"));
+        }
+        m
+    } else if message.starts_with("unknown field") {
         let mut m = format!("unknown key `{key}`");
         let known = known_keys(section, message);
         match closest(key, &known) {
@@ -250,5 +261,13 @@ mod tests {
             "unknown key `poll_intervall`; did you mean `poll_interval`?"
         );
         assert!(locate("[daemon]\nlease = \"30s\"\n").is_none());
+    }
+
+    #[test]
+    fn a_key_one_table_down_is_named_inside_its_key() {
+        let text = FILE.replace("retires = 2", "on = { tagz = [\"gpu\"] }");
+        let (location, message) = locate(&text).unwrap();
+        assert_eq!(location, "line 14: job \"c\"");
+        assert!(message.starts_with("`on`: unknown key `tagz`"), "{message}");
     }
 }

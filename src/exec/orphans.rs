@@ -12,8 +12,8 @@
 //! did not start itself (orphans):
 //!
 //! - an orphan whose environment names a run still going is that run's, and left alone;
-//! - one that names a run that has ended is killed (SIGKILL; its process group too when it leads
-//!   one);
+//! - one that names anything else (a run that has ended, a guess) is killed (SIGKILL; its
+//!   process group too when it leads one);
 //! - one without the variable (it cleared its environment) came from one of the runs going when
 //!   it was first seen: it is killed once all of those have ended.
 //!
@@ -157,9 +157,11 @@ fn sweep_once() -> bool {
             continue;
         }
         let ended = match marker(pid) {
-            Some(id) if id.starts_with(&format!("{}.", s.instance)) => !s.live.contains_key(&id),
-            // Another daemon's run id or none: the runs going now are its possible origins.
-            _ => {
+            // Only this daemon's runs' processes are handed to it: an id that names none of
+            // its runs going (an ended run's, a guess, another daemon's) spares nothing.
+            Some(id) => !s.live.contains_key(&id),
+            // None: the runs going now are its possible origins.
+            None => {
                 let live = &s.live;
                 let origins = s
                     .unmarked

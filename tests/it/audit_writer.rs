@@ -198,6 +198,21 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
     );
 
     // A row inserted into cron_audit directly names its real writer too, whatever it says.
+    // Every audit function resolves names in the schema only (not in a writer's temporary
+    // schema, where a table called cron_audit would bring its own sequence).
+    if dialect == Dialect::Postgres {
+        store
+            .execute_raw(
+                "DO $$ DECLARE loose TEXT; BEGIN \
+                   SELECT string_agg(proname::text, ', ') INTO loose FROM pg_proc \
+                   WHERE proname LIKE 'cron_audit%' AND NOT EXISTS (SELECT 1 FROM \
+                   unnest(COALESCE(proconfig, '{}')) c WHERE c LIKE 'search_path=%'); \
+                   IF loose IS NOT NULL THEN RAISE EXCEPTION 'no fixed search_path: %', loose; END IF; \
+                 END $$",
+            )
+            .await
+            .unwrap();
+    }
     // It cannot choose its id either: a planted id would make the next audited change fail.
     writer
         .execute_raw(planted_audit_row(dialect))

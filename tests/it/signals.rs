@@ -391,7 +391,8 @@ async fn processes_a_run_leaves_behind_end_with_it() {
 /// A process that leaves its run and sets `SQLCRON_RUN_ID` to another run's id is not spared
 /// while that other run goes on: the id carries a secret the job cannot guess. The forger
 /// tries every id the old form (`<instance>.<n>`) could give, with and without its own
-/// secret; `hold` runs the whole time, and every escaped process ends with the forger's run.
+/// secret, and made-up ones (`x1`); `hold` runs the whole time, and every escaped process ends
+/// with the forger's run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_run_id_spares_no_process() {
     let db = TestDb::new(Dialect::Sqlite).await;
@@ -405,7 +406,7 @@ async fn a_forged_run_id_spares_no_process() {
 p=${{id%%.*}}; rest=${{id#*.}}; n=${{rest%%.*}}; secret=${{id##*.}}
 total=0
 for k in $(seq 1 $((n + 3))); do
-  for forged in "$p.$k" "$p.$k.$secret"; do
+  for forged in "$p.$k" "$p.$k.$secret" "x$k"; do
     SQLCRON_RUN_ID=$forged setsid sh -c 'echo $$ >> {d}/forged.pid; exec sleep 300' >/dev/null 2>&1 &
     total=$((total + 1))
   done
