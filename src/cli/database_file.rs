@@ -29,7 +29,7 @@ pub(super) fn missing(url: &DatabaseUrl) -> Option<Problem> {
 /// read and write it.
 pub(super) fn unopenable(url: &DatabaseUrl) -> Option<Problem> {
     let path = url.sqlite_path()?;
-    let me = crate::exec::account::name_of(unsafe_geteuid());
+    let me = crate::exec::account::current().map_or_else(|e| e, |a| a.name);
     let blocked = |p: &Path, what: &str| -> Option<Problem> {
         if can_write(p) {
             return None;
@@ -66,9 +66,4 @@ fn can_write(path: &Path) -> bool {
     };
     // SAFETY: access reads a NUL-terminated path we own.
     unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) == 0 }
-}
-
-fn unsafe_geteuid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
 }

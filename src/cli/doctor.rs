@@ -317,9 +317,7 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
             return found;
         }
     };
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
+    let host = crate::exec::account::hostname().unwrap_or_default();
     let alive: Vec<_> = nodes.iter().filter(|n| n.alive(db_now)).collect();
     match alive
         .iter()

@@ -113,8 +113,8 @@ pub async fn run(
         .iter()
         .map(|n| NodeOffer::new(&n.name, n.tags.as_deref(), n.alive(now) && !n.drain))
         .collect();
-    let alive = nodes.iter().any(|n| n.alive(now));
-    let placement = match nothing_runs(alive, &offers) {
+    let nothing = nothing_runs(nodes.iter().any(|n| n.alive(now)), &offers);
+    let placement = match nothing {
         Some(why) => Some(why.to_string()),
         None => unplaceable(row.placement.as_deref(), &offers),
     };
@@ -143,12 +143,10 @@ pub async fn run(
         crate::model::explain::local(&schedule, from),
         crate::model::explain::local(&schedule, to)
     );
-    match &placement {
-        Some(why) if why == NO_LIVE_NODE || why == ALL_DRAINED => {
-            println!("{job}: will not run: {why}")
-        }
-        Some(why) => println!("{job}: will not run until a node matches: {why}"),
-        None => {}
+    match (nothing, &placement) {
+        (Some(why), _) => println!("{job}: will not run: {why}"),
+        (None, Some(why)) => println!("{job}: will not run until a node matches: {why}"),
+        (None, None) => {}
     }
     if left_out > 0 {
         println!("... {left_out} earlier slots left out (narrow the range with --from and --to)");

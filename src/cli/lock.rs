@@ -37,9 +37,7 @@ pub(super) async fn guarded(
     if let Err(e) = crate::exec::reaper::start() {
         tracing::warn!(error = %e, "could not start the reaper: the command will not be stopped if this process is killed");
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
+    let host = crate::exec::account::hostname().unwrap_or_default();
     let params = crate::daemon::guard::GuardParams {
         name,
         size,

@@ -110,9 +110,7 @@ pub(super) async fn run_daemon(
     let url = config.database_url.clone();
     let (node, host) = (
         config.node_name.clone(),
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default(),
+        crate::exec::account::hostname().unwrap_or_default(),
     );
     let daemon = Daemon::new(store.clone(), config)
         .with_service_manager(std::sync::Arc::new(crate::service::systemd::Systemd));

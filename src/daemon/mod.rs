@@ -260,9 +260,7 @@ impl Daemon {
             .iter()
             .map(|j| (j.name.as_str(), crate::store::job_hash(j)))
             .collect();
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default();
+        let host = crate::exec::account::hostname().unwrap_or_default();
         let registered = self
             .shared
             .store

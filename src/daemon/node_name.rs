@@ -25,24 +25,12 @@ pub async fn held_elsewhere(store: &Store, name: &str, host: &str) -> Result<Opt
     }
     let their_host = row.host.clone().unwrap_or_default();
     let pid = row.pid.unwrap_or(0);
-    if their_host == host && (pid == i64::from(std::process::id()) || !running(pid)) {
+    if their_host == host
+        && (pid == i64::from(std::process::id())
+            || !i32::try_from(pid).is_ok_and(|p| p > 0 && crate::exec::orphans::running(p)))
+    {
         return Ok(None);
     }
     let ago = row.last_seen.map_or(0, |s| (now - s).max(0) / 1000);
     Ok(Some(format!("{their_host} (pid {pid}), seen {ago}s ago")))
-}
-
-/// Whether a process `pid` runs on this host (a zombie, dead but not yet reaped, does not).
-fn running(pid: i64) -> bool {
-    if pid <= 0 || i32::try_from(pid).is_err() {
-        return false;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The state follows the command name in parentheses (which may hold spaces).
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next());
-    !matches!(state, None | Some("Z" | "X"))
 }

@@ -220,6 +220,13 @@ pub fn name_of(uid: u32) -> String {
     }
 }
 
+/// This host's name, as the kernel has it (`None` when it cannot be read).
+pub fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+}
+
 enum Key<'a> {
     Name(&'a str),
     Uid(u32),
@@ -351,9 +358,7 @@ pub fn this_process(role: Option<&str>) -> Actor {
     if let Some(role) = role {
         who = format!("{who} ({role})");
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string());
+    let host = hostname();
     Actor {
         who,
         host,

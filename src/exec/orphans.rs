@@ -224,6 +224,11 @@ fn children() -> Vec<i32> {
         .collect()
 }
 
+/// Whether process `pid` runs on this host: it exists and is not a zombie (dead, not reaped).
+pub fn running(pid: i32) -> bool {
+    Stat::read(pid).is_some_and(|s| !s.zombie)
+}
+
 /// The fields of `/proc/PID/stat` this needs.
 struct Stat {
     zombie: bool,
