@@ -5,8 +5,9 @@
 --    the largest BIGINT moved AUTO_INCREMENT to its end, and every later audited change
 --    (sqlcron pause, a node applying its TOML) failed with "Out of range value". The trigger
 --    that sets db_user now also clears the id, so AUTO_INCREMENT gives it.
--- 2. A claim is taken as written only when it names, as whole words, every column the server
---    saw change: "commander" no longer covers command, nor "environment" env. A claimed
+-- 2. A claim is taken as written only when it holds the list of the columns the server saw
+--    change, as the server writes it (`command,env,run_user`): "commander" no longer covers
+--    command, nor "environment" env, nor "run_user-policy" run_user. A claimed
 --    insert or delete always says what the server saw ("an insert", "a delete"), so a claim
 --    called `pause` cannot pass off a new job or a removed one.
 
@@ -32,7 +33,6 @@ CREATE PROCEDURE cron_audit_record(IN sql_action VARCHAR(32), IN row_name VARCHA
 BEGIN
     DECLARE said TEXT DEFAULT NULL;
     DECLARE seen TEXT DEFAULT NULL;
-    DECLARE rest TEXT DEFAULT NULL;
     DECLARE named BOOLEAN DEFAULT TRUE;
     IF changed IS NOT NULL THEN
         SET seen = CONCAT('changed ', changed);
@@ -44,17 +44,10 @@ BEGIN
     IF marker IS NOT NULL AND marker <> '' AND @sqlcron_claim IS NOT NULL AND JSON_VALID(@sqlcron_claim)
         AND CAST(IF(JSON_TYPE(JSON_EXTRACT(@sqlcron_claim, '$.marker')) = 'STRING', JSON_UNQUOTE(JSON_EXTRACT(@sqlcron_claim, '$.marker')), NULL) AS BINARY) <=> CAST(marker AS BINARY) THEN
         SET said = IF(JSON_TYPE(JSON_EXTRACT(@sqlcron_claim, '$.detail')) = 'STRING', JSON_UNQUOTE(JSON_EXTRACT(@sqlcron_claim, '$.detail')), NULL);
-        -- An update's claim that names every column the server saw change, each as a word, is
-        -- taken as is.
-        IF said IS NOT NULL AND changed IS NOT NULL THEN
-            SET rest = changed;
-            WHILE rest <> '' DO
-                IF NOT (CAST(said AS BINARY) REGEXP CAST(CONCAT('(^|[^a-z0-9_])', SUBSTRING_INDEX(rest, ',', 1), '($|[^a-z0-9_])') AS BINARY)) THEN
-                    SET named = FALSE;
-                END IF;
-                SET rest = IF(LOCATE(',', rest) = 0, '', SUBSTRING(rest, LOCATE(',', rest) + 1));
-            END WHILE;
-        END IF;
+        -- An update's claim that holds the server's own list word for word ("changed
+        -- command,env") is taken as is.
+        SET named = changed IS NOT NULL AND said IS NOT NULL
+            AND LOCATE(CAST(changed AS BINARY), CAST(said AS BINARY)) > 0;
         INSERT INTO cron_audit (at, action, job, who, host, pid, detail)
         VALUES (CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED),
                 LEFT(COALESCE(IF(JSON_TYPE(JSON_EXTRACT(@sqlcron_claim, '$.action')) = 'STRING', JSON_UNQUOTE(JSON_EXTRACT(@sqlcron_claim, '$.action')), NULL), sql_action), 32),

@@ -5,8 +5,9 @@
 --    the next ones of the sequence, so that every later audited change (sqlcron pause
 --    included) failed on the primary key, or the largest. The trigger that sets db_user now
 --    also takes the id from the sequence, whatever the writer put there.
--- 2. A claim is taken as written only when it names, as whole words, every column the
---    database saw change: "commander" no longer covers command, nor "environment" env. A
+-- 2. A claim is taken as written only when it holds the list of the columns the database saw
+--    change, as the database writes it (`command,env,run_user`): "commander" no longer covers
+--    command, nor "environment" env, nor "run_user-policy" run_user. A
 --    claimed insert or delete always says what the database saw ("an insert", "a delete"),
 --    so a claim called `pause` cannot pass off a new job or a removed one.
 
@@ -46,10 +47,9 @@ BEGIN
             CASE WHEN jsonb_typeof(claim->'pid') = 'number' THEN CAST(claim->>'pid' AS BIGINT) END,
             CASE WHEN said IS NULL THEN seen
                  WHEN seen IS NULL THEN said
-                 -- an update's claim that names every changed column as a word is taken as is
-                 WHEN changed IS NOT NULL
-                      AND NOT EXISTS (SELECT 1 FROM unnest(string_to_array(changed, ',')) AS c(col)
-                                      WHERE said !~ ('(^|[^a-z0-9_])' || c.col || '($|[^a-z0-9_])')) THEN said
+                 -- an update's claim that holds the database's own list word for word
+                 -- ("changed command,env") is taken as is
+                 WHEN changed IS NOT NULL AND strpos(said, changed) > 0 THEN said
                  ELSE said || ' (the database saw: ' || seen || ')' END);
     PERFORM set_config('sqlcron.recorded', marker, true);
 END

