@@ -304,7 +304,95 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
     store.close().await;
 }
 
-for_each_dialect!(a_session_setting_skips_no_audit_row);
+/// Ids planted in cron_table by a writer holding the editor's credential: the sequence's next
+/// ones (PostgreSQL), the largest BIGINT (MySQL), by an insert and by an update. Before, every
+/// later insert of a job failed on them (`apply` creating a job, `at`, every_node copies).
+fn planted_job_ids(dialect: Dialect) -> Vec<&'static str> {
+    match dialect {
+        Dialect::Postgres => vec![
+            "INSERT INTO cron_table (id, name, schedule, command, enabled) \
+             VALUES ((SELECT last_value + 1 FROM cron_table_id_seq), 'p1', '@daily', 'true', 0)",
+            "INSERT INTO cron_table (id, name, schedule, command, enabled) \
+             VALUES ((SELECT last_value + 3 FROM cron_table_id_seq), 'p2', '@daily', 'true', 0)",
+            "UPDATE cron_table SET id = (SELECT last_value + 2 FROM cron_table_id_seq) WHERE name = 'a'",
+        ],
+        _ => vec![
+            "INSERT INTO cron_table (id, name, schedule, command, enabled) \
+             VALUES (9223372036854775807, 'p1', '@daily', 'true', 0)",
+            "DELETE FROM cron_table WHERE name = 'p1'",
+            "UPDATE cron_table SET id = 9223372036854775806 WHERE name = 'a'",
+        ],
+    }
+}
+
+async fn a_writer_cannot_choose_a_jobs_id(dialect: Dialect) {
+    if dialect == Dialect::Sqlite {
+        // Documented limit: a writer of the file can do anything (docs/security.md).
+        return;
+    }
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let job = |name: &str| sqlcron::model::job::JobSpec {
+        name: name.into(),
+        schedule: "@daily".into(),
+        command: Some("true".into()),
+        enabled: true,
+        ..Default::default()
+    };
+    store
+        .apply_toml(&[job("a")], false, &alice())
+        .await
+        .unwrap();
+    let id_of = |name: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .scalar_i64(&format!("SELECT id FROM cron_table WHERE name = '{name}'"))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let a = id_of("a").await;
+    let writer = Store::connect(&db_url(&db.url), 1).unwrap();
+    for sql in planted_job_ids(dialect) {
+        writer.execute_raw(sql).await.unwrap();
+    }
+    assert_eq!(id_of("a").await, a, "an update keeps the row's id");
+    // Every later insert of a job still gets an id of its own.
+    store
+        .apply_toml(&[job("a"), job("b"), job("c")], false, &alice())
+        .await
+        .unwrap();
+    let c = id_of("c").await;
+    assert!(
+        c > a && c < a + 1000,
+        "the database chose the ids: a={a} c={c}"
+    );
+    if dialect == Dialect::Postgres {
+        let p2 = id_of("p2").await;
+        assert!(
+            p2 > a && p2 < a + 1000,
+            "the database chose the ids: a={a} p2={p2}"
+        );
+        store
+            .execute_raw(
+                "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'cron_table_id' \
+                   AND NOT EXISTS (SELECT 1 FROM unnest(COALESCE(proconfig, '{}')) c \
+                   WHERE c LIKE 'search_path=%')) THEN RAISE EXCEPTION 'no fixed search_path'; \
+                 END IF; END $$",
+            )
+            .await
+            .unwrap();
+    }
+    writer.close().await;
+    store.close().await;
+}
+
+for_each_dialect!(
+    a_session_setting_skips_no_audit_row,
+    a_writer_cannot_choose_a_jobs_id
+);
 
 /// A row's text reaches the operator's terminal with its control characters shown, not sent: a
 /// planted audit row with an escape that hides what follows, or a carriage return that
