@@ -11,11 +11,26 @@
 //! init. After each run's end, and every second, the daemon looks at those of its children it
 //! did not start itself (orphans):
 //!
-//! - an orphan whose environment names a run still going is that run's, and left alone;
-//! - one that names anything else (a run that has ended, a guess) is killed (SIGKILL; its
-//!   process group too when it leads one);
-//! - one without the variable (it cleared its environment) came from one of the runs going when
-//!   it was first seen: it is killed once all of those have ended.
+//! - an orphan of another account than the daemon's (its real uid) is killed (SIGKILL; its
+//!   process group too when it leads one), whatever its environment says: a run switched to
+//!   another account keeps its own orphans while it goes (below), so one that reaches the
+//!   daemon is of a run that has ended, or forged;
+//! - an orphan whose environment names a run still going that was started as the daemon's own
+//!   account is that run's, and left alone;
+//! - one that names anything else (a run that has ended, a run that keeps its own orphans, a
+//!   guess) is killed;
+//! - one without the variable (it cleared its environment) came from one of the runs of the
+//!   daemon's own account going when it was first seen: it is killed once all of those have
+//!   ended (at once when there were none).
+//!
+//! A run forked for an account switch, limits or a control group makes its main process a child
+//! subreaper before `exec` (`runner::setup_child`; the setting is kept across `exec`): while the
+//! main process lives, a process of the run whose parent dies is handed to it, not to the
+//! daemon. So under a root daemon, where every run as another user is forked, the variable
+//! decides nothing for those runs: the run's end does, and the account. Only runs of the
+//! daemon's own account (started with `posix_spawn`, no hook before `exec`) still rely on the
+//! variable; a process of the same account can signal the daemon itself, so it is no boundary
+//! there (docs/security.md).
 //!
 //! Orphans that exited are reaped by their PID (never `waitpid(-1)`: the runtime reaps the
 //! processes the daemon started). When the daemon itself dies, its orphans go to init; the job
@@ -38,6 +53,9 @@ struct State {
     next: u64,
     /// Runs going: id -> the PID of the run's main process once spawned (0 before).
     live: HashMap<String, i32>,
+    /// Runs going whose main process is a subreaper of its own (`runner::setup_child`): none
+    /// of their processes is handed to the daemon while they go.
+    keeping: HashSet<String>,
     /// Orphans without the variable: PID -> the runs going when first seen, still going.
     unmarked: HashMap<i32, HashSet<String>>,
     subreaper: bool,
@@ -57,6 +75,7 @@ fn state() -> MutexGuard<'static, State> {
                 instance: format!("{}-{:x}", std::process::id(), nanos),
                 next: 0,
                 live: HashMap::new(),
+                keeping: HashSet::new(),
                 unmarked: HashMap::new(),
                 subreaper: false,
                 reaper: 0,
@@ -91,10 +110,15 @@ pub fn begin() -> String {
     id
 }
 
-/// The run's main process is `pid` (the daemon's own child, reaped by the runtime).
-pub fn spawned(id: &str, pid: i32) {
-    if let Some(p) = state().live.get_mut(id) {
+/// The run's main process is `pid` (the daemon's own child, reaped by the runtime);
+/// `keeps_orphans`: it was made a subreaper of its own before `exec`.
+pub fn spawned(id: &str, pid: i32, keeps_orphans: bool) {
+    let mut s = state();
+    if let Some(p) = s.live.get_mut(id) {
         *p = pid;
+        if keeps_orphans {
+            s.keeping.insert(id.to_string());
+        }
     }
 }
 
@@ -104,6 +128,7 @@ pub async fn end(id: &str) {
     let subreaper = {
         let mut s = state();
         s.live.remove(id);
+        s.keeping.remove(id);
         s.subreaper
     };
     // One look is a read of one file; only when it killed something does the wait for those
@@ -116,7 +141,9 @@ pub async fn end(id: &str) {
 /// The run is gone without an end (it could not be spawned, or its task was dropped): what it
 /// left is found by the next periodic sweep.
 pub fn forget(id: &str) {
-    state().live.remove(id);
+    let mut s = state();
+    s.live.remove(id);
+    s.keeping.remove(id);
 }
 
 /// Kills the orphans of ended runs and reaps exited ones, repeating while any remain (a killed
@@ -137,6 +164,8 @@ fn sweep_once() -> bool {
     let reaper = guard.reaper;
     let s = &mut *guard;
     let own: HashSet<i32> = s.live.values().copied().filter(|p| *p > 0).collect();
+    // SAFETY: getuid cannot fail and touches no memory.
+    let me = unsafe { libc::getuid() };
     // A run being spawned has a main process not yet in `own`: it may already have exited, and
     // reaping it here would take its exit status from the runtime. Zombies wait for a later look.
     let spawning = s.live.values().any(|p| *p == 0);
@@ -156,19 +185,27 @@ fn sweep_once() -> bool {
             }
             continue;
         }
-        let ended = match marker(pid) {
-            // Only this daemon's runs' processes are handed to it: an id that names none of
-            // its runs going (an ended run's, a guess, another daemon's) spares nothing.
-            Some(id) => !s.live.contains_key(&id),
-            // None: the runs going now are its possible origins.
-            None => {
-                let live = &s.live;
-                let origins = s
-                    .unmarked
-                    .entry(pid)
-                    .or_insert_with(|| live.keys().cloned().collect());
-                origins.retain(|id| live.contains_key(id));
-                origins.is_empty()
+        // Runs of the daemon's own account that may still hand it their processes.
+        let (live, keeping) = (&s.live, &s.keeping);
+        let handing = |id: &String| live.contains_key(id) && !keeping.contains(id);
+        let ended = if real_uid(pid) != Some(me) {
+            // Another account's: a run switched to it keeps its own orphans while it goes.
+            true
+        } else {
+            match marker(pid) {
+                // Only this daemon's runs' processes are handed to it: an id that names none of
+                // its runs going (an ended run's, a guess, another daemon's), or a run that
+                // keeps its own orphans, spares nothing.
+                Some(id) => !handing(&id),
+                // None: the runs going now that hand over orphans are its possible origins.
+                None => {
+                    let origins = s
+                        .unmarked
+                        .entry(pid)
+                        .or_insert_with(|| live.keys().filter(|id| handing(id)).cloned().collect());
+                    origins.retain(|id| handing(id));
+                    origins.is_empty()
+                }
             }
         };
         if ended {
@@ -254,6 +291,23 @@ impl Stat {
     }
 }
 
+/// A process's real user id (`Uid:` in `/proc/PID/status`): not the owner of `/proc/PID`,
+/// which a process that makes itself non-dumpable hands to root.
+fn real_uid(pid: i32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    uid_in(&text)
+}
+
+fn uid_in(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The run id in a process's environment, if it has one and it can be read.
 pub fn marker(pid: i32) -> Option<String> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -331,6 +385,19 @@ mod tests {
         assert_eq!(marker_in(env).as_deref(), Some("12-ab.7.00ff"));
         assert_eq!(marker_in(b"PATH=/bin\0XSQLCRON_RUN_ID=1\0"), None);
         assert_eq!(marker_in(b""), None);
+    }
+
+    #[test]
+    fn the_real_uid_is_the_first_of_the_uid_line() {
+        let status =
+            "Name:\tsleep\nUmask:\t0022\nUid:\t65534\t0\t0\t0\nGid:\t65534\t65534\t65534\t65534\n";
+        assert_eq!(uid_in(status), Some(65534));
+        assert_eq!(uid_in("Name:\tx\n"), None);
+        // This process's own.
+        assert_eq!(
+            real_uid(std::process::id() as i32),
+            Some(unsafe { libc::getuid() })
+        );
     }
 
     #[test]

@@ -283,7 +283,11 @@ async fn run_program(
             None
         }
     };
-    if switch.is_some() || !rlimits.is_empty() || cgroup.is_some() {
+    // A run forked for its account, limits or control group keeps its own orphans: its main
+    // process is a child subreaper (`setup_child`), so nothing it starts reaches the daemon
+    // before it ends (see `orphans.rs`).
+    let keeps_orphans = switch.is_some() || !rlimits.is_empty() || cgroup.is_some();
+    if keeps_orphans {
         let procs = cgroup.as_ref().map(|c| c.procs.clone());
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls on data prepared before the fork.
@@ -298,7 +302,7 @@ async fn run_program(
     // the run's end.
     drop(cmd);
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    crate::exec::orphans::spawned(&run_id, pgid);
+    crate::exec::orphans::spawned(&run_id, pgid, keeps_orphans);
     crate::exec::reaper::register(pgid, spec.reaper_deadline, &run_id);
     spec.pgid.store(pgid, Ordering::SeqCst);
     tracing::debug!(job = %spec.job, pgid, "job process started");
@@ -424,9 +428,11 @@ impl Drop for Started<'_> {
     }
 }
 
-/// In the child, before `exec`: join the run's control group, set the limits, drop to the job's
-/// account (groups first, then gid, then uid: after setuid nothing else may change), then enter
-/// the working directory as that account.
+/// In the child, before `exec`: become the subreaper of what the run starts (kept across
+/// `exec`: a process of the run whose parent dies is handed to the run's main process, not to
+/// the daemon, as long as the main process lives), join the run's control group, set the
+/// limits, drop to the job's account (groups first, then gid, then uid: after setuid nothing
+/// else may change), then enter the working directory as that account.
 fn setup_child(
     cgroup_procs: Option<&std::ffi::CString>,
     rlimits: &[crate::exec::limits::Rlimit],
@@ -442,6 +448,7 @@ fn setup_child(
     };
     // SAFETY: plain system calls on pointers that stay valid for the call.
     unsafe {
+        check(libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))?;
         if let Some(path) = cgroup_procs {
             let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {

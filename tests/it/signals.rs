@@ -460,6 +460,92 @@ echo forged $total
     store.close().await;
 }
 
+/// Under a root daemon, a run as another user keeps what it starts until it ends: a process
+/// that left the run's process group ends with the run, whether it cleared its environment or
+/// set `SQLCRON_RUN_ID` to the id of a run of the daemon's own account still going (here read
+/// from a file, as if it had learned it). Before, both lived on while that other run went on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_users_escapes_end_with_their_run_whatever_their_environment() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED another_users_escapes_end_with_their_run: needs root to switch users");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let s = shared.display();
+    let jobs = format!(
+        r#"[[job]]
+name = "hold"
+schedule = "*/2 * * * * *"
+command = '''echo $SQLCRON_RUN_ID > {s}/hold.id; echo $$ > {s}/hold.pid; exec sleep 120'''
+[[job]]
+name = "escaper"
+schedule = "0 0 1 1 *"
+user = "nobody"
+command = '''setsid env -i sh -c 'echo $$ > {s}/cleared.pid; exec sleep 300' >/dev/null 2>&1 &
+SQLCRON_RUN_ID=$(cat {s}/hold.id) setsid sh -c 'echo $$ > {s}/copied.pid; exec sleep 300' >/dev/null 2>&1 &
+while [ ! -s {s}/cleared.pid ] || [ ! -s {s}/copied.pid ]; do sleep 0.05; done; id -un'''
+"#
+    );
+    let config = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"n\"\n[daemon]\ndefault_user = \"root\"\n\
+         allowed_users = [\"root\", \"nobody\"]\npoll_interval = \"1s\"\nlease = \"3s\"\n\
+         shutdown_grace = \"5s\"\n{jobs}",
+        db.url
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    let store = db.store().await;
+    let hold = first_pid(&shared.join("hold.pid"), "hold to start").await;
+    eventually(Duration::from_secs(10), "hold's id written", || async {
+        std::fs::read_to_string(shared.join("hold.id"))
+            .ok()
+            .filter(|t| t.trim().len() > 10)
+    })
+    .await;
+    eventually(Duration::from_secs(10), "escaper applied", || async {
+        store
+            .job("escaper")
+            .await
+            .unwrap()
+            .and_then(|j| j.next_exec)
+    })
+    .await;
+    let cfg = dir.path().join("n.toml");
+    let r = sqlcron(&["--config", cfg.to_str().unwrap(), "run", "escaper"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let run = eventually(
+        Duration::from_secs(20),
+        "escaper's run ended ok",
+        || async {
+            let history = store.history(Some("escaper"), 5).await.unwrap();
+            history.into_iter().find(|r| r.outcome == "ok")
+        },
+    )
+    .await;
+    assert!(
+        format!("{run:?}").contains("nobody"),
+        "the run switched to nobody: {run:?}"
+    );
+    for what in ["cleared", "copied"] {
+        let pid = first_pid(&shared.join(format!("{what}.pid")), what).await;
+        assert_ends(pid, &format!("nobody's {what} process"), || node.log_text()).await;
+    }
+    assert!(
+        crate::util::alive(hold),
+        "hold's run, whose id was copied, ended: the test proved nothing\n{}",
+        node.log_text()
+    );
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
 /// A killed daemon's reaper ends what its runs left outside their process groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_daemon_takes_escaped_processes_with_it() {
