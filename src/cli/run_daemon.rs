@@ -80,13 +80,20 @@ pub(super) async fn run_daemon(
     .map_err(|e| Failure::usage(e.to_string()))?;
     tracing::info!(node = %config.node_name, database = %config.database_url, jobs = config.jobs.len(), "starting");
     // The generations of signatures this node has run, kept across restarts (signed mode).
-    crate::daemon::generations::load(crate::daemon::generations::file_for(
+    // A signed-mode node that cannot read them does not start: it would run an old version
+    // written back while it was down.
+    if let Err(m) = crate::daemon::generations::load(crate::daemon::generations::file_for(
         env.state_directory
             .as_deref()
             .unwrap_or(crate::config::STATE_DIR_DEFAULT),
         &config.database_url.to_string(),
         &config.node_name,
-    ));
+    )) {
+        if config.security.sql_jobs == crate::config::security::SqlJobs::Signed {
+            return Err(Failure::usage(m));
+        }
+        tracing::warn!("{m} (open mode: not used)");
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     spawn_signal_thread(tx.clone(), path, explicit, env).map_err(Failure::runtime)?;
 

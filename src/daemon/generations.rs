@@ -51,28 +51,35 @@ pub fn file_for(state_dir: &str, database: &str, node: &str) -> PathBuf {
 }
 
 /// Reads the floors kept in `file` (none yet: an empty set) and keeps them there from now
-/// on. Called once when the daemon starts; an unreadable file is logged and the node starts
-/// with what it has.
-pub fn load(file: PathBuf) {
+/// on. Called once when the daemon starts. A file that is there but cannot be read or parsed
+/// is an error, and nothing is kept in it: a signed-mode node refuses to start on it (the
+/// daemon's start), since it would no longer know which versions it already ran.
+pub fn load(file: PathBuf) -> Result<(), String> {
     let mut f = floors().lock().unwrap_or_else(|e| e.into_inner());
-    match std::fs::read_to_string(&file) {
-        Ok(text) => match serde_json::from_str::<BTreeMap<String, u64>>(&text) {
-            Ok(seen) => {
-                for (name, g) in seen {
-                    let e = f.seen.entry(name).or_default();
-                    *e = (*e).max(g);
-                }
-            }
-            Err(e) => {
-                tracing::error!(file = %file.display(), error = %e, "signed generations: cannot parse the file; starting from what this run sees")
-            }
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let fix = "it holds the newest signed generation this node has run of each job; restore it, \
+               or move it aside to start from the generations now in the table (a replay written \
+               while this node was down would then not be refused)";
+    let seen = match std::fs::read_to_string(&file) {
+        Ok(text) => serde_json::from_str::<BTreeMap<String, u64>>(&text).map_err(|e| {
+            format!(
+                "signed generations: cannot parse {}: {e}; {fix}",
+                file.display()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
         Err(e) => {
-            tracing::error!(file = %file.display(), error = %e, "signed generations: cannot read the file; starting from what this run sees")
+            return Err(format!(
+                "signed generations: cannot read {}: {e}; {fix}",
+                file.display()
+            ));
         }
+    };
+    for (name, g) in seen {
+        let e = f.seen.entry(name).or_default();
+        *e = (*e).max(g);
     }
     f.file = Some(file);
+    Ok(())
 }
 
 /// Accepts `generation` of a signature for `name` unless a higher one was seen; raises the
@@ -245,7 +252,7 @@ mod tests {
     fn an_older_generation_is_refused_once_a_newer_one_ran() {
         let dir = tempfile::tempdir().unwrap();
         let file = file_for(dir.path().to_str().unwrap(), "postgres://db/x", "n1");
-        load(file.clone());
+        load(file.clone()).unwrap();
         assert!(admit("gen-test-job", 10).is_ok());
         assert!(admit("gen-test-job", 10).is_ok());
         assert!(admit("gen-test-job", 12).is_ok());
@@ -259,5 +266,18 @@ mod tests {
             file,
             file_for(dir.path().to_str().unwrap(), "postgres://db/x", "n2")
         );
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_an_error_that_names_it_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("g.json");
+        std::fs::write(&file, "{\"a\": 1,").unwrap();
+        let e = load(file.clone()).unwrap_err();
+        assert!(e.contains("cannot parse") && e.contains("g.json"), "{e}");
+        assert!(e.contains("move it aside"), "{e}");
+        std::fs::create_dir(dir.path().join("d.json")).unwrap();
+        let e = load(dir.path().join("d.json")).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
     }
 }

@@ -731,3 +731,59 @@ async fn a_node_that_never_ran_a_job_refuses_its_old_version(dialect: Dialect) {
     drop(n2);
     store.close().await;
 }
+
+/// A signed-mode node whose file of generations is there but cannot be parsed does not start:
+/// it would no longer refuse a version older than one it ran. It names the file and the fix.
+/// An open-mode node starts (it uses no generation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_read_its_generations_does_not_start() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_key, public) = keygen(dir.path());
+    let url = sqlcron::model::database_url::DatabaseUrl::parse(&db.url).unwrap();
+    let file =
+        sqlcron::daemon::generations::file_for(dir.path().to_str().unwrap(), &url.to_string(), "n");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "{\"rotate\": 7, trunc").unwrap();
+    let signed = node_config(
+        &db.url,
+        "n",
+        &format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n"),
+    );
+    let mut node = DaemonProcess::start(dir.path(), "n", &signed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node did not exit\n{}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = node.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("cannot parse")
+            && log.contains(&file.display().to_string())
+            && log.contains("move it aside"),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "{\"rotate\": 7, trunc",
+        "the file is left as it was"
+    );
+    let open = node_config(&db.url, "n", "");
+    let node = DaemonProcess::start(dir.path(), "n", &open);
+    eventually(
+        Duration::from_secs(15),
+        "the open-mode node ready",
+        || async { node.log_text().contains("ready").then_some(()) },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+}
