@@ -177,6 +177,17 @@ pub(super) enum Command {
         /// is up): it runs once the job is resumed and a node claims it.
         #[arg(long)]
         queue: bool,
+        /// Wait for the run to end, print its output and exit with its exit code (a signal N
+        /// as 128+N, a timeout as 124). The output is printed when the run ends.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print a run's stored output: the job's newest run that has ended, or run RUN (the RUN
+    /// column of `history`). A line about the run goes to standard error.
+    Logs {
+        job: String,
+        /// A run's id, from `history`.
+        run: Option<i64>,
     },
     /// Stop a node claiming (default: this configuration's node); its runs finish. For rolling
     /// upgrades. Lasts until `undrain`, across restarts. SIGUSR2 to the daemon does the same.

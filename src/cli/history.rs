@@ -27,9 +27,10 @@ pub(super) async fn history(
         );
         return Ok(0);
     }
+    // RUN is what `sqlcron logs JOB RUN` takes.
     println!(
-        "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} DETAIL",
-        "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED"
+        "{:>8} {:<24} {:<21} {:>3} {:<10} {:<16} {:<21} DETAIL",
+        "RUN", "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED"
     );
     for r in rows {
         let detail = match Outcome::parse(&r.outcome) {
@@ -48,7 +49,8 @@ pub(super) async fn history(
             },
         };
         println!(
-            "{:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
+            "{:>8} {:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
+            r.id,
             shown(&r.job),
             daemon::fmt_ms(r.slot),
             r.attempt,

@@ -15,6 +15,7 @@ mod import;
 mod lock;
 mod next;
 mod run_daemon;
+mod run_now;
 mod signing;
 mod status;
 mod terminal;
@@ -280,7 +281,13 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 explain::run(&store, &config, &job, from.as_deref(), to.as_deref(), json).await
             }
             Command::Audit { job, limit, json } => {
-                audit(&connect_existing(&config).await?, job.as_deref(), limit, json).await
+                audit(
+                    &connect_existing(&config).await?,
+                    job.as_deref(),
+                    limit,
+                    json,
+                )
+                .await
             }
             Command::Events {
                 retry: Some(id), ..
@@ -300,7 +307,15 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             Command::Events {
                 job, limit, json, ..
-            } => events::run(&connect_existing(&config).await?, job.as_deref(), limit, json).await,
+            } => {
+                events::run(
+                    &connect_existing(&config).await?,
+                    job.as_deref(),
+                    limit,
+                    json,
+                )
+                .await
+            }
             Command::Sign { key, jobs } => {
                 signing::sign(&connect(&config).await?, &key, &jobs).await
             }
@@ -348,41 +363,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 )
                 .await
             }
-            Command::Run { job, queue } => {
-                let store = connect(&config).await?;
-                let row = store.job(&job).await.map_err(Failure::runtime)?;
-                if row
-                    .as_ref()
-                    .is_some_and(|r| r.run_on.as_deref() == Some("every_node"))
-                {
-                    return Err(Failure::usage(format!(
-                        "{job} runs on every node: run one node's copy, sqlcron run {job}@NODE"
-                    )));
-                }
-                // A run nothing will start is refused, unless asked to wait for it (--queue).
-                if let Some(r) = row.as_ref().filter(|_| !queue) {
-                    if !r.enabled {
-                        return Err(Failure::usage(format!(
-                            "{job} is paused: nothing runs it until `sqlcron resume {job}`; resume it first, or `sqlcron run --queue {job}` to have it run at the resume"
-                        )));
-                    }
-                    let (now, nodes) = tokio::try_join!(store.now(), store.nodes())
-                        .map_err(Failure::runtime)?;
-                    if !nodes.iter().any(|n| n.alive(now)) {
-                        return Err(Failure::runtime(format!(
-                            "no live node: nothing runs {job} now; start the service (systemctl start sqlcron), or `sqlcron run --queue {job}` to have it run when a node is up"
-                        )));
-                    }
-                }
-                if !store
-                    .request_run(&job, &crate::exec::account::this_process(None))
-                    .await
-                    .map_err(Failure::runtime)?
-                {
-                    return Err(no_such_job(&store, &job).await);
-                }
-                println!("{job}: will run as soon as a node is free");
-                Ok(0)
+            Command::Run { job, queue, wait } => run_now::run_now(&config, &job, queue, wait).await,
+            Command::Logs { job, run } => {
+                run_now::logs(&connect_read(&config).await?, &job, run).await
             }
             Command::Drain { node, wait } => {
                 let store = connect(&config).await?;

@@ -23,6 +23,20 @@ pub(super) fn shown(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` as [`shown`] writes it, but for newlines and tabs, which are kept: a job's output on
+/// a terminal.
+pub(super) fn shown_lines(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            line.split('\t')
+                .map(|part| shown(part).into_owned())
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +47,9 @@ mod tests {
         assert_eq!(shown("a\u{1b}[8mb"), "a\\u{1b}[8mb");
         assert_eq!(shown("x\ry\tz\u{9b}"), "x\\u{d}y\\u{9}z\\u{9b}");
         assert_eq!(shown("é ✓"), "é ✓");
+        assert_eq!(
+            shown_lines("a\tb\nc\u{1b}[2J\r\n"),
+            "a\tb\nc\\u{1b}[2J\\u{d}\n"
+        );
     }
 }
