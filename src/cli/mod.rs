@@ -143,7 +143,10 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         };
         return next(expr, tz, &when, &rule, &calendars).map(|()| 0);
     }
-    let config = config::load(&path, explicit, &env).map_err(|e| Failure::usage(e.to_string()))?;
+    let config = config::load(&path, explicit, &env).map_err(|e| match unreadable(&path) {
+        Some(hint) => Failure::usage(format!("{e}; {hint}")),
+        None => Failure::usage(e.to_string()),
+    })?;
     if let Command::Check = cli.command {
         check_accounts(&config)?;
         check::check_calendars(&config, Utc::now().timestamp_millis())?;
@@ -431,6 +434,34 @@ async fn stop(config: &Config, job: &str) -> Result<u8, Failure> {
 
 /// "no job named JOB", as every command says it (exit 2), with the closest name when one is
 /// near: a typo is told apart from a job without runs.
+/// Why this process cannot read the configuration file at `path`, and what an operator does
+/// about it (the packaged file is root:sqlcron 0640: its group reads it); `None` when it can.
+fn unreadable(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    if std::fs::File::open(path).is_ok() {
+        return None;
+    }
+    let meta = std::fs::metadata(path).ok()?;
+    let me = crate::exec::account::current().map_or_else(|e| e, |a| a.name);
+    let owner = crate::exec::account::name_of(meta.uid());
+    let group = crate::exec::account::group_name_of(meta.gid());
+    // Joining the file's group helps only where the group may read it, and never root's.
+    let join = if meta.mode() & 0o040 != 0 && meta.gid() != 0 {
+        format!(
+            "an operator in group {group} reads it (`sudo adduser {me} {group}`, then log in again), or "
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} is {owner}:{group} mode {:04o} and this command runs as {me}: {join}run the command \
+         with sudo, or give it a configuration of its own (`--config FILE`, or SQLCRON_CONFIG) \
+         that names the database, for example with a reader's credentials (docs/roles/)",
+        path.display(),
+        meta.mode() & 0o7777
+    ))
+}
+
 pub(super) async fn no_such_job(store: &Store, job: &str) -> Failure {
     let names: Vec<String> = store
         .jobs()

@@ -220,6 +220,23 @@ pub fn name_of(uid: u32) -> String {
     }
 }
 
+/// The name of the group `gid` (its number when it has none).
+pub fn group_name_of(gid: u32) -> String {
+    let mut buf = vec![0 as libc::c_char; 64 * 1024];
+    // SAFETY: zeroed group is a valid out-parameter.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; buf's length is passed.
+    let rc = unsafe { libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || gr.gr_name.is_null() {
+        return gid.to_string();
+    }
+    // SAFETY: getgrgid_r succeeded: gr_name points at a NUL-terminated name inside buf.
+    unsafe { std::ffi::CStr::from_ptr(gr.gr_name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// This host's name, as the kernel has it (`None` when it cannot be read).
 pub fn hostname() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

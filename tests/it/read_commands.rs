@@ -133,3 +133,51 @@ fn a_database_file_owned_by_another_user_is_named() {
         stderr(&out)
     );
 }
+
+/// An operator who cannot read the configuration is told how to (issue 51, point 6): the file's
+/// owner, group and mode, and joining its group where the group reads it (the package's file is
+/// root:sqlcron 0640); never the advice to join root's group. Before: `cannot read: Permission
+/// denied` alone.
+#[test]
+fn an_unreadable_configuration_names_the_way_to_read_it() {
+    if !sqlcron::exec::account::is_root() {
+        eprintln!("skipped: needs root to run a command as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = config_for(dir.path(), &dir.path().join("sqlcron.db"));
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let bin = dir.path().join("sqlcron");
+    std::fs::copy(crate::util::sqlcron_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = || {
+        std::process::Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .arg(&bin)
+            .args(["--config", cfg.to_str().unwrap(), "status"])
+            .env_remove("SQLCRON_CONFIG")
+            .output()
+            .unwrap()
+    };
+    // A group that may read it: join it.
+    std::os::unix::fs::chown(&cfg, Some(0), Some(1)).unwrap();
+    let out = as_nobody();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let group = sqlcron::exec::account::group_name_of(1);
+    let e = stderr(&out);
+    assert!(
+        e.contains(&format!("is root:{group} mode 0640"))
+            && e.contains(&format!("sudo adduser nobody {group}"))
+            && e.contains("runs as nobody"),
+        "{e}"
+    );
+    // Root's group: never the advice to join it.
+    std::os::unix::fs::chown(&cfg, Some(0), Some(0)).unwrap();
+    let e = stderr(&as_nobody());
+    assert!(
+        e.contains("is root:root mode 0640") && !e.contains("adduser") && e.contains("sudo"),
+        "{e}"
+    );
+}
