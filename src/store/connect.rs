@@ -144,6 +144,7 @@ impl Store {
                         )
                 })
         };
+        let fresh = shared.is_none();
         let topology = if shared.is_some() {
             shared
         } else if dialect == Dialect::Postgres {
@@ -174,6 +175,7 @@ impl Store {
             .is_some_and(|t| t.target == topology::Target::ReadWrite);
         // Weak: the choice holds its pools (to point them all anew), not the other way round.
         let stale = topology.as_ref().map(std::sync::Arc::downgrade);
+        let chooser = stale.clone();
         let ports = std::sync::Arc::new(configured.server_ports().to_vec());
         // SQLite serialises writes anyway; more connections only cost memory.
         let max_connections = if dialect == Dialect::Sqlite {
@@ -187,6 +189,7 @@ impl Store {
             .acquire_timeout(Duration::from_secs(5))
             .after_connect(move |conn, _meta| {
                 let ports = ports.clone();
+                let chooser = chooser.clone();
                 Box::pin(async move {
                     // Through a pooler the timeouts are set per transaction instead.
                     let session_timeout = if pooled { None } else { timeout_ms };
@@ -213,6 +216,15 @@ impl Store {
                             .await?
                             .try_get(0)?;
                         if ro != 0 {
+                            // Look for the server that does at once: the pool goes on trying
+                            // to connect until its acquire timeout, and a change of server
+                            // points its next try there (a standby first in the list, a
+                            // primary demoted by a failover).
+                            if let Some(t) = chooser.as_ref().and_then(std::sync::Weak::upgrade)
+                                && t.hosts.urls.len() > 1
+                            {
+                                t.select_soon();
+                            }
                             return Err(sqlx::Error::Protocol(topology::READ_ONLY_SERVER.into()));
                         }
                     }
@@ -244,6 +256,13 @@ impl Store {
             .connect_lazy_with(options);
         if let Some(t) = &topology {
             t.follow(&pool);
+            // A list of hosts is looked at once at the start, in the background: the first
+            // host may be down or a standby, and the pool would otherwise wait out its acquire
+            // timeout on it before anything looked further (every CLI command after a failover
+            // that left the primary on a later host).
+            if fresh && t.hosts.urls.len() > 1 {
+                t.select_soon();
+            }
         }
         Ok(Store {
             db: pooler::Db {

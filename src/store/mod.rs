@@ -354,7 +354,7 @@ impl Store {
         if let Some(t) = &self.topology
             && t.calls_for_selection(e)
         {
-            t.select_soon(&self.db.pool);
+            t.select_soon();
         }
     }
 

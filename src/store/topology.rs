@@ -120,8 +120,8 @@ impl Topology {
     }
 
     /// Starts choosing a server in the background unless a choice is under way or was made
-    /// within [`SELECT_SPACING`].
-    pub fn select_soon(self: &Arc<Self>, pool: &AnyPool) {
+    /// within [`SELECT_SPACING`]. Every pool that follows this choice is pointed anew.
+    pub fn select_soon(self: &Arc<Self>) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -134,9 +134,8 @@ impl Topology {
             return;
         }
         let me = self.clone();
-        let pool = pool.clone();
         handle.spawn(async move {
-            me.select(&pool).await;
+            me.select().await;
             *me.last_selection.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
             me.selecting.store(false, Ordering::SeqCst);
         });
@@ -158,10 +157,10 @@ impl Topology {
         }
     }
 
-    /// Tries the hosts in order (each within [`HOST_CONNECT_TIMEOUT`]) and points the pool at
+    /// Tries the hosts in order (each within [`HOST_CONNECT_TIMEOUT`]) and points the pools at
     /// the first that answers and, for [`Target::ReadWrite`], accepts writes. Connections to the
     /// old server are dropped as they come back to the pool.
-    async fn select(&self, pool: &AnyPool) {
+    async fn select(&self) {
         let was = self.current.load(Ordering::SeqCst);
         // The fault that called for this makes every pooled connection suspect: all are
         // dropped as they come back (a read-only answer on the one host, too).
@@ -172,7 +171,6 @@ impl Topology {
                 Ok(()) => {
                     self.mark_switched();
                     if i != was {
-                        pool.set_connect_options(options.clone());
                         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
                         self.current.store(i, Ordering::SeqCst);
                         for other in pools.iter() {
