@@ -238,17 +238,23 @@ impl Store {
             .test_before_acquire(false)
             // Connections opened before the pool changed server are dropped, not used.
             .before_acquire(move |conn, meta| {
-                let keep = stale
-                    .as_ref()
-                    .and_then(std::sync::Weak::upgrade)
-                    .is_none_or(|t| !t.is_stale(meta.age));
+                let topology = stale.as_ref().and_then(std::sync::Weak::upgrade);
+                let keep = topology.as_ref().is_none_or(|t| !t.is_stale(meta.age));
                 Box::pin(async move {
                     if !keep {
                         return Ok(false);
                     }
                     if meta.idle_for >= PING_IF_IDLE_FOR {
-                        // A failed ping closes the connection without a goodbye.
-                        sqlx::Connection::ping(conn).await?;
+                        // A failed ping closes the connection without a goodbye. The pool
+                        // then connects anew, to the same host, and says nothing of a refusal
+                        // until its acquire timeout: with several hosts, look for the server
+                        // now (the primary gone in a failover).
+                        if let Err(e) = sqlx::Connection::ping(conn).await {
+                            if let Some(t) = topology.filter(|t| t.hosts.urls.len() > 1) {
+                                t.select_soon();
+                            }
+                            return Err(e);
+                        }
                     }
                     Ok(true)
                 })

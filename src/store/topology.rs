@@ -49,6 +49,9 @@ pub struct Topology {
 /// The least time between two selections of a server.
 const SELECT_SPACING: Duration = Duration::from_millis(500);
 
+/// How long a selection that finds no usable server goes on looking by itself.
+const KEEP_LOOKING: Duration = Duration::from_secs(60);
+
 impl Topology {
     pub fn new(hosts: Hosts, target: Target, options: Vec<AnyConnectOptions>) -> Topology {
         Topology {
@@ -119,23 +122,45 @@ impl Topology {
         }
     }
 
-    /// Starts choosing a server in the background unless a choice is under way or was made
-    /// within [`SELECT_SPACING`]. Every pool that follows this choice is pointed anew.
+    /// Starts choosing a server in the background unless a choice is under way (one made within
+    /// [`SELECT_SPACING`] is followed by this one at that spacing). Every pool that follows
+    /// this choice is pointed anew.
     pub fn select_soon(self: &Arc<Self>) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let recent = self
+        if self.selecting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // A call within [`SELECT_SPACING`] of the last selection is not dropped but made at
+        // its end: the last one may have looked while the old server was still going down
+        // (answering a probe between its first refusals and its exit), and the next error
+        // might otherwise only come with a pool's acquire timeout.
+        let wait = self
             .last_selection
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|t| t.elapsed() < SELECT_SPACING);
-        if recent || self.selecting.swap(true, Ordering::SeqCst) {
-            return;
-        }
+            .map_or(Duration::ZERO, |t| {
+                SELECT_SPACING.saturating_sub(t.elapsed())
+            });
         let me = self.clone();
         handle.spawn(async move {
-            me.select().await;
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            // While no server is usable (the old primary gone, the new one not promoted yet),
+            // look again every [`SELECT_SPACING`] until one is, rather than waiting for the
+            // next statement to fail (a pool's acquire timeout, 5 s): a node follows a
+            // promotion within half a second. Given up after [`KEEP_LOOKING`]; the next error
+            // starts it again.
+            let began = Instant::now();
+            loop {
+                me.select().await;
+                if !me.failing.load(Ordering::SeqCst) || began.elapsed() > KEEP_LOOKING {
+                    break;
+                }
+                tokio::time::sleep(SELECT_SPACING).await;
+            }
             *me.last_selection.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
             me.selecting.store(false, Ordering::SeqCst);
         });
