@@ -21,6 +21,10 @@ CREATE ROLE sqlcron_reader LOGIN PASSWORD 'change-me-reader';
 
 -- after migrate --
 -- (Every role may connect to a database unless CONNECT was revoked from PUBLIC.)
+-- Nobody but the owner creates objects in the schema (PostgreSQL 15 and later do not let PUBLIC
+-- by default; 14 and older do): a function or operator an editor created there could be
+-- picked by the schema's triggers over pg_catalog's and run with another writer's rights.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO sqlcron_daemon, sqlcron_editor, sqlcron_locker, sqlcron_reader;
 
 -- The daemon: rows of every table, never their definition.

@@ -8,8 +8,27 @@
 -- The update part goes first in the one BEFORE UPDATE trigger (migration 0020: one trigger per
 -- event, as a claim, lease extension and release each run it); the rest of its body is that
 -- of migration 0020 word for word.
+-- A session's `SET insert_id = N` would still choose the id AUTO_INCREMENT hands out (a review
+-- planted the largest BIGINT that way): an insert in such a session is refused, here and in
+-- cron_audit's trigger. sqlcron never sets it.
 CREATE TRIGGER cron_table_id BEFORE INSERT ON cron_table FOR EACH ROW
+BEGIN
+    IF @@session.insert_id <> 0 THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlcron: a job id is the server''s; unset insert_id';
+    END IF;
     SET NEW.id = NULL;
+END;
+
+DROP TRIGGER cron_audit_db_user_insert;
+
+CREATE TRIGGER cron_audit_db_user_insert BEFORE INSERT ON cron_audit FOR EACH ROW
+BEGIN
+    IF @@session.insert_id <> 0 THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'sqlcron: an audit id is the server''s; unset insert_id';
+    END IF;
+    SET NEW.id = NULL;
+    SET NEW.db_user = USER();
+END;
 
 DROP TRIGGER cron_table_before_update;
 

@@ -59,6 +59,13 @@ pub fn load(file: PathBuf) -> Result<(), String> {
     let fix = "it holds the newest signed generation this node has run of each job; restore it, \
                or move it aside to start from the generations now in the table (a replay written \
                while this node was down would then not be refused)";
+    // A link is not followed, nor taken for a missing file (a dangling one read as none).
+    if std::fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!(
+            "signed generations: {} is a symbolic link, not the node's own file; {fix}",
+            file.display()
+        ));
+    }
     let seen = match std::fs::read_to_string(&file) {
         Ok(text) => serde_json::from_str::<BTreeMap<String, u64>>(&text).map_err(|e| {
             format!(
@@ -238,7 +245,18 @@ fn save(file: &std::path::Path, seen: &BTreeMap<String, u64>) -> std::io::Result
             .create(dir)?;
     }
     let tmp = file.with_extension("json.tmp");
-    let mut out = std::fs::File::create(&tmp)?;
+    // A new file of the daemon's own, 0600, never through a link another user left there: a
+    // leftover temporary file (a crash between create and rename) is removed first.
+    let _ = std::fs::remove_file(&tmp);
+    let mut out = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?
+    };
     out.write_all(serde_json::to_string(seen).unwrap_or_default().as_bytes())?;
     out.sync_all()?;
     std::fs::rename(&tmp, file)
@@ -276,6 +294,10 @@ mod tests {
         let e = load(file.clone()).unwrap_err();
         assert!(e.contains("cannot parse") && e.contains("g.json"), "{e}");
         assert!(e.contains("move it aside"), "{e}");
+        std::os::unix::fs::symlink(dir.path().join("nowhere.json"), dir.path().join("l.json"))
+            .unwrap();
+        let e = load(dir.path().join("l.json")).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
         std::fs::create_dir(dir.path().join("d.json")).unwrap();
         let e = load(dir.path().join("d.json")).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");

@@ -512,6 +512,15 @@ impl Daemon {
         if config.daemon.max_parallel != old.daemon.max_parallel {
             tracing::warn!("reload: [daemon] max_parallel changes need a restart");
         }
+        // Signed mode's floors are read at the start only (and a node refuses to start on a
+        // file it cannot read): a reload cannot switch the mode.
+        if config.security.sql_jobs != old.security.sql_jobs {
+            tracing::error!(
+                "reload: [security] sql_jobs changes need a restart; the whole file is not applied"
+            );
+            self.shared.manager.ready();
+            return;
+        }
         *self
             .shared
             .config

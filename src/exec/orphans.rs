@@ -185,6 +185,11 @@ fn sweep_once() -> bool {
             }
             continue;
         }
+        // A run being spawned may be this very child, switched to its account already but
+        // not yet in `own`: judged at a later look (the sweep every second).
+        if spawning {
+            continue;
+        }
         // Runs of the daemon's own account that may still hand it their processes.
         let (live, keeping) = (&s.live, &s.keeping);
         let handing = |id: &String| live.contains_key(id) && !keeping.contains(id);

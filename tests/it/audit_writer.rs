@@ -325,6 +325,13 @@ fn planted_job_ids(dialect: Dialect) -> Vec<&'static str> {
     }
 }
 
+/// The same through the session (MySQL's `SET insert_id`): refused, on cron_table and on
+/// cron_audit, and AUTO_INCREMENT does not move.
+const SESSION_INSERT_IDS: [&str; 2] = [
+    "INSERT INTO cron_table (name, schedule, command) VALUES ('p3', '@daily', 'true')",
+    "INSERT INTO cron_audit (at, action, job, who) VALUES (1, 'pause', 'a', 'alice')",
+];
+
 async fn a_writer_cannot_choose_a_jobs_id(dialect: Dialect) {
     if dialect == Dialect::Sqlite {
         // Documented limit: a writer of the file can do anything (docs/security.md).
@@ -359,6 +366,22 @@ async fn a_writer_cannot_choose_a_jobs_id(dialect: Dialect) {
         writer.execute_raw(sql).await.unwrap();
     }
     assert_eq!(id_of("a").await, a, "an update keeps the row's id");
+    if dialect == Dialect::Mysql {
+        for sql in SESSION_INSERT_IDS {
+            writer
+                .execute_raw("SET insert_id = 9223372036854775806")
+                .await
+                .unwrap();
+            let refused = writer.execute_raw(sql).await;
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("insert_id")),
+                "{sql}: {refused:?}"
+            );
+            writer.execute_raw("SET insert_id = 0").await.unwrap();
+        }
+    }
     // Every later insert of a job still gets an id of its own.
     store
         .apply_toml(&[job("a"), job("b"), job("c")], false, &alice())
@@ -377,7 +400,10 @@ async fn a_writer_cannot_choose_a_jobs_id(dialect: Dialect) {
         );
         store
             .execute_raw(
-                "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'cron_table_id' \
+                "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_proc WHERE proname IN ('cron_table_id', 'cron_audit_db_user') \
+                   AND (prosrc LIKE '%:= nextval%' OR NOT EXISTS (SELECT 1 FROM unnest(COALESCE(proconfig, '{}')) c \
+                   WHERE c LIKE 'search_path=pg_catalog,%'))) THEN RAISE EXCEPTION 'nextval not pg_catalog''s'; \
+                 END IF; IF EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'cron_table_id' \
                    AND NOT EXISTS (SELECT 1 FROM unnest(COALESCE(proconfig, '{}')) c \
                    WHERE c LIKE 'search_path=%')) THEN RAISE EXCEPTION 'no fixed search_path'; \
                  END IF; END $$",
