@@ -27,11 +27,8 @@ pub(super) async fn history(
         );
         return Ok(0);
     }
-    // RUN is what `sqlcron logs JOB RUN` takes.
-    println!(
-        "{:>8} {:<24} {:<21} {:>3} {:<10} {:<16} {:<21} DETAIL",
-        "RUN", "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED"
-    );
+    // RUN is what `sqlcron logs JOB RUN` takes. Columns as wide as their widest value.
+    let mut cells = Vec::with_capacity(rows.len());
     for r in rows {
         let detail = match Outcome::parse(&r.outcome) {
             Ok(Outcome::Skipped) => format!(
@@ -48,18 +45,26 @@ pub(super) async fn history(
                 _ => r.message.clone().unwrap_or_default(),
             },
         };
-        println!(
-            "{:>8} {:<24} {:<21} {:>3} {:<10} {:<16} {:<21} {}",
-            r.id,
-            shown(&r.job),
+        cells.push(vec![
+            r.id.to_string(),
+            shown(&r.job).into_owned(),
             daemon::fmt_ms(r.slot),
-            r.attempt,
-            shown(&r.outcome),
-            shown(&r.node.unwrap_or_default()),
+            r.attempt.to_string(),
+            shown(&r.outcome).into_owned(),
+            shown(&r.node.unwrap_or_default()).into_owned(),
             fmt_ms(r.ended),
-            shown(&detail)
-        );
+            shown(&detail).into_owned(),
+        ]);
     }
+    print!(
+        "{}",
+        super::terminal::table(
+            &[
+                "RUN", "JOB", "SLOT", "TRY", "OUTCOME", "NODE", "ENDED", "DETAIL"
+            ],
+            &cells
+        )
+    );
     Ok(0)
 }
 

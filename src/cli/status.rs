@@ -299,11 +299,9 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     if let Some(w) = status.warning {
         out.push_str(&format!("WARNING: {w}\n\n"));
     }
-    // Like `systemctl list-timers`: when next and in how long, when last and how long ago.
-    out.push_str(&format!(
-        "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {}\n",
-        "JOB", "NEXT", "LEFT", "LAST", "PASSED", "RESULT", "STATE", "SCHEDULE"
-    ));
+    // Like `systemctl list-timers`: when next and in how long, when last and how long ago;
+    // each column as wide as its widest value.
+    let mut jobs = Vec::with_capacity(status.jobs.len());
     for j in &status.jobs {
         let state = if let Some(e) = &j.error {
             format!("error: {e}")
@@ -342,44 +340,49 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             .calendars
             .as_ref()
             .map_or_else(String::new, |c| format!(", {c}"));
-        out.push_str(&format!(
-            "{:<24} {:<24} {:<10} {:<24} {:<10} {:<14} {:<28} {} ({}){calendars}\n",
-            j.name,
+        jobs.push(vec![
+            j.name.clone(),
             j.next_run.clone().unwrap_or_else(|| "-".into()),
             left,
             j.last_end.clone().unwrap_or_else(|| "-".into()),
             passed,
             result,
             state,
-            j.schedule,
-            j.timezone
-        ));
+            format!("{} ({}){calendars}", j.schedule, j.timezone),
+        ]);
     }
-    out.push_str(&format!(
-        "\n{:<24} {:<24} {:<8} {:<6} {:<24} {:<22} {}\n",
-        "NODE", "HOST", "PID", "ALIVE", "TAGS", "STATE", "LAST SEEN"
+    out.push_str(&super::terminal::table(
+        &[
+            "JOB", "NEXT", "LEFT", "LAST", "PASSED", "RESULT", "STATE", "SCHEDULE",
+        ],
+        &jobs,
     ));
+    let mut nodes = Vec::with_capacity(status.nodes.len());
     for n in &status.nodes {
         let state = match (n.drained, n.running) {
             (true, 0) => "drained".to_string(),
             (true, r) => format!("draining ({r} running)"),
             (false, r) => format!("{r} running"),
         };
-        out.push_str(&format!(
-            "{:<24} {:<24} {:<8} {:<6} {:<24} {:<22} {}\n",
-            n.name,
+        nodes.push(vec![
+            n.name.clone(),
             n.host.clone().unwrap_or_default(),
             n.pid.map(|p| p.to_string()).unwrap_or_default(),
-            if n.alive { "yes" } else { "no" },
+            if n.alive { "yes" } else { "no" }.to_string(),
             if n.tags.is_empty() {
                 "-".to_string()
             } else {
                 n.tags.join(",")
             },
             state,
-            n.last_seen.clone().unwrap_or_default()
-        ));
+            n.last_seen.clone().unwrap_or_default(),
+        ]);
     }
+    out.push('\n');
+    out.push_str(&super::terminal::table(
+        &["NODE", "HOST", "PID", "ALIVE", "TAGS", "STATE", "LAST SEEN"],
+        &nodes,
+    ));
     if !status.calendars.is_empty() {
         out.push_str(&format!(
             "\n{:<24} {:<8} {:<6} {}\n",

@@ -37,9 +37,64 @@ pub(super) fn shown_lines(text: &str) -> String {
         .join("\n")
 }
 
+/// A table as `systemctl list-timers` prints one: every column but the last as wide as its
+/// widest cell (or its heading), two spaces apart, so that no value runs into the next column.
+/// Widths count characters.
+pub(super) fn table(headings: &[&str], rows: &[Vec<String>]) -> String {
+    let columns = headings.len();
+    let mut widths: Vec<usize> = headings.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(columns.saturating_sub(1)) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i + 1 < columns {
+                text.push_str(cell);
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                text.extend(std::iter::repeat_n(' ', pad));
+            } else {
+                text.push_str(cell);
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut headings.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tables_columns_are_as_wide_as_their_widest_cell() {
+        let rows = vec![
+            vec![
+                "a".to_string(),
+                "2026-11-25T11:28:40.632Z".to_string(),
+                "exit 0".to_string(),
+            ],
+            vec!["long-name".to_string(), "-".to_string(), "x".to_string()],
+        ];
+        let text = table(&["JOB", "SLOT", "DETAIL"], &rows);
+        let lines: Vec<&str> = text.lines().collect();
+        // The last column starts at the same place on every line, after the widest slot.
+        let at = lines[0].find("DETAIL").unwrap();
+        assert_eq!(lines[1].find("exit 0"), Some(at), "{text}");
+        assert_eq!(lines[2].rfind('x'), Some(at), "{text}");
+        assert_eq!(
+            at,
+            "long-name".len() + 2 + "2026-11-25T11:28:40.632Z".len() + 2
+        );
+    }
 
     #[test]
     fn control_characters_are_shown_as_escapes() {

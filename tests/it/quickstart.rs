@@ -69,7 +69,8 @@ fn run(dir: &Path, user: Option<&str>) -> String {
     );
     let hello_ok = text.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        f.first() == Some(&"hello") && f.get(3) == Some(&"ok")
+        // history: RUN JOB SLOT TRY OUTCOME ...
+        f.get(1) == Some(&"hello") && f.get(4) == Some(&"ok")
     });
     assert!(hello_ok, "no ok run of hello:\n{text}\n{}", stderr(&out));
     // Issue 26 (9): `status` tells when next and in how long, when last and how long ago.
