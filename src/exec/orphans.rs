@@ -27,10 +27,10 @@
 //! subreaper before `exec` (`runner::setup_child`; the setting is kept across `exec`): while the
 //! main process lives, a process of the run whose parent dies is handed to it, not to the
 //! daemon. So under a root daemon, where every run as another user is forked, the variable
-//! decides nothing for those runs: the run's end does, and the account. Only runs of the
-//! daemon's own account (started with `posix_spawn`, no hook before `exec`) still rely on the
-//! variable; a process of the same account can signal the daemon itself, so it is no boundary
-//! there (docs/security.md).
+//! decides nothing for those runs: the run's end does, and the account. Only runs started
+//! with `posix_spawn` (the daemon's own account, no limits, no control group: no hook before
+//! `exec`) still rely on the variable; a process of the daemon's account can signal the daemon
+//! itself, so it is no boundary there (docs/security.md).
 //!
 //! Orphans that exited are reaped by their PID (never `waitpid(-1)`: the runtime reaps the
 //! processes the daemon started). When the daemon itself dies, its orphans go to init; the job
