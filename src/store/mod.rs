@@ -329,6 +329,7 @@ mod release_rows;
 mod retention;
 pub mod start_rate;
 pub mod topology;
+pub mod run_search;
 pub mod wake;
 pub mod web;
 

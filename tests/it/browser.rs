@@ -411,6 +411,74 @@ async fn the_dashboard_works_in_chromium() {
     .await;
     shots.take_whole(&c, "explain").await;
 
+    // The runs view: filter by job and outcome with the form, then page to older runs; the
+    // filter stays in the URL and in the links.
+    c.goto(&format!("{base}/runs")).await.unwrap();
+    c.find(Locator::Id("f-job"))
+        .await
+        .unwrap()
+        .send_keys("tick")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#f-outcome option[value='ok']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Css("form[aria-label='filter the runs'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the filtered runs", || async {
+        let url = c.current_url().await.ok()?;
+        (text_of(&c, "main h1").await == "Runs of tick" && url.query()?.contains("outcome=ok"))
+            .then_some(())
+    })
+    .await;
+    let shown = |c: &Client| {
+        let c = c.clone();
+        async move {
+            let mut rows = vec![];
+            for tr in c.find_all(Locator::Css("main tbody tr")).await.unwrap() {
+                let class = tr.attr("class").await.unwrap().unwrap_or_default();
+                let cells = tr.find_all(Locator::Css("td")).await.unwrap();
+                rows.push((class, cells[1].text().await.unwrap()));
+            }
+            rows
+        }
+    };
+    let first = shown(&c).await;
+    shots
+        .check(
+            &c,
+            !first.is_empty() && first.iter().all(|(o, j)| o == "ok" && j == "tick"),
+            &format!("the filter shows only tick's good runs: {first:?}"),
+        )
+        .await;
+    shots.take(&c, "runs").await;
+    c.find(Locator::Css("a[rel=last]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the oldest page", || async {
+        let q = c.current_url().await.ok()?.query()?.to_string();
+        (q.contains("after=0") && q.contains("job=tick")).then_some(())
+    })
+    .await;
+    let oldest = shown(&c).await;
+    shots
+        .check(
+            &c,
+            oldest.last() == first.last() || first.len() == 50,
+            &format!("the oldest page ends with the first run: {oldest:?} / {first:?}"),
+        )
+        .await;
+
     // The other views.
     for (path, name, heading) in [
         ("/timeline?minutes=10", "timeline", "Timeline"),

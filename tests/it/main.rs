@@ -41,6 +41,7 @@ mod read_commands;
 mod retention;
 mod roles;
 mod run_record;
+mod run_search;
 mod run_wait;
 mod schedules;
 mod security;

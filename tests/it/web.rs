@@ -717,6 +717,7 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     );
     assert_eq!(alice.get("/runs/999999999").await.0, StatusCode::NOT_FOUND);
     api_matches_its_description(&alice, run_id).await;
+    runs_are_browsed_by_cursor_and_filter(&alice, &store).await;
     live_stream_sends_runs_and_resumes(&alice).await;
 
     // Breaking a lock: admins only, after a confirmation; audited.
@@ -1097,6 +1098,56 @@ fn conforms(spec: &serde_json::Value, schema: &serde_json::Value, v: &serde_json
             conforms(spec, &schema["items"], item, &format!("{at}[{i}]"));
         }
     }
+}
+
+/// The runs view and `/api/v1/runs`: `older` links walk a job's history down to its first run
+/// (each run once), the filter stays in every link, and a filter that cannot be read is
+/// refused with the reason.
+async fn runs_are_browsed_by_cursor_and_filter(b: &Browser, store: &sqlcron::store::Store) {
+    let (status, body, _) = b.get("/api/v1/runs?job=tick&limit=2").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mut page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let newest = page["runs"][0]["id"].as_i64().unwrap();
+    let mut seen = vec![];
+    loop {
+        for r in page["runs"].as_array().unwrap() {
+            assert_eq!(r["job"], "tick");
+            seen.push(r["id"].as_i64().unwrap());
+        }
+        let Some(older) = page["older"].as_str() else {
+            break;
+        };
+        assert!(older.starts_with("/cron/api/v1/runs?job=tick&before="), "{older}");
+        assert!(older.ends_with("&limit=2"), "{older}");
+        let (_, body, _) = b.get(older.trim_start_matches("/cron")).await;
+        page = serde_json::from_str(&body).unwrap();
+    }
+    let mut recorded: Vec<i64> = store
+        .history(Some("tick"), 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .filter(|id| *id <= newest)
+        .collect();
+    recorded.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(seen, recorded, "each run of tick once, newest first, to the first");
+    assert!(seen.len() >= 2);
+
+    let (status, view, _) = b.get("/runs?job=tick&outcome=ok&since=1h").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(view.contains("Runs of tick"), "{view}");
+    assert!(
+        view.contains(&format!("href=\"/cron/runs/{newest}\"")),
+        "the newest run is listed: {view}"
+    );
+    assert!(view.contains("/cron/runs?job=tick&amp;outcome=ok&amp;since=1h&amp;after=0"), "{view}");
+    let (_, failed, _) = b.get("/runs?job=tick&outcome=failed").await;
+    assert!(failed.contains("No run matches."), "{failed}");
+    let (status, body, _) = b.get("/api/v1/runs?outcome=weird").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("not one of ok, failed"), "{body}");
+    assert_eq!(b.get("/runs?since=yesterday").await.0, StatusCode::BAD_REQUEST);
 }
 
 /// The event stream sends a `run` event for runs anywhere in the cluster (`tick` runs every two

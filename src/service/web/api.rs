@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::model::access::Action;
+use crate::store::run_search::RunPlace;
 use crate::store::{JobRow, PARKED};
 
 use super::Web;
@@ -216,17 +217,31 @@ pub(crate) async fn slots(
 pub(crate) async fn runs(
     State(web): State<Web>,
     headers: HeaderMap,
-    Query(query): Query<JobQuery>,
+    Query(query): Query<super::history::RunsQuery>,
 ) -> Response {
     if let Err(r) = reader(&web, &headers).await {
         return r;
     }
+    let now = match web.store.now().await {
+        Ok(n) => n,
+        Err(e) => return problem(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    let (filter, place) = match query.read(now) {
+        Ok(f) => f,
+        Err(m) => return problem(StatusCode::BAD_REQUEST, m),
+    };
     let limit = query.limit.unwrap_or(PAGE).clamp(1, 500);
-    match web.store.runs_light(query.job.as_deref(), limit).await {
-        Ok(runs) => Json(serde_json::json!({
-            "runs": runs.iter().map(api_run).collect::<Vec<_>>()
-        }))
-        .into_response(),
+    match web.store.runs_page(&filter, place, limit).await {
+        Ok(page) => {
+            let link = |p: RunPlace| web.href(&format!("/api/v1/runs{}", query.with_place(p)));
+            Json(serde_json::json!({
+                "runs": page.runs.iter().map(api_run).collect::<Vec<_>>(),
+                "older": page.older.map(|id| link(RunPlace::Before(id))),
+                "newer": page.newer.map(|id| link(RunPlace::After(id))),
+                "searched": page.searched,
+            }))
+            .into_response()
+        }
         Err(e) => problem(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }

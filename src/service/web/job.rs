@@ -129,6 +129,7 @@ pub(crate) async fn job(
         p { a href=(web.href(&format!("/events?job={}", encode(&row.name)))) { "Hook events of " (row.name) }
             " · " a href=(web.href(&format!("/audit?job={}", encode(&row.name)))) { "Audit entries of " (row.name) } }
         h2 { "Recent runs" }
+        p { a href=(web.href(&format!("/runs?job={}", encode(&row.name)))) { "Every run of " (row.name) ", filtered and searched" } }
         @if runs.is_empty() { p { "No run recorded." } } @else {
             table { thead { tr { th { "Slot" } th { "Try" } th { "Outcome" } th { "Node" } th { "Ended" } th { "Took" } } }
                 tbody { @for r in &runs { tr class=(r.outcome) {

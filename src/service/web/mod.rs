@@ -11,6 +11,7 @@ mod auth;
 mod backfill;
 mod calendar;
 mod cluster;
+mod history;
 mod job;
 mod live;
 mod pages;
@@ -302,6 +303,7 @@ pub(crate) fn router(web: Web) -> Router {
         )
         .route("/jobs/{name}/calendar", get(calendar::job_calendar))
         .route("/density", get(calendar::density))
+        .route("/runs", get(history::runs_view))
         .route("/runs/{id}", get(runs::run))
         .route("/runs/{id}/output", get(runs::output))
         .route("/timeline", get(runs::timeline))

@@ -58,6 +58,7 @@ pub(crate) fn page(
                         a.brand href=(web.href("/")) { "sqlcron" }
                         a href=(web.href("/")) { "Overview" }
                         a href=(web.href("/jobs")) { "Jobs" }
+                        a href=(web.href("/runs")) { "Runs" }
                         a href=(web.href("/timeline")) { "Timeline" }
                         a href=(web.href("/density")) { "Density" }
                         a href=(web.href("/nodes")) { "Nodes" }
