@@ -318,6 +318,7 @@ mod drift;
 mod events;
 pub mod every_node;
 mod galera;
+pub mod job_search;
 mod keepalive;
 mod lease;
 pub mod locks;
@@ -327,9 +328,9 @@ mod pooler;
 mod release;
 mod release_rows;
 mod retention;
+pub mod run_search;
 pub mod start_rate;
 pub mod topology;
-pub mod run_search;
 pub mod wake;
 pub mod web;
 

@@ -101,10 +101,13 @@ impl Store {
                  (SELECT id FROM cron_runs WHERE {} ORDER BY id {order} LIMIT {SEARCH_WINDOW}) w",
                 where_of(&conds)
             );
-            let row = bound(sqlx::query(AssertSqlSafe(self.dialect.render(&window))), &binds)
-                .fetch_one(&self.db)
-                .await
-                .map_err(sql_err!(self, "read runs to search"))?;
+            let row = bound(
+                sqlx::query(AssertSqlSafe(self.dialect.render(&window))),
+                &binds,
+            )
+            .fetch_one(&self.db)
+            .await
+            .map_err(sql_err!(self, "read runs to search"))?;
             let (lo, hi, n): (Option<i64>, Option<i64>, i64) = (
                 row.try_get("lo").map_err(sql_err!(self, "read runs"))?,
                 row.try_get("hi").map_err(sql_err!(self, "read runs"))?,
@@ -180,10 +183,13 @@ impl Store {
             where_of(conds),
             limit + 1
         );
-        let rows = bound(sqlx::query(AssertSqlSafe(self.dialect.render(&text))), binds)
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read runs"))?;
+        let rows = bound(
+            sqlx::query(AssertSqlSafe(self.dialect.render(&text))),
+            binds,
+        )
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read runs"))?;
         rows.iter()
             .map(history_row)
             .collect::<std::result::Result<_, sqlx::Error>>()

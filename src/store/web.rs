@@ -68,35 +68,6 @@ pub struct WebSession {
 }
 
 impl Store {
-    /// A page of jobs by name: those after `after` (exclusive) whose name contains `search`,
-    /// at most `limit`.
-    pub async fn jobs_page(
-        &self,
-        search: &str,
-        after: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<JobRow>> {
-        // `!` escapes: a backslash is itself an escape in MySQL's string literals.
-        let pattern = format!(
-            "%{}%",
-            search
-                .replace('!', "!!")
-                .replace('%', "!%")
-                .replace('_', "!_")
-        );
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE name > ? AND name LIKE ? ESCAPE '!' \
-             ORDER BY name LIMIT ?"
-        ))))
-        .bind(after.unwrap_or("").to_string())
-        .bind(pattern)
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list jobs"))?;
-        Ok(claim::decode_rows(&rows))
-    }
-
     /// The enabled jobs that fall due next, soonest first (parked rows excluded).
     pub async fn next_due(&self, limit: i64) -> Result<Vec<JobRow>> {
         let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(

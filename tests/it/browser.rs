@@ -411,6 +411,34 @@ async fn the_dashboard_works_in_chromium() {
     .await;
     shots.take_whole(&c, "explain").await;
 
+    // The job list's filter: names with a "t" (tick, nightly-backup, report), soonest due
+    // first; the filter in the URL.
+    c.goto(&format!("{base}/jobs")).await.unwrap();
+    c.find(Locator::Id("q"))
+        .await
+        .unwrap()
+        .send_keys("t")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#f-sort option[value='next']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Css("form[aria-label='filter the jobs'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the filtered jobs", || async {
+        let q = c.current_url().await.ok()?.query()?.to_string();
+        (q.contains("sort=next") && text_of(&c, "#job-count").await == "3 jobs match").then_some(())
+    })
+    .await;
+    shots.take(&c, "jobs-filtered").await;
+
     // The runs view: filter by job and outcome with the form, then page to older runs; the
     // filter stays in the URL and in the links.
     c.goto(&format!("{base}/runs")).await.unwrap();

@@ -27,6 +27,7 @@ mod faults;
 mod galera;
 mod http_jobs;
 mod http_server;
+mod job_search;
 mod locks;
 mod mariadb_outage;
 mod metrics;

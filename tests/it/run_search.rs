@@ -105,7 +105,11 @@ async fn every_run_is_reached_by_cursor_and_the_filters_hold(dialect: Dialect) {
     assert_eq!(back, all);
     let up = walk(&store, &none, RunPlace::After(0), 7).await;
     assert_eq!(up[0].len(), 7, "the oldest page is full");
-    assert_eq!(*up[0].last().unwrap(), *all.last().unwrap(), "it starts at the first run");
+    assert_eq!(
+        *up[0].last().unwrap(),
+        *all.last().unwrap(),
+        "it starts at the first run"
+    );
     let mut forth: Vec<i64> = up.concat();
     forth.sort_unstable_by(|a, b| b.cmp(a));
     assert_eq!(forth, all);
@@ -156,7 +160,10 @@ async fn every_run_is_reached_by_cursor_and_the_filters_hold(dialect: Dialect) {
     };
     let page = store.runs_page(&since, RunPlace::Newest, 50).await.unwrap();
     assert_eq!(
-        page.runs.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+        page.runs
+            .iter()
+            .map(|r| r.outcome.as_str())
+            .collect::<Vec<_>>(),
         ["running", "ok", "ok"],
         "the run going and the two that ended at 299.5 s and 300.5 s"
     );
@@ -174,7 +181,11 @@ async fn every_run_is_reached_by_cursor_and_the_filters_hold(dialect: Dialect) {
         if !page.runs.is_empty() {
             break page;
         }
-        assert_eq!(page.searched, Some(SEARCH_WINDOW), "an empty page says it stopped");
+        assert_eq!(
+            page.searched,
+            Some(SEARCH_WINDOW),
+            "an empty page says it stopped"
+        );
         windows += 1;
         place = RunPlace::Before(page.older.expect("the search goes on"));
         assert!(windows < 10);

@@ -1117,7 +1117,10 @@ async fn runs_are_browsed_by_cursor_and_filter(b: &Browser, store: &sqlcron::sto
         let Some(older) = page["older"].as_str() else {
             break;
         };
-        assert!(older.starts_with("/cron/api/v1/runs?job=tick&before="), "{older}");
+        assert!(
+            older.starts_with("/cron/api/v1/runs?job=tick&before="),
+            "{older}"
+        );
         assert!(older.ends_with("&limit=2"), "{older}");
         let (_, body, _) = b.get(older.trim_start_matches("/cron")).await;
         page = serde_json::from_str(&body).unwrap();
@@ -1131,7 +1134,10 @@ async fn runs_are_browsed_by_cursor_and_filter(b: &Browser, store: &sqlcron::sto
         .filter(|id| *id <= newest)
         .collect();
     recorded.sort_unstable_by(|a, b| b.cmp(a));
-    assert_eq!(seen, recorded, "each run of tick once, newest first, to the first");
+    assert_eq!(
+        seen, recorded,
+        "each run of tick once, newest first, to the first"
+    );
     assert!(seen.len() >= 2);
 
     let (status, view, _) = b.get("/runs?job=tick&outcome=ok&since=1h").await;
@@ -1141,13 +1147,30 @@ async fn runs_are_browsed_by_cursor_and_filter(b: &Browser, store: &sqlcron::sto
         view.contains(&format!("href=\"/cron/runs/{newest}\"")),
         "the newest run is listed: {view}"
     );
-    assert!(view.contains("/cron/runs?job=tick&amp;outcome=ok&amp;since=1h&amp;after=0"), "{view}");
+    assert!(
+        view.contains("/cron/runs?job=tick&amp;outcome=ok&amp;since=1h&amp;after=0"),
+        "{view}"
+    );
     let (_, failed, _) = b.get("/runs?job=tick&outcome=failed").await;
     assert!(failed.contains("No run matches."), "{failed}");
     let (status, body, _) = b.get("/api/v1/runs?outcome=weird").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("not one of ok, failed"), "{body}");
-    assert_eq!(b.get("/runs?since=yesterday").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        b.get("/runs?since=yesterday").await.0,
+        StatusCode::BAD_REQUEST
+    );
+
+    // The job list's filter: slow never ran (so is not failing), tick has.
+    let (status, list, _) = b.get("/jobs?state=idle&sort=next&q=slo").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert!(list.contains("1 job matches"), "{list}");
+    assert!(list.contains("href=\"/cron/jobs/slow\""), "{list}");
+    let (_, body, _) = b.get("/api/v1/jobs?q=ti&state=failing").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["total"], 0, "{body}");
+    let (status, body, _) = b.get("/api/v1/jobs?state=sleepy").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
 
 /// The event stream sends a `run` event for runs anywhere in the cluster (`tick` runs every two

@@ -64,32 +64,30 @@ async fn reader(web: &Web, headers: &HeaderMap) -> Result<(), Response> {
         })
 }
 
-#[derive(Deserialize)]
-pub(crate) struct ListQuery {
-    #[serde(default)]
-    q: String,
-    after: Option<String>,
-}
-
 pub(crate) async fn jobs(
     State(web): State<Web>,
     headers: HeaderMap,
-    Query(query): Query<ListQuery>,
+    Query(query): Query<super::jobs::JobsQuery>,
 ) -> Response {
     if let Err(r) = reader(&web, &headers).await {
         return r;
     }
+    let (filter, sort) = match query.read() {
+        Ok(f) => f,
+        Err(m) => return problem(StatusCode::BAD_REQUEST, m),
+    };
     match web
         .store
-        .jobs_page(&query.q, query.after.as_deref(), PAGE + 1)
+        .jobs_filtered(&filter, sort, query.after.as_deref(), PAGE + 1)
         .await
     {
-        Ok(rows) => {
+        Ok((rows, total)) => {
             let more = rows.len() as i64 > PAGE;
             let page = &rows[..rows.len().min(PAGE as usize)];
-            let next = page.last().filter(|_| more).map(|j| j.name.clone());
+            let next = page.last().filter(|_| more).map(|j| sort.cursor(j));
             Json(serde_json::json!({
                 "jobs": page.iter().map(api_job).collect::<Vec<_>>(),
+                "total": total,
                 "next_after": next,
             }))
             .into_response()

@@ -69,7 +69,10 @@ impl RunsQuery {
         if let Some(o) = &outcome
             && !OUTCOMES.contains(&o.as_str())
         {
-            return Err(format!("outcome: \"{o}\" is not one of {}", OUTCOMES.join(", ")));
+            return Err(format!(
+                "outcome: \"{o}\" is not one of {}",
+                OUTCOMES.join(", ")
+            ));
         }
         let filter = RunFilter {
             job: text(&self.job, "job")?,
@@ -253,17 +256,29 @@ mod tests {
     #[test]
     fn a_query_becomes_a_filter_and_a_place() {
         let now = 10 * 3_600_000;
-        let (f, p) = q(&[("job", "backup"), ("outcome", "failed"), ("since", "1h"), ("before", "77")])
-            .read(now)
-            .unwrap();
+        let (f, p) = q(&[
+            ("job", "backup"),
+            ("outcome", "failed"),
+            ("since", "1h"),
+            ("before", "77"),
+        ])
+        .read(now)
+        .unwrap();
         assert_eq!(f.job.as_deref(), Some("backup"));
         assert_eq!(f.outcome.as_deref(), Some("failed"));
         assert_eq!(f.since, Some(9 * 3_600_000));
         assert_eq!(p, RunPlace::Before(77));
-        let (f, p) = q(&[("until", "1970-01-01T01:00:00Z"), ("after", "-5"), ("job", " ")])
-            .read(now)
-            .unwrap();
-        assert_eq!((f.until, f.job, p), (Some(3_600_000), None, RunPlace::After(0)));
+        let (f, p) = q(&[
+            ("until", "1970-01-01T01:00:00Z"),
+            ("after", "-5"),
+            ("job", " "),
+        ])
+        .read(now)
+        .unwrap();
+        assert_eq!(
+            (f.until, f.job, p),
+            (Some(3_600_000), None, RunPlace::After(0))
+        );
     }
 
     #[test]
@@ -278,13 +293,21 @@ mod tests {
             assert!(e.contains(says), "{e}");
         }
         let long = "x".repeat(MAX_TEXT + 1);
-        assert!(q(&[("q", &long)]).read(now).unwrap_err().starts_with("q: at most"));
+        assert!(
+            q(&[("q", &long)])
+                .read(now)
+                .unwrap_err()
+                .starts_with("q: at most")
+        );
     }
 
     #[test]
     fn links_keep_the_filter_and_change_the_cursor() {
         let query = q(&[("job", "a b"), ("q", "50%"), ("before", "9")]);
-        assert_eq!(query.with_place(RunPlace::After(3)), "?job=a%20b&q=50%25&after=3");
+        assert_eq!(
+            query.with_place(RunPlace::After(3)),
+            "?job=a%20b&q=50%25&after=3"
+        );
         assert_eq!(RunsQuery::default().with_place(RunPlace::Newest), "");
     }
 }

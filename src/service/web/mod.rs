@@ -13,6 +13,7 @@ mod calendar;
 mod cluster;
 mod history;
 mod job;
+mod jobs;
 mod live;
 mod pages;
 mod runs;
@@ -287,7 +288,7 @@ pub(crate) fn router(web: Web) -> Router {
     let base = web.config.base_path.clone();
     let app = Router::new()
         .route("/", get(pages::overview))
-        .route("/jobs", get(pages::jobs))
+        .route("/jobs", get(jobs::jobs))
         .route("/jobs/bulk", post(actions::bulk))
         .route("/jobs/{name}", get(job::job))
         .route("/jobs/{name}/run", post(actions::run_now))

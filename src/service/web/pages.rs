@@ -1,11 +1,10 @@
 //! The dashboard's pages, rendered on the server (maud escapes every value): the overview, the
 //! job list and a job, the nodes. Times are UTC with a relative form ("in 3min").
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
-use serde::Deserialize;
 
 use crate::model::access::{Action, refusal};
 use crate::model::placement::{NodeOffer, unplaceable};
@@ -348,75 +347,6 @@ pub(crate) async fn overview(State(web): State<Web>, headers: HeaderMap) -> Resp
         }
     };
     page(&web, Some(&who), "Overview", body).into_response()
-}
-
-#[derive(Deserialize)]
-pub(crate) struct JobsQuery {
-    #[serde(default)]
-    q: String,
-    /// The last name of the previous page.
-    after: Option<String>,
-}
-
-pub(crate) async fn jobs(
-    State(web): State<Web>,
-    headers: HeaderMap,
-    Query(query): Query<JobsQuery>,
-) -> Response {
-    let who = match allowed(&web, &headers, Action::Read).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let now = match web.store.now().await {
-        Ok(n) => n,
-        Err(e) => return unavailable(e),
-    };
-    let rows = match web
-        .store
-        .jobs_page(&query.q, query.after.as_deref(), PAGE + 1)
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => return unavailable(e),
-    };
-    let more = rows.len() as i64 > PAGE;
-    let rows = &rows[..rows.len().min(PAGE as usize)];
-    let can_act = refusal(who.role, Action::Pause, web.config.read_only).is_none();
-    let body = html! {
-        h1 { "Jobs" }
-        form.search method="get" action=(web.href("/jobs")) role="search" {
-            label for="q" { "Name contains" }
-            input #q name="q" value=(query.q) type="search";
-            button type="submit" { "Search" }
-        }
-        @if can_act {
-            form #bulk .bulk method="post" action=(web.href("/jobs/bulk")) {
-                label for="bulk-action" { "With the selected jobs" }
-                select #bulk-action name="action" {
-                    option value="pause" { "Pause" }
-                    option value="resume" { "Resume" }
-                    option value="run" { "Run now" }
-                }
-                button type="submit" { "Apply" }
-            }
-        }
-        table {
-            thead { tr { @if can_act { th { span.visually-hidden { "Select" } } } th { "Job" } th { "State" } th { "Schedule" } th { "Next" } th { "Held by" } @if can_act { th { "Actions" } } } }
-            tbody { @for j in rows { tr {
-                @if can_act { td { input type="checkbox" form="bulk" name="job" value=(j.name) aria-label=(format!("Select {}", j.name)); } }
-                td { a href=(web.href(&format!("/jobs/{}", encode(&j.name)))) { (j.name) } }
-                td { span class=(format!("badge {}", state(j))) { (state(j)) } }
-                td { code { (j.schedule) } " " small { (j.timezone.as_deref().unwrap_or("UTC")) } }
-                td { (next_cell(j, now, who.shown, &web.node.defaults)) }
-                td { (j.exec_by.as_deref().unwrap_or("-")) }
-                @if can_act { td { (job_actions(&web, j)) } }
-            } } }
-        }
-        @if let Some(last) = rows.last().filter(|_| more) {
-            p { a rel="next" href=(web.href(&format!("/jobs?q={}&after={}", encode(&query.q), encode(&last.name)))) { "Next page" } }
-        }
-    };
-    page(&web, Some(&who), "Jobs", body).into_response()
 }
 
 /// Percent-encoding for a query value.

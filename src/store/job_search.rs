@@ -1,0 +1,166 @@
+//! The job list's filter: name text, state (paused, running, parked, failing, idle), a tag or
+//! pinned node of the placement, pool and zone; sorted by name or by when each falls due, a
+//! page at a time by keyset (never an offset), with the count of every job that matches. What
+//! the dashboard's job list and `/api/v1/jobs` read.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::*;
+
+/// The states a job can be filtered by.
+pub const STATES: [&str; 5] = ["idle", "running", "paused", "parked", "failing"];
+
+/// Which jobs to list. Every part is optional; the parts given must all hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Text the name contains.
+    pub name: String,
+    /// One of [`STATES`]; `failing`: the last run ended `failed`, `timeout` or `lost`.
+    pub state: Option<String>,
+    /// A tag (or a node) the placement names.
+    pub tag: Option<String>,
+    pub pool: Option<String>,
+    /// The zone the row names; `default` for a row that names none (the node's default).
+    pub zone: Option<String>,
+}
+
+/// The order of the list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JobSort {
+    #[default]
+    Name,
+    /// Soonest due first (a running job by the end of its lease, parked ones last), then name.
+    Next,
+}
+
+impl JobSort {
+    pub fn parse(text: &str) -> Option<JobSort> {
+        match text {
+            "" | "name" => Some(JobSort::Name),
+            "next" => Some(JobSort::Next),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSort::Name => "name",
+            JobSort::Next => "next",
+        }
+    }
+
+    /// The cursor of the page after `row`.
+    pub fn cursor(self, row: &JobRow) -> String {
+        match self {
+            JobSort::Name => row.name.clone(),
+            JobSort::Next => format!("{}|{}", row.next_exec.unwrap_or(PARKED), row.name),
+        }
+    }
+}
+
+/// `%text%` for `LIKE ... ESCAPE '!'` (a backslash is itself an escape in MySQL's literals).
+pub(super) fn contains_pattern(text: &str) -> String {
+    format!(
+        "%{}%",
+        text.replace('!', "!!")
+            .replace('%', "!%")
+            .replace('_', "!_")
+    )
+}
+
+impl Store {
+    /// A page of at most `limit` jobs matching `filter` in `sort` order, after the cursor
+    /// `after` ([`JobSort::cursor`] of the last row of the previous page), and the number of
+    /// every job that matches.
+    pub async fn jobs_filtered(
+        &self,
+        filter: &JobFilter,
+        sort: JobSort,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<(Vec<JobRow>, i64)> {
+        let mut conds = vec!["name LIKE ? ESCAPE '!'".to_string()];
+        let mut binds = vec![contains_pattern(&filter.name)];
+        match filter.state.as_deref() {
+            None => {}
+            Some("parked") => conds.push(format!("(next_exec = {PARKED} OR error IS NOT NULL)")),
+            Some("running") => conds.push("exec_by IS NOT NULL".into()),
+            Some("paused") => conds.push("enabled = 0".into()),
+            Some("failing") => conds.push("last_status IN ('failed', 'timeout', 'lost')".into()),
+            Some(_) => conds.push(format!(
+                "enabled = 1 AND exec_by IS NULL AND error IS NULL AND next_exec <> {PARKED}"
+            )),
+        }
+        if let Some(t) = &filter.tag {
+            conds.push("placement LIKE ? ESCAPE '!'".into());
+            binds.push(contains_pattern(&format!("\"{t}\"")));
+        }
+        if let Some(p) = &filter.pool {
+            conds.push("pool = ?".into());
+            binds.push(p.clone());
+        }
+        match filter.zone.as_deref() {
+            None => {}
+            Some("default") => conds.push("timezone IS NULL".into()),
+            Some(z) => {
+                conds.push("timezone = ?".into());
+                binds.push(z.to_string());
+            }
+        }
+        let matching = conds.join(" AND ");
+        let count_text = format!("SELECT COUNT(*) AS n FROM cron_table WHERE {matching}");
+        let mut count = sqlx::query(AssertSqlSafe(self.dialect.render(&count_text)));
+        for b in &binds {
+            count = count.bind(b.clone());
+        }
+        let total: i64 = count
+            .fetch_one(&self.db)
+            .await
+            .and_then(|r| r.try_get("n"))
+            .map_err(sql_err!(self, "count jobs"))?;
+
+        let due = format!("COALESCE(next_exec, {PARKED})");
+        let (page_cond, order, cursor_binds): (String, String, Vec<Bind>) = match (sort, after) {
+            (JobSort::Name, after) => (
+                "name > ?".into(),
+                "name".into(),
+                vec![Bind::Text(after.unwrap_or("").to_string())],
+            ),
+            (JobSort::Next, None) => ("1 = 1".into(), format!("{due}, name"), vec![]),
+            (JobSort::Next, Some(cursor)) => {
+                let (at, name) = cursor.split_once('|').unwrap_or(("", cursor));
+                let at: i64 = at.parse().unwrap_or(i64::MIN);
+                (
+                    format!("({due} > ? OR ({due} = ? AND name > ?))"),
+                    format!("{due}, name"),
+                    vec![Bind::Int(at), Bind::Int(at), Bind::Text(name.to_string())],
+                )
+            }
+        };
+        let text = format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE {matching} AND {page_cond} \
+             ORDER BY {order} LIMIT ?"
+        );
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
+        for b in &binds {
+            q = q.bind(b.clone());
+        }
+        for b in cursor_binds {
+            q = match b {
+                Bind::Int(i) => q.bind(i),
+                Bind::Text(t) => q.bind(t),
+            };
+        }
+        let rows = q
+            .bind(limit)
+            .fetch_all(&self.db)
+            .await
+            .map_err(sql_err!(self, "list jobs"))?;
+        Ok((claim::decode_rows(&rows), total))
+    }
+}
+
+enum Bind {
+    Int(i64),
+    Text(String),
+}
