@@ -1,6 +1,7 @@
 //! The dashboard under a large cluster's data (`cargo bench --bench daemon -- dashboard`):
-//! 10,000 jobs and 1,000,000 runs on PostgreSQL, the job list (first page, a deep page, a
-//! search) and a job's page, one client and 20 at once; then the run path's start lateness
+//! 10,000 jobs and 1,000,000 runs on PostgreSQL (and one job of 200,000 runs), the job list
+//! (first page, a deep page, a search, a filter) and a job's page, the runs view (filters,
+//! an output search, the first page of the 200,000), one client and 20 at once; then the run path's start lateness
 //! (3 nodes, 100 jobs every second) without and with 20 clients reading the dashboard.
 
 use std::time::{Duration, Instant};
@@ -11,6 +12,8 @@ use super::{Db, FAR, fill, lateness_of, percentile, start_daemon, stop, wait_rea
 
 const JOBS: i64 = 10_000;
 const RUNS: i64 = 1_000_000;
+/// The runs of the one job `big`.
+const BIG: i64 = 200_000;
 
 /// `[daemon]` for a bench node: jobs need a user when the daemon runs as root.
 fn daemon_table() -> String {
@@ -21,10 +24,22 @@ fn daemon_table() -> String {
     }
 }
 
-/// 1,000,000 finished runs spread over the 10,000 jobs, one a second back from now (so the
-/// last day holds 86,400 of them, about 9 per job).
+/// One job, `big`, with 200,000 runs, the oldest of all; then 1,000,000 finished runs spread
+/// over the 10,000 jobs, one a second up to now (so the last day holds 86,400 of them, about 9
+/// per job). Records are inserted oldest first, so a later run has a larger id, as in a real
+/// history.
 async fn seed(store: &sqlcron::store::Store) {
     let now = store.now().await.unwrap();
+    let first = now - (RUNS + BIG) * 1000;
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, outcome, exit_code, output) \
+             SELECT 'big', {first} + g * 1000, 1, 'seed', g, {first} + g * 1000 + 20, \
+             {first} + g * 1000 + 520, 'ok', 0, 'output of a big run' \
+             FROM generate_series(0, {BIG} - 1) g"
+        ))
+        .await
+        .unwrap();
     let chunk = 250_000;
     let mut start = 0;
     while start < RUNS {
@@ -32,8 +47,8 @@ async fn seed(store: &sqlcron::store::Store) {
         store
             .execute_raw(&format!(
                 "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, outcome, exit_code, output) \
-                 SELECT 'job' || (g % {JOBS} + 1), {now} - g * 1000, 1, 'seed', g, {now} - g * 1000 + 20, \
-                 {now} - g * 1000 + 520, CASE WHEN g % 97 = 0 THEN 'failed' ELSE 'ok' END, 0, 'output of a run' \
+                 SELECT 'job' || (g % {JOBS} + 1), {now} - ({RUNS} - g) * 1000, 1, 'seed', g, {now} - ({RUNS} - g) * 1000 + 20, \
+                 {now} - ({RUNS} - g) * 1000 + 520, CASE WHEN g % 97 = 0 THEN 'failed' ELSE 'ok' END, 0, 'output of a run' \
                  FROM generate_series({start}, {end}) g"
             ))
             .await
@@ -110,12 +125,21 @@ pub async fn dashboard() {
         "/",
         "/timeline",
         "/api/v1/jobs?after=job9000",
+        "/jobs?state=failing&sort=next",
+        "/runs",
+        "/runs?outcome=failed&since=1h",
+        "/runs?outcome=failed&before=700000",
+        "/runs?job=job1234",
+        "/runs?node=seed&since=24h",
+        "/runs?q=no%20such%20text",
+        "/runs?job=big&after=0",
+        "/api/v1/runs?job=big&after=0&limit=500",
     ];
     measure(&base, &paths, 1, 5).await; // warm the caches
     for clients in [1, 20] {
         for (path, p50, p99) in measure(&base, &paths, clients, 200 / clients.min(10)).await {
             println!(
-                "dashboard  postgres {clients:>2} client(s) {path:<28} p50 {p50:>6.1} ms  p99 {p99:>6.1} ms"
+                "dashboard  postgres {clients:>2} client(s) {path:<40} p50 {p50:>6.1} ms  p99 {p99:>6.1} ms"
             );
         }
     }
