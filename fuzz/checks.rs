@@ -108,7 +108,7 @@ pub fn row(data: &[u8]) {
     {
         let _ = up.env();
     }
-    let _ = sqlcron::daemon::resolve(&row, &sqlcron::model::job::Policy::default());
+    let _ = sqlcron::model::row_decode::resolve(&row, &sqlcron::model::job::Policy::default());
     // Signed mode: the canonical text of any definition, and any signature column, checked
     // against a key (never valid by chance; never a panic).
     let definition = row.definition();

@@ -2,10 +2,9 @@
 //! range that has no successful run yet, oldest first, each once (see `store/backfill.rs`).
 
 use crate::config::Config;
-use crate::daemon;
-use crate::daemon::backfill::{self, rfc3339};
 use crate::store::Store;
 use crate::store::backfill::backfill_name;
+use crate::store::backfill_plan::{self as backfill, rfc3339};
 
 use super::Failure;
 use super::explain::parse_time;
@@ -22,7 +21,7 @@ pub async fn run(store: &Store, config: &Config, req: Request<'_>) -> Result<u8,
     let Some(row) = store.job(req.job).await.map_err(Failure::runtime)? else {
         return Err(super::no_such_job(store, req.job).await);
     };
-    let (schedule, _) = daemon::resolve(&row, &config.defaults)
+    let (schedule, _) = crate::model::row_decode::resolve(&row, &config.defaults)
         .map_err(|e| Failure::runtime(format!("{}: cannot be backfilled: {e}", req.job)))?;
     let from = parse_time(req.from, &schedule)?;
     let to = parse_time(req.to, &schedule)?;

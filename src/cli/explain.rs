@@ -3,7 +3,6 @@
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::daemon;
 use crate::model::explain::{Range, SlotExplained, explain};
 use crate::model::placement::{NodeOffer, unplaceable};
 use crate::schedule::Schedule;
@@ -62,7 +61,7 @@ pub async fn run(
     let Some(row) = store.job(job).await.map_err(Failure::runtime)? else {
         return Err(super::no_such_job(store, job).await);
     };
-    let (schedule, _) = daemon::resolve(&row, &config.defaults)
+    let (schedule, _) = crate::model::row_decode::resolve(&row, &config.defaults)
         .map_err(|e| Failure::runtime(format!("{job}: cannot be explained: {e}")))?;
     let now = store.now().await.map_err(Failure::runtime)?;
     // By default the last day, or since the job was created when that is later: a job made an

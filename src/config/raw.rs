@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::model::hooks::AlertSettings;
+pub use crate::model::policy_keys::RawPolicy;
 
 /// The file as written. Every field is optional; defaults are applied in [`validate`].
 #[derive(Debug, Default, Deserialize)]
@@ -106,42 +107,6 @@ pub struct RawHistory {
     pub keep_runs: Option<i64>,
     pub keep_audit: Option<String>,
     pub prune_interval: Option<String>,
-}
-
-/// Policy keys, shared by `[defaults]` and `[[job]]`.
-#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RawPolicy {
-    pub timezone: Option<String>,
-    pub misfire: Option<String>,
-    pub starting_deadline: Option<String>,
-    pub max_catch_up: Option<i64>,
-    pub retries: Option<i64>,
-    pub retry_backoff: Option<String>,
-    pub retry_backoff_max: Option<String>,
-    pub timeout: Option<String>,
-    pub kill_grace: Option<String>,
-    pub jitter: Option<String>,
-    pub on_lease_lost: Option<String>,
-    pub rerun_lost: Option<bool>,
-    pub overlap: Option<String>,
-    /// Calendars whose times the job's slots skip (`[[calendar]]` names).
-    pub skip_on: Option<Vec<String>>,
-    /// Calendars outside whose times the job's slots are skipped (or deferred).
-    pub only_in: Option<Vec<String>>,
-    /// A slot outside `only_in` runs once at the next opening instead of being skipped.
-    pub defer: Option<bool>,
-    /// Upstreams that must have succeeded before a slot runs: `{ job = "extract", within =
-    /// "6h" }` or a list of them.
-    pub requires: Option<serde_json::Value>,
-    /// Alert keys (see `model/hooks.rs`): a hook is a command, a table with `command` or `url`, or
-    /// `false`.
-    pub on_failure: Option<serde_json::Value>,
-    pub on_success: Option<serde_json::Value>,
-    pub on_missed: Option<serde_json::Value>,
-    pub on_recovery: Option<serde_json::Value>,
-    pub alert_after: Option<String>,
-    pub ping_url: Option<String>,
 }
 
 impl RawPolicy {

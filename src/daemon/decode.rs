@@ -1,75 +1,16 @@
 //! A claimed row, decoded into what it means: its schedule and policy (or why it cannot run),
 //! and the command line, environment and limits of a run. Pure: no database, no process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::config::Config;
 use crate::exec::account::Account;
 use crate::exec::runner::{Program, RunSpec};
-use crate::model::hooks::AlertSettings;
-use crate::model::job::{Limits, Policy, PolicyOverrides};
-use crate::schedule::{Schedule, parse_zone};
+use crate::model::job::{Limits, Policy};
+use crate::model::row_decode::{inherit_list, row_http, row_limits};
+pub use crate::model::row_decode::{resolve, row_alerts};
+use crate::schedule::Schedule;
 use crate::store::JobRow;
-
-/// The schedule and the policy of a row, or why it cannot run.
-pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), String> {
-    if let Some(e) = &row.decode_error {
-        return Err(e.clone());
-    }
-    crate::model::names::check_name(&row.name, 200).map_err(|m| format!("name: {m}"))?;
-    let overrides = row_overrides(row)?;
-    let policy = overrides.apply_to(defaults);
-    parse_zone(&policy.timezone).map_err(|e| format!("timezone: {e}"))?;
-    let schedule = Schedule::parse_for(&row.schedule, &policy.timezone, Some(&row.name))
-        .map_err(|e| format!("schedule: {e}"))?;
-    match (&row.command, &row.argv) {
-        _ if row.http.is_some() => {
-            if row.command.is_some() || row.argv.is_some() {
-                return Err("http: give one of command, argv or http".into());
-            }
-            row_http(row)?;
-        }
-        (_, Some(argv)) => {
-            let v: Vec<String> = serde_json::from_str(argv)
-                .map_err(|e| format!("argv: not a JSON array of strings ({e})"))?;
-            if v.first().is_none_or(|p| p.is_empty()) {
-                return Err("argv: must name a program first".into());
-            }
-        }
-        (Some(c), None) if !c.trim().is_empty() => {}
-        _ => return Err("command: is empty".into()),
-    }
-    if let Some(env) = &row.env {
-        serde_json::from_str::<HashMap<String, String>>(env)
-            .map_err(|e| format!("env: not a JSON object of strings ({e})"))?;
-    }
-    if let Some(p) = &row.placement {
-        crate::model::placement::Placement::from_json(p)?;
-    }
-    if let Some(r) = row
-        .run_on
-        .as_deref()
-        .filter(|r| *r != "any" && *r != "every_node")
-    {
-        return Err(format!("run_on: \"{r}\" must be any or every_node"));
-    }
-    if let Some(text) = &row.after {
-        if row.name.chars().count() > crate::model::chains::MAX_CHAINED_NAME {
-            return Err(format!(
-                "name: a job with after_jobs has at most {} characters (its chained rows add \
-                 #after-<run id>)",
-                crate::model::chains::MAX_CHAINED_NAME
-            ));
-        }
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("after_jobs: not JSON ({e})"))?;
-        crate::model::chains::from_json(&v).map_err(|m| format!("after_jobs: {m}"))?;
-    }
-    inherit_list(row)?;
-    row_limits(row)?;
-    row_alerts(row)?;
-    Ok((schedule, policy))
-}
 
 /// [`resolve`], whether this node trusts the row ([`trusted`]) and whether it lets the row run
 /// as the account it names ([`account_allowed`]): what the claim path and the preparation of new
@@ -183,54 +124,6 @@ pub fn trusted(row: &JobRow, config: &Config, template: Option<&JobRow>) -> Resu
     super::generations::admit(name, generation)
 }
 
-/// The `http` column: an HTTP job's request, or `None` for a process.
-fn row_http(row: &JobRow) -> Result<Option<crate::model::http_target::HttpTarget>, String> {
-    row.http
-        .as_deref()
-        .map(|t| {
-            let v: serde_json::Value =
-                serde_json::from_str(t).map_err(|e| format!("http: not a JSON object ({e})"))?;
-            crate::model::http_target::HttpTarget::from_json(&v).map_err(|m| format!("http: {m}"))
-        })
-        .transpose()
-}
-
-/// The `inherit_env` column: a JSON array of variable names.
-fn inherit_list(row: &JobRow) -> Result<Vec<String>, String> {
-    row.inherit_env
-        .as_deref()
-        .map(|t| {
-            serde_json::from_str::<Vec<String>>(t)
-                .map_err(|e| format!("inherit_env: not a JSON array of strings ({e})"))
-        })
-        .transpose()
-        .map(Option::unwrap_or_default)
-}
-
-/// The `limits` column: a JSON object (see [`Limits::from_json`]).
-fn row_limits(row: &JobRow) -> Result<Limits, String> {
-    match &row.limits {
-        None => Ok(Limits::default()),
-        Some(t) => {
-            let v: serde_json::Value =
-                serde_json::from_str(t).map_err(|e| format!("limits: not JSON ({e})"))?;
-            Limits::from_json(&v).map_err(|e| format!("limits: {e}"))
-        }
-    }
-}
-
-/// The `alerts` column: a JSON object of hooks, `alert_after` and `ping_url`.
-pub fn row_alerts(row: &JobRow) -> Result<AlertSettings, String> {
-    match &row.alerts {
-        None => Ok(AlertSettings::default()),
-        Some(t) => {
-            let v: serde_json::Value =
-                serde_json::from_str(t).map_err(|e| format!("alerts: not JSON ({e})"))?;
-            AlertSettings::from_json(&v).map_err(|e| format!("alerts: {e}"))
-        }
-    }
-}
-
 /// What a run's process is made of besides its row: the daemon's own account and environment,
 /// read once at start.
 #[derive(Debug, Clone)]
@@ -298,47 +191,6 @@ pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Resul
         }
         None => Ok(()),
     }
-}
-
-fn row_overrides(row: &JobRow) -> Result<PolicyOverrides, String> {
-    let get = |k: &str| row.policy.get(k).cloned().flatten();
-    let int = |k: &str| -> Result<Option<i64>, String> {
-        get(k)
-            .map(|v| {
-                v.trim()
-                    .parse::<i64>()
-                    .map_err(|_| format!("{k}: \"{v}\" is not a whole number"))
-            })
-            .transpose()
-    };
-    let raw = crate::config::RawPolicy {
-        timezone: row.timezone.clone(),
-        misfire: get("misfire"),
-        starting_deadline: get("starting_deadline"),
-        max_catch_up: int("max_catch_up")?,
-        retries: int("retries")?,
-        retry_backoff: get("retry_backoff"),
-        retry_backoff_max: get("retry_backoff_max"),
-        timeout: get("timeout"),
-        kill_grace: get("kill_grace"),
-        jitter: get("jitter"),
-        on_lease_lost: get("on_lease_lost"),
-        rerun_lost: int("rerun_lost")?.map(|n| n != 0),
-        overlap: get("overlap"),
-        ..Default::default()
-    };
-    let mut overrides = PolicyOverrides::from_raw(&raw).map_err(|(k, m)| format!("{k}: {m}"))?;
-    if let Some(text) = get("requires") {
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("requires: not JSON ({e})"))?;
-        overrides.requires =
-            Some(crate::model::requires::from_json(&v).map_err(|m| format!("requires: {m}"))?);
-    }
-    if let Some(text) = get("calendars") {
-        overrides.calendars = crate::model::calendars::CalendarOverrides::from_json(&text)
-            .map_err(|m| format!("calendars: {m}"))?;
-    }
-    Ok(overrides)
 }
 
 /// Whether a job may have the daemon read the file `path` for it as its `key` (`env_file`,

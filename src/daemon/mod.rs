@@ -11,7 +11,6 @@
 //! their rows released for takeover on a fresh timeout that the shutdown does not cancel.
 
 mod alerting;
-pub mod backfill;
 mod chains;
 mod claimed;
 pub mod decode;
@@ -44,7 +43,6 @@ use chrono::{DateTime, SecondsFormat};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-pub use decode::resolve;
 use lease::{Interrupt, Supervision};
 
 use crate::config::Config;

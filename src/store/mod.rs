@@ -309,6 +309,7 @@ mod admin;
 pub mod apply;
 mod audit;
 pub mod backfill;
+pub mod backfill_plan;
 pub mod calendars;
 pub mod certificate;
 pub mod chains;

@@ -185,11 +185,19 @@ fn imports(sources: &[(PathBuf, String)]) -> Vec<Import> {
 
 /// The layer rule broken by one import, if any.
 fn layer_violation(from: &[String], to: &[String]) -> Option<String> {
+    let from_path = from;
     let (Some(from), Some(to)) = (from.first(), to.first()) else {
         return None;
     };
     if from == to {
         return None;
+    }
+    if from == "service" && from_path.get(1).is_some_and(|m| m == "web") && to == "daemon" {
+        return Some(
+            "the dashboard (`service::web`) reads through `store` and `model`, never the run \
+             loop (`daemon`): move what it needs below (docs/architecture.md)"
+                .to_string(),
+        );
     }
     let allowed = ALLOWED
         .iter()
@@ -457,6 +465,11 @@ fn the_checker_catches_a_forbidden_import_a_circle_and_a_big_room() {
     let forbidden = src(&[
         ("model/job.rs", "\n\nuse crate::store::Store;\n"),
         ("store/mod.rs", "fn f() { crate::exec::runner::run(); }\n"),
+        ("daemon/decode.rs", "pub fn resolve() {}\n"),
+        (
+            "service/web/job.rs",
+            "use crate::daemon::decode::resolve;\n",
+        ),
     ]);
     let found = problems(&forbidden, &BTreeSet::new());
     assert!(
@@ -470,6 +483,12 @@ fn the_checker_catches_a_forbidden_import_a_circle_and_a_big_room() {
         found
             .iter()
             .any(|p| p.starts_with("src/store/mod.rs:1:") && p.contains("not `exec`")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("src/service/web/job.rs:1:") && p.contains("never the run")),
         "{found:?}"
     );
 

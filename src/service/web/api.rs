@@ -163,7 +163,7 @@ pub(crate) async fn slots(
     let Some(row) = row else {
         return problem(StatusCode::NOT_FOUND, format!("no job named \"{name}\""));
     };
-    let (schedule, _) = match crate::daemon::resolve(&row, &web.node.defaults) {
+    let (schedule, _) = match crate::model::row_decode::resolve(&row, &web.node.defaults) {
         Ok(x) => x,
         Err(e) => return problem(StatusCode::CONFLICT, format!("{name}: cannot be read: {e}")),
     };

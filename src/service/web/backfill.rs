@@ -1,6 +1,6 @@
 //! Backfill from the browser (admins): a form for a range in the job's zone, then the plan
 //! (slots in the range, those that already ran successfully, those to queue) with a button that
-//! queues them through the same calls as `sqlcron backfill` (`daemon::backfill`), each audited
+//! queues them through the same calls as `sqlcron backfill` (`store::backfill_plan`), each audited
 //! with the web user as who. Queueing cannot be undone, so it always goes through the plan.
 
 use axum::extract::{Path, Query, State};
@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
-use crate::daemon::backfill::{self, Plan};
 use crate::model::access::Action;
 use crate::schedule::Schedule;
 use crate::store::JobRow;
+use crate::store::backfill_plan::{self as backfill, Plan};
 
 use super::Web;
 use super::pages::{allowed, encode, page, unavailable};
@@ -38,7 +38,7 @@ async fn job(web: &Web, name: &str) -> Result<(JobRow, Schedule), Response> {
         }
         Err(e) => return Err(unavailable(e)),
     };
-    match crate::daemon::resolve(&row, &web.node.defaults) {
+    match crate::model::row_decode::resolve(&row, &web.node.defaults) {
         Ok((schedule, _)) => Ok((row, schedule)),
         Err(e) => Err((
             StatusCode::CONFLICT,

@@ -92,7 +92,7 @@ pub(crate) async fn job_calendar(
     let Some(row) = row else {
         return (StatusCode::NOT_FOUND, format!("no job named \"{name}\"\n")).into_response();
     };
-    let schedule = match crate::daemon::resolve(&row, &web.node.defaults) {
+    let schedule = match crate::model::row_decode::resolve(&row, &web.node.defaults) {
         Ok((schedule, _)) => schedule,
         Err(e) => {
             return (
@@ -236,7 +236,7 @@ fn density_of(rows: &[crate::store::JobRow], web: &Web, now: i64) -> Density {
         };
     };
     for row in rows.iter().filter(|r| r.enabled) {
-        let Ok((schedule, _)) = crate::daemon::resolve(row, &web.node.defaults) else {
+        let Ok((schedule, _)) = crate::model::row_decode::resolve(row, &web.node.defaults) else {
             continue;
         };
         jobs += 1;

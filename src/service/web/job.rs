@@ -57,7 +57,7 @@ pub(crate) async fn job(
     let Some(row) = row else {
         return (StatusCode::NOT_FOUND, format!("no job named \"{name}\"\n")).into_response();
     };
-    let resolved = crate::daemon::resolve(&row, &web.node.defaults);
+    let resolved = crate::model::row_decode::resolve(&row, &web.node.defaults);
     let explained = match &resolved {
         Ok((schedule, _)) => {
             // The last day, or since the job was made when that is later (as `explain` does).

@@ -151,7 +151,7 @@ pub(crate) fn next_cell(
         .and_then(|z| crate::schedule::parse_zone(z).ok());
     if j.exec_by.is_some() {
         let after = j.slot.and_then(|slot| {
-            let (schedule, _) = crate::daemon::resolve(j, defaults).ok()?;
+            let (schedule, _) = crate::model::row_decode::resolve(j, defaults).ok()?;
             let t = chrono::DateTime::from_timestamp_millis(slot)?;
             schedule.next_after(t).map(|n| n.timestamp_millis())
         });

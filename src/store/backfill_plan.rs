@@ -1,13 +1,13 @@
 //! A backfill's plan and its queueing, shared by `sqlcron backfill` and the dashboard: every
 //! slot of a job in a past range that has no successful run yet, oldest first, each queued once
-//! as a one-off row (`store/backfill.rs`).
+//! as a one-off row (`backfill.rs`).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+use super::backfill::backfill_name;
+use super::{JobRow, Store};
 use crate::model::actor::Actor;
 use crate::schedule::Schedule;
-use crate::store::backfill::backfill_name;
-use crate::store::{JobRow, Store};
 
 /// The most slots one backfill considers: a wider range is refused (narrow it).
 pub const MAX_SLOTS: usize = 10_000;
@@ -101,7 +101,7 @@ pub async fn queue(
     row: &JobRow,
     todo: &[i64],
     actor: &Actor,
-) -> crate::store::Result<Vec<Queued>> {
+) -> super::Result<Vec<Queued>> {
     let mut out = Vec::with_capacity(todo.len());
     for &slot in todo {
         let created = store
