@@ -92,13 +92,22 @@ impl Store {
                 binds.push(Bind::Int(id));
             }
         }
-        let order = if newest_first { "DESC" } else { "ASC" };
+        let dir = if newest_first { "DESC" } else { "ASC" };
+        // Ordered as the index that serves the filter: with `job_name = ?` (or `outcome = ?`)
+        // first, the planner walks that index and stops at the page, where by `id` alone it may
+        // walk the primary key through every other job's runs to find them.
+        let order = match (&filter.job, &filter.outcome) {
+            (Some(_), _) => format!("job_name {dir}, id {dir}"),
+            (None, Some(_)) => format!("outcome {dir}, id {dir}"),
+            (None, None) => format!("id {dir}"),
+        };
+        let order = order.as_str();
         let mut searched = None;
         if let Some(text) = filter.text.as_deref().filter(|t| !t.is_empty()) {
             // The window: the next SEARCH_WINDOW runs the other conditions let through.
             let window = format!(
                 "SELECT MIN(id) AS lo, MAX(id) AS hi, COUNT(*) AS n FROM \
-                 (SELECT id FROM cron_runs WHERE {} ORDER BY id {order} LIMIT {SEARCH_WINDOW}) w",
+                 (SELECT id FROM cron_runs WHERE {} ORDER BY {order} LIMIT {SEARCH_WINDOW}) w",
                 where_of(&conds)
             );
             let row = bound(
@@ -179,7 +188,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<HistoryRow>> {
         let text = format!(
-            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE {} ORDER BY id {order} LIMIT {}",
+            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE {} ORDER BY {order} LIMIT {}",
             where_of(conds),
             limit + 1
         );
