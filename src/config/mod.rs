@@ -377,6 +377,23 @@ mod tests {
     }
 
     #[test]
+    fn the_public_path_defaults_to_the_base_path_and_is_checked_like_it() {
+        let web = |t: &str| parse_ok(&format!("[web]\nlisten = \"127.0.0.1:8080\"\n{t}")).web;
+        let w = web("base_path = \"/cron/\"\n");
+        assert_eq!(
+            (w.base_path.as_str(), w.public_path.as_str()),
+            ("/cron", "/cron")
+        );
+        let w = web("public_path = \"/ops/cron\"\n");
+        assert_eq!(
+            (w.base_path.as_str(), w.public_path.as_str()),
+            ("", "/ops/cron")
+        );
+        let e = parse_err("[web]\nlisten = \"127.0.0.1:8080\"\npublic_path = \"cron/../x\"\n");
+        assert!(e.contains("[web] public_path"), "{e}");
+    }
+
+    #[test]
     fn direct_url_is_for_postgresql_behind_a_pooler() {
         let c = parse_ok(
             "[database]\nurl = \"postgres://a@bouncer:6432/x\"\ndirect_url = \"postgres://a@db1/x\"\n",

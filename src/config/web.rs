@@ -19,6 +19,9 @@ pub struct RawWeb {
     pub listen: Option<String>,
     /// The path prefix behind a reverse proxy, e.g. `/cron`.
     pub base_path: Option<String>,
+    /// The prefix the browser sees, when a proxy strips it before passing a request on
+    /// (`base_path` is then what reaches the node, usually none). Default: `base_path`.
+    pub public_path: Option<String>,
     /// Database connections the dashboard may hold (its own pool).
     pub pool_size: Option<u32>,
     /// `name:role:$argon2id$...` lines (`sqlcron web-user` prints one).
@@ -43,8 +46,10 @@ pub struct RawWeb {
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebConfig {
     pub listen: Option<SocketAddr>,
-    /// Empty, or `/a/b` (no trailing slash).
+    /// Empty, or `/a/b` (no trailing slash): where the routes are served.
     pub base_path: String,
+    /// Empty, or `/a/b`: the prefix of every link, redirect and cookie (the browser's view).
+    pub public_path: String,
     pub pool_size: u32,
     pub users_file: Option<String>,
     /// After [`read_users`]: the users of `users_file`.
@@ -78,26 +83,10 @@ pub(super) fn validate(raw: &RawWeb, c: &mut Collector) -> WebConfig {
                 None
             }
         });
-    let base_path = match raw.base_path.as_deref().map(|p| p.trim_end_matches('/')) {
-        None | Some("") => String::new(),
-        Some(p)
-            if p.starts_with('/')
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "/-_.~".contains(c))
-                && !p.contains("//")
-                && !p.split('/').any(|seg| seg == "." || seg == "..") =>
-        {
-            p.to_string()
-        }
-        Some(p) => {
-            c.push(
-                "[web] base_path",
-                format!(
-                    "\"{p}\" must start with / and hold letters, digits and / - _ . ~ (e.g. \"/cron\")"
-                ),
-            );
-            String::new()
-        }
+    let base_path = sub_path(raw.base_path.as_deref(), "[web] base_path", c);
+    let public_path = match raw.public_path.as_deref() {
+        None => base_path.clone(),
+        p => sub_path(p, "[web] public_path", c),
     };
     let pool_size = match raw.pool_size {
         None => POOL_SIZE_DEFAULT,
@@ -210,6 +199,7 @@ pub(super) fn validate(raw: &RawWeb, c: &mut Collector) -> WebConfig {
     WebConfig {
         listen,
         base_path,
+        public_path,
         pool_size,
         users_file: raw.users_file.clone(),
         users: vec![],
@@ -219,6 +209,32 @@ pub(super) fn validate(raw: &RawWeb, c: &mut Collector) -> WebConfig {
         allowed_hosts: raw.allowed_hosts.clone().unwrap_or_default(),
         trusted_proxies,
         sso_header,
+    }
+}
+
+/// A path prefix as written (`/cron`, `/ops/cron/`): empty, or `/a/b` without the trailing
+/// slash; anything else is a problem of `key`.
+fn sub_path(raw: Option<&str>, key: &str, c: &mut Collector) -> String {
+    match raw.map(|p| p.trim_end_matches('/')) {
+        None | Some("") => String::new(),
+        Some(p)
+            if p.starts_with('/')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/-_.~".contains(c))
+                && !p.contains("//")
+                && !p.split('/').any(|seg| seg == "." || seg == "..") =>
+        {
+            p.to_string()
+        }
+        Some(p) => {
+            c.push(
+                key,
+                format!(
+                    "\"{p}\" must start with / and hold letters, digits and / - _ . ~ (e.g. \"/cron\")"
+                ),
+            );
+            String::new()
+        }
     }
 }
 

@@ -152,8 +152,14 @@ impl Store {
             binds.push(Bind::Text(j.clone()));
         }
         if let Some(o) = &filter.outcome {
-            conds.push("outcome = ?".to_string());
-            binds.push(Bind::Text(o.clone()));
+            // Written into the statement, not bound: with a bound outcome PostgreSQL's generic
+            // plan (after five runs of the statement) cannot tell a rare outcome from a common
+            // one and walks the primary key through every run. Only the fixed names are
+            // written; any other text matches nothing.
+            conds.push(match OUTCOMES.iter().find(|k| **k == o.as_str()) {
+                Some(known) => format!("outcome = '{known}'"),
+                None => "1 = 0".to_string(),
+            });
         }
         if let Some(n) = &filter.node {
             conds.push("node = ?".to_string());

@@ -146,6 +146,13 @@ async fn every_run_is_reached_by_cursor_and_the_filters_hold(dialect: Dialect) {
         .collect();
     assert!(!want.is_empty());
     assert_eq!(tokens(&store, &got).await, want);
+    // An outcome that is not one is no pattern and no statement text: it matches nothing.
+    let odd = RunFilter {
+        outcome: Some("ok' OR '1' = '1".into()),
+        ..RunFilter::default()
+    };
+    let page = store.runs_page(&odd, RunPlace::Newest, 5).await.unwrap();
+    assert!(page.runs.is_empty() && page.older.is_none());
     // A run still going matches any `since`; `until` leaves it out.
     store
         .execute_raw(

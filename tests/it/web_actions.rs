@@ -18,6 +18,85 @@ fn seen_token(page: &str) -> String {
     rest[..rest.find('"').unwrap()].to_string()
 }
 
+/// Point 7b: behind a proxy that strips `/cron` before passing a request on (nginx:
+/// `location /cron/ { proxy_pass http://127.0.0.1:PORT/; }`), `public_path = "/cron"` keeps
+/// every link, redirect and the cookie under `/cron`, where the browser must address them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_that_strips_the_prefix_keeps_links_redirects_and_cookie_under_it() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, user_line("olga", "operator", "olga-secret")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = free_port();
+    let extra = format!(
+        "[web]\nlisten = \"127.0.0.1:{port}\"\npublic_path = \"/cron\"\nusers_file = \"{}\"\n\
+         [[job]]\nname = \"once\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo ran\"\n",
+        users.display()
+    );
+    let _node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", &extra));
+    // What the proxy sends on: the address without the prefix.
+    let mut olga = Browser::new(port);
+    olga.base = format!("http://127.0.0.1:{port}");
+    eventually(Duration::from_secs(30), "the dashboard answers", || async {
+        olga.client
+            .get(format!("{}/login", olga.base))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == StatusCode::OK)
+            .map(|_| ())
+    })
+    .await;
+    let (status, _, headers) = olga.get("/jobs/once?tab=1").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        headers["location"], "/cron/login?next=%2Fcron%2Fjobs%2Fonce%3Ftab%3D1",
+        "the sign-in, and the page to return to, as the browser addresses them"
+    );
+    let (_, form, _) = olga.get("/login?next=%2Fcron%2Fjobs%2Fonce").await;
+    assert!(form.contains("action=\"/cron/login\""), "{form}");
+    assert!(
+        form.contains("name=\"next\" value=\"/cron/jobs/once\""),
+        "{form}"
+    );
+    let r = olga
+        .post(
+            "/login",
+            &[
+                ("user", "olga"),
+                ("password", "olga-secret"),
+                ("next", "/cron/jobs/once"),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(r.headers()["location"], "/cron/jobs/once");
+    assert_eq!(
+        olga.sign_in("olga", "olga-secret").await,
+        StatusCode::SEE_OTHER
+    );
+    let (status, page, _) = olga.get("/jobs/once").await;
+    assert_eq!(status, StatusCode::OK);
+    for attr in ["href=\"", "action=\"", "src=\""] {
+        for link in page.split(attr).skip(1) {
+            assert!(link.starts_with("/cron"), "{attr}{link}");
+        }
+    }
+    // An action's answer goes back under the prefix too.
+    let r = olga.post("/jobs/once/pause", &[], None).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        r.headers()["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/cron"),
+        "{:?}",
+        r.headers()["location"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_lands_on_the_page_asked_for_and_one_click_is_one_run() {
     let db = TestDb::new(Dialect::Postgres).await;

@@ -128,7 +128,7 @@ pub(crate) fn back(web: &Web, headers: &HeaderMap) -> Response {
     let to = headers
         .get(header::REFERER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|r| dashboard_path(r, &web.config.base_path))
+        .and_then(|r| dashboard_path(r, &web.config.public_path))
         .unwrap_or_else(|| web.href("/"));
     Redirect::to(&to).into_response()
 }

@@ -374,7 +374,7 @@ pub(crate) async fn login_page(
 /// Where a sign-in may land: a page of this dashboard, under its base path, never another
 /// site (`//host`, a scheme), the sign-in page itself, or an address with control characters.
 pub(crate) fn next_after_sign_in(web: &Web, next: &str) -> Option<String> {
-    let base = web.config.base_path.as_str();
+    let base = web.config.public_path.as_str();
     let under_base = if base.is_empty() {
         next.starts_with('/')
     } else {
@@ -510,10 +510,10 @@ pub(crate) async fn login(
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|p| p == "https");
-    let path = if web.config.base_path.is_empty() {
+    let path = if web.config.public_path.is_empty() {
         "/".to_string()
     } else {
-        web.config.base_path.clone()
+        web.config.public_path.clone()
     };
     let cookie = format!(
         "{COOKIE}={secret}.{}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{}",
@@ -539,10 +539,10 @@ pub(crate) async fn logout(State(web): State<Web>, headers: HeaderMap) -> Respon
     {
         let _ = web.store.delete_web_session(&id).await;
     }
-    let path = if web.config.base_path.is_empty() {
+    let path = if web.config.public_path.is_empty() {
         "/".to_string()
     } else {
-        web.config.base_path.clone()
+        web.config.public_path.clone()
     };
     let mut response = Redirect::to(&web.href("/login")).into_response();
     if let Ok(v) = header::HeaderValue::from_str(&format!(

@@ -67,9 +67,10 @@ pub(crate) struct Web {
 }
 
 impl Web {
-    /// A path under the base path: `/jobs` → `/cron/jobs`; `/` → `/cron` (the overview).
+    /// A path as the browser addresses it, under the public path (`[web] public_path`, by
+    /// default the base path): `/jobs` → `/cron/jobs`; `/` → `/cron` (the overview).
     fn href(&self, path: &str) -> String {
-        match (self.config.base_path.as_str(), path) {
+        match (self.config.public_path.as_str(), path) {
             ("", _) => path.to_string(),
             (base, "/") => base.to_string(),
             (base, _) => format!("{base}{path}"),
@@ -100,7 +101,7 @@ pub async fn start(config: &Config) -> Option<tokio::task::JoinHandle<()>> {
             return None;
         }
     };
-    tracing::info!(listen = %addr, base_path = %config.web.base_path, "serving the web dashboard");
+    tracing::info!(listen = %addr, base_path = %config.web.base_path, public_path = %config.web.public_path, "serving the web dashboard");
     let store = Arc::new(store);
     let app = router(Web {
         live: live::Feed::start(store.clone()),
@@ -347,7 +348,7 @@ pub(crate) fn router(web: Web) -> Router {
         app
     } else {
         // `/cron/` is the overview too, by its one address.
-        let to = base.clone();
+        let to = web.href("/");
         Router::new()
             .nest(&base, app)
             .route(
@@ -394,7 +395,15 @@ async fn sign_in_returns(
             .is_some_and(|l| l.as_bytes() == login.as_bytes())
     {
         let asked = uri.path_and_query().map_or("/", |p| p.as_str());
-        if let Ok(v) = HeaderValue::from_str(&format!("{login}?next={}", pages::encode(asked))) {
+        // As the browser asked for it: behind a proxy that strips the prefix, the node saw
+        // the address without it.
+        let asked = match asked.strip_prefix(web.config.base_path.as_str()) {
+            Some(rest) if web.config.public_path != web.config.base_path => {
+                format!("{}{rest}", web.config.public_path)
+            }
+            _ => asked.to_string(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&format!("{login}?next={}", pages::encode(&asked))) {
             response.headers_mut().insert(header::LOCATION, v);
         }
     }

@@ -138,10 +138,10 @@ pub(crate) async fn choose(
                 .into_response();
         }
     };
-    let path = if web.config.base_path.is_empty() {
+    let path = if web.config.public_path.is_empty() {
         "/".to_string()
     } else {
-        web.config.base_path.clone()
+        web.config.public_path.clone()
     };
     let mut response = super::actions::back(&web, &headers);
     let value = format!("{CHOICE}={choice}; Path={path}; SameSite=Strict; Max-Age=31536000");
