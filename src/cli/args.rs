@@ -200,7 +200,13 @@ pub(super) enum Command {
     /// Let a drained node claim again. SIGUSR1 to the daemon does the same.
     Undrain { node: Option<String> },
     /// Stop scheduling a job until `resume`.
-    Pause { job: String },
+    Pause {
+        job: String,
+        /// Why: kept in the audit trail and shown on the job's dashboard page while it stays
+        /// paused.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Stop the job's run in progress, wherever it runs: its node stops it at its next lease
     /// extension (within a third of the lease) and records it `stopped`, not retried.
     Stop { job: String },

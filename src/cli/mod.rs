@@ -380,7 +380,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 let node = node.unwrap_or_else(|| config.node_name.clone());
                 drain::undrain(&store, &node).await
             }
-            Command::Pause { job } => set_enabled(&config, &job, false).await,
+            Command::Pause { job, reason } => {
+                set_enabled(&config, &job, false, reason.as_deref()).await
+            }
             Command::Stop { job } => stop(&config, &job).await,
             Command::WebToken {
                 name,
@@ -388,7 +390,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 expires,
                 revoke,
             } => web_token(&config, &name, &role, expires.as_deref(), revoke).await,
-            Command::Resume { job } => set_enabled(&config, &job, true).await,
+            Command::Resume { job } => set_enabled(&config, &job, true, None).await,
             Command::Check
             | Command::Next { .. }
             | Command::Import(_)
@@ -404,10 +406,20 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 /// `pause` and `resume`.
-async fn set_enabled(config: &Config, job: &str, enabled: bool) -> Result<u8, Failure> {
+async fn set_enabled(
+    config: &Config,
+    job: &str,
+    enabled: bool,
+    reason: Option<&str>,
+) -> Result<u8, Failure> {
+    if reason.is_some_and(|r| r.chars().count() > 500 || r.chars().any(char::is_control)) {
+        return Err(Failure::usage(
+            "--reason: at most 500 characters on one line".to_string(),
+        ));
+    }
     let store = connect(config).await?;
     let changed = store
-        .set_enabled(job, enabled, &crate::exec::account::this_process(None))
+        .set_enabled_because(job, enabled, &crate::exec::account::this_process(None), reason)
         .await
         .map_err(Failure::runtime)?;
     if !changed {

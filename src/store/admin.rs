@@ -240,9 +240,25 @@ impl Store {
     /// `pause` / `resume`, recorded in the audit trail in the same transaction. False if there
     /// is no such job.
     pub async fn set_enabled(&self, name: &str, enabled: bool, actor: &Actor) -> Result<bool> {
+        self.set_enabled_because(name, enabled, actor, None).await
+    }
+
+    /// [`Store::set_enabled`] with why, kept in the audit row's detail (`reason: ...`): what
+    /// the job's page shows beside who paused it and when.
+    pub async fn set_enabled_because(
+        &self,
+        name: &str,
+        enabled: bool,
+        actor: &Actor,
+        reason: Option<&str>,
+    ) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let action = if enabled { "resume" } else { "pause" };
-        let mark = self.mark(&mut tx, actor, action, None).await?;
+        let detail = reason
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(|r| format!("reason: {r}"));
+        let mark = self.mark(&mut tx, actor, action, detail.as_deref()).await?;
         let done = sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
@@ -256,7 +272,7 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        self.audited(&mut tx, actor, &mark, action, name, None)
+        self.audited(&mut tx, actor, &mark, action, name, detail)
             .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)

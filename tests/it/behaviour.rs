@@ -337,9 +337,18 @@ async fn run_pause_and_resume_commands(dialect: Dialect) {
     );
     assert_eq!(after.slot, before.slot);
 
-    let r = sqlcron(&["--config", cfg, "pause", "manual"]);
+    let r = sqlcron(&["--config", cfg, "pause", "manual", "--reason", "disk swap"]);
     assert_eq!(r.status.code(), Some(0));
     assert!(!store.job("manual").await.unwrap().unwrap().enabled);
+    let trail = store.audit_log(Some("manual"), 1).await.unwrap();
+    assert_eq!(trail[0].action, "pause");
+    assert!(
+        trail[0]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("reason: disk swap")),
+        "{trail:?}"
+    );
     let r = sqlcron(&["--config", cfg, "resume", "manual"]);
     assert_eq!(r.status.code(), Some(0));
     assert!(store.job("manual").await.unwrap().unwrap().enabled);

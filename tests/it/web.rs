@@ -332,11 +332,47 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
         StatusCode::SEE_OTHER
     );
     assert!(!store.job("tick").await.unwrap().unwrap().enabled);
+    // Issue 50, point 16: a pause with a reason; the job's page says who paused it, when and
+    // why, until it is resumed. A reason on several lines is refused.
+    let (_, page, _) = alice.get("/jobs/tick").await;
+    assert!(page.contains("Paused by web:alice"), "{page}");
+    assert!(!page.contains("<q>"), "a pause without a reason shows none: {page}");
+    assert!(page.contains("name=\"reason\"") || page.contains("/cron/jobs/tick/resume"));
+    assert_eq!(
+        alice.post("/jobs/tick/resume", &[], None).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    let (_, page, _) = alice.get("/jobs/tick").await;
+    assert!(page.contains("name=\"reason\""), "the job's page asks why: {page}");
+    let bad = [("reason", "two\nlines")];
+    assert_eq!(
+        alice.post("/jobs/tick/pause", &bad, None).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert!(store.job("tick").await.unwrap().unwrap().enabled);
+    let why = [("reason", "db upgrade <tonight>")];
+    assert_eq!(
+        alice.post("/jobs/tick/pause", &why, None).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    let (_, page, _) = alice.get("/jobs/tick").await;
+    assert!(
+        page.contains("Paused by web:alice") && page.contains("<q>db upgrade &lt;tonight&gt;</q>"),
+        "{page}"
+    );
+    let trail = store.audit_log(Some("tick"), 5).await.unwrap();
+    assert!(
+        trail[0].action == "pause"
+            && trail[0].detail.as_deref().is_some_and(|d| d.starts_with("reason: db upgrade <tonight>")),
+        "{trail:?}"
+    );
     assert_eq!(
         alice.post("/jobs/tick/resume", &[], None).await.status(),
         StatusCode::SEE_OTHER
     );
     assert!(store.job("tick").await.unwrap().unwrap().enabled);
+    let (_, page, _) = alice.get("/jobs/tick").await;
+    assert!(!page.contains("Paused by"), "resumed: {page}");
     assert_eq!(
         alice.post("/nodes/n2/drain", &[], None).await.status(),
         StatusCode::SEE_OTHER

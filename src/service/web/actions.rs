@@ -334,12 +334,53 @@ pub(crate) async fn run_now(
     }
 }
 
+/// The longest reason a pause keeps.
+pub(crate) const REASON_MAX: usize = 500;
+
+#[derive(serde::Deserialize)]
+pub(crate) struct PauseForm {
+    reason: Option<String>,
+}
+
+/// `POST /jobs/{name}/pause`, with an optional `reason` (the job's page asks for one): kept in
+/// the audit row and shown on the job's page while it stays paused.
 pub(crate) async fn pause(
     State(web): State<Web>,
     headers: HeaderMap,
     Path(name): Path<String>,
+    form: Result<axum::Form<PauseForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    act(&web, &headers, Action::Pause, &name).await
+    let reason = form.ok().and_then(|f| f.0.reason).filter(|r| !r.trim().is_empty());
+    let Some(reason) = reason else {
+        return act(&web, &headers, Action::Pause, &name).await;
+    };
+    if reason.chars().count() > REASON_MAX || reason.chars().any(|c| c.is_control()) {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("reason: at most {REASON_MAX} characters on one line\n"),
+        )
+            .into_response();
+    }
+    let actor = match actor(&web, &headers, Action::Pause, &name).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match web
+        .store
+        .set_enabled_because(&name, false, &actor, Some(&reason))
+        .await
+    {
+        Ok(true) => {
+            tracing::info!(who = %actor.who, action = "Pause", target = %name, "web: action");
+            back(&web, &headers)
+        }
+        Ok(false) => (
+            StatusCode::NOT_FOUND,
+            format!("nothing by that name to act on: {name}\n"),
+        )
+            .into_response(),
+        Err(e) => super::pages::unavailable(e),
+    }
 }
 
 pub(crate) async fn resume(

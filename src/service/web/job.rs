@@ -12,7 +12,7 @@ use crate::model::explain::{Range, explain};
 use crate::store::HistoryRow;
 
 use super::Web;
-use super::pages::{DAY_MS, allowed, encode, job_actions, next_cell, page, state, unavailable};
+use super::pages::{DAY_MS, actions_of, allowed, encode, next_cell, page, state, unavailable};
 use super::runs::duration;
 
 /// An HTTP job's target as scheme, host and port only: webhook secrets live in paths and
@@ -39,6 +39,13 @@ fn origin_of(url: &str) -> String {
     format!("{scheme}://{host}{more}")
 }
 
+/// The reason of a pause's audit detail (`reason: ...`, perhaps followed by what the database
+/// saw).
+fn pause_reason(detail: Option<&str>) -> Option<&str> {
+    let rest = detail?.strip_prefix("reason: ")?;
+    Some(rest.split(" (the database saw: ").next().unwrap_or(rest))
+}
+
 pub(crate) async fn job(
     State(web): State<Web>,
     headers: HeaderMap,
@@ -58,6 +65,18 @@ pub(crate) async fn job(
         return (StatusCode::NOT_FOUND, format!("no job named \"{name}\"\n")).into_response();
     };
     let resolved = crate::model::row_decode::resolve(&row, &web.node.defaults);
+    // Who paused it, when and why: the newest pause or resume of the trail, while paused.
+    let paused = if row.enabled {
+        None
+    } else {
+        match s.audit_log(Some(&name), 50).await {
+            Ok(trail) => trail
+                .into_iter()
+                .find(|a| a.action == "pause" || a.action == "resume")
+                .filter(|a| a.action == "pause"),
+            Err(e) => return unavailable(e),
+        }
+    };
     let explained = match &resolved {
         Ok((schedule, _)) => {
             // The last day, or since the job was made when that is later (as `explain` does).
@@ -93,7 +112,11 @@ pub(crate) async fn job(
         && row.run_on.as_deref() != Some("every_node");
     let body = html! {
         h1 { (row.name) " " span class=(format!("badge {}", state(&row))) { (state(&row)) } }
-        @if can_act { (job_actions(&web, &row)) }
+        @if can_act { (actions_of(&web, &row, true)) }
+        @if let Some(p) = &paused {
+            p #paused-by role="status" { "Paused by " (p.who) ", " (who.shown.at(p.at, None))
+                @if let Some(r) = pause_reason(p.detail.as_deref()) { ": " q { (r) } } }
+        }
         p { a href=(web.href(&format!("/jobs/{}/calendar", encode(&row.name)))) { "Calendar of its slots" } }
         @if can_backfill { p { a href=(web.href(&format!("/jobs/{}/backfill", encode(&row.name)))) { "Backfill a range…" } } }
         @if let Some(e) = row.error.as_ref().or(row.decode_error.as_ref()) {

@@ -362,6 +362,11 @@ pub(crate) fn encode(s: &str) -> String {
 }
 
 pub(crate) fn job_actions(web: &Web, j: &JobRow) -> Markup {
+    actions_of(web, j, false)
+}
+
+/// The job's buttons; `ask_reason`: the pause form has a field for why (the job's page).
+pub(crate) fn actions_of(web: &Web, j: &JobRow, ask_reason: bool) -> Markup {
     let path = |a: &str| web.href(&format!("/jobs/{}/{a}", encode(&j.name)));
     html! {
         div.actions {
@@ -374,7 +379,13 @@ pub(crate) fn job_actions(web: &Web, j: &JobRow) -> Markup {
                 a.button href=(path("stop")) aria-label=(format!("Stop the run of {}", j.name)) { "Stop…" }
             }
             @if j.enabled {
-                form method="post" action=(path("pause")) { button type="submit" aria-label=(format!("Pause {}", j.name)) { "Pause" } }
+                form method="post" action=(path("pause")) {
+                    @if ask_reason {
+                        label for="pause-reason" { "Why" }
+                        input #pause-reason name="reason" maxlength=(super::actions::REASON_MAX) placeholder="shown on this page while paused";
+                    }
+                    button type="submit" aria-label=(format!("Pause {}", j.name)) { "Pause" }
+                }
             } @else {
                 form method="post" action=(path("resume")) { button type="submit" aria-label=(format!("Resume {}", j.name)) { "Resume" } }
             }
