@@ -419,7 +419,12 @@ async fn set_enabled(
     }
     let store = connect(config).await?;
     let changed = store
-        .set_enabled_because(job, enabled, &crate::exec::account::this_process(None), reason)
+        .set_enabled_because(
+            job,
+            enabled,
+            &crate::exec::account::this_process(None),
+            reason,
+        )
         .await
         .map_err(Failure::runtime)?;
     if !changed {

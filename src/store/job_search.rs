@@ -93,7 +93,10 @@ impl Store {
         }
         if let Some(t) = &filter.tag {
             conds.push("placement LIKE ? ESCAPE '!'".into());
-            binds.push(contains_pattern(&format!("\"{t}\"")));
+            // As the placement's JSON writes it (a quote or backslash in it escaped).
+            binds.push(contains_pattern(
+                &serde_json::to_string(t).unwrap_or_else(|_| format!("\"{t}\"")),
+            ));
         }
         if let Some(p) = &filter.pool {
             conds.push("pool = ?".into());

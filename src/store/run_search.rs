@@ -3,7 +3,7 @@
 //! to the first run ever recorded. What the dashboard's runs view and `/api/v1/runs` read.
 //!
 //! Every page is bounded: at most `limit` rows on an index (`cron_runs` by id, by job and id,
-//! by outcome and id, by end time), and a search of the output looks through at most
+//! by outcome and id, by node and id), and a search of the output looks through at most
 //! [`SEARCH_WINDOW`] runs per page and says where it stopped.
 
 use sqlx::{AssertSqlSafe, Row};
@@ -96,10 +96,11 @@ impl Store {
         // Ordered as the index that serves the filter: with `job_name = ?` (or `outcome = ?`)
         // first, the planner walks that index and stops at the page, where by `id` alone it may
         // walk the primary key through every other job's runs to find them.
-        let order = match (&filter.job, &filter.outcome) {
-            (Some(_), _) => format!("job_name {dir}, id {dir}"),
-            (None, Some(_)) => format!("outcome {dir}, id {dir}"),
-            (None, None) => format!("id {dir}"),
+        let order = match (&filter.job, &filter.outcome, &filter.node) {
+            (Some(_), _, _) => format!("job_name {dir}, id {dir}"),
+            (None, Some(_), _) => format!("outcome {dir}, id {dir}"),
+            (None, None, Some(_)) => format!("node {dir}, id {dir}"),
+            (None, None, None) => format!("id {dir}"),
         };
         let order = order.as_str();
         let mut searched = None;
@@ -129,7 +130,7 @@ impl Store {
             binds.push(Bind::Int(lo));
             binds.push(Bind::Int(hi));
             conds.push(self.output_contains());
-            binds.push(Bind::Text(text.to_lowercase()));
+            binds.push(Bind::Text(text.to_string()));
             let mut page = self.read_page(&conds, &binds, order, limit).await?;
             if page.len() as i64 <= limit && n == SEARCH_WINDOW {
                 // The window ended before the page filled: go on from its far end.
@@ -176,12 +177,13 @@ impl Store {
         (conds, binds)
     }
 
-    /// Whether the output holds the bound (lower-cased) text, without regard to case.
+    /// Whether the output holds the bound text, without regard to case: both sides folded by
+    /// the database's own `lower()` (so they always agree; SQLite folds ASCII letters only).
     fn output_contains(&self) -> String {
         match self.dialect {
-            Dialect::Postgres => "strpos(lower(output), ?) > 0",
-            Dialect::Sqlite => "instr(lower(output), ?) > 0",
-            Dialect::Mysql => "LOCATE(?, LOWER(output)) > 0",
+            Dialect::Postgres => "strpos(lower(output), lower(?)) > 0",
+            Dialect::Sqlite => "instr(lower(output), lower(?)) > 0",
+            Dialect::Mysql => "LOCATE(LOWER(?), LOWER(output)) > 0",
         }
         .to_string()
     }
@@ -229,10 +231,10 @@ impl Store {
         let further = if more { far } else { edge };
         let (older, newer) = match place {
             RunPlace::Newest => (further, None),
-            RunPlace::Before(id) => (further, Some(near.unwrap_or(id - 1))),
+            RunPlace::Before(id) => (further, Some(near.unwrap_or(id.saturating_sub(1)))),
             RunPlace::After(id) => {
                 rows.reverse();
-                let back = (id > 0).then_some(near.unwrap_or(id + 1));
+                let back = (id > 0).then(|| near.unwrap_or(id.saturating_add(1)));
                 (back, further)
             }
         };

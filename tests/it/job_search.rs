@@ -145,11 +145,31 @@ async fn the_job_list_filters_counts_and_pages(dialect: Dialect) {
     let mut want: Vec<String> = expect(|i| !parked(i)).into_iter().rev().collect();
     want.extend(expect(parked));
     assert_eq!(by_next, want);
-    // A name with the escape characters is text, not a pattern.
-    let pattern = JobFilter {
-        name: "_%!".into(),
+    // The characters of a LIKE pattern and its escape are text in a name.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('a%b!c_d', '* * * * *', 'true')",
+        )
+        .await
+        .unwrap();
+    let named = |n: &str| JobFilter {
+        name: n.into(),
         ..JobFilter::default()
     };
-    assert_eq!(all_pages(&store, &pattern, JobSort::Name).await.1, 0);
+    for (text, want) in [
+        ("_", 1),
+        ("%", 1),
+        ("!", 1),
+        ("b!c_d", 1),
+        ("a_b", 0),
+        ("!c", 1),
+        ("!!", 0),
+    ] {
+        assert_eq!(
+            all_pages(&store, &named(text), JobSort::Name).await.1,
+            want,
+            "{text}"
+        );
+    }
     store.close().await;
 }

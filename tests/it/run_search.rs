@@ -175,6 +175,16 @@ async fn every_run_is_reached_by_cursor_and_the_filters_hold(dialect: Dialect) {
         "the run going and the two that ended at 299.5 s and 300.5 s"
     );
 
+    // Cursors at the ends of the range of ids: empty pages, no overflow.
+    for place in [
+        RunPlace::Before(i64::MIN),
+        RunPlace::After(i64::MAX),
+        RunPlace::Before(1),
+    ] {
+        let page = store.runs_page(&none, place, 5).await.unwrap();
+        assert!(page.runs.is_empty(), "{place:?}");
+    }
+
     // Text in the output, without regard to case; bounded by its window.
     seed(&store, 301, 301 + SEARCH_WINDOW + 1000).await;
     let search = RunFilter {

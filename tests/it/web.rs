@@ -336,14 +336,20 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     // why, until it is resumed. A reason on several lines is refused.
     let (_, page, _) = alice.get("/jobs/tick").await;
     assert!(page.contains("Paused by web:alice"), "{page}");
-    assert!(!page.contains("<q>"), "a pause without a reason shows none: {page}");
+    assert!(
+        !page.contains("<q>"),
+        "a pause without a reason shows none: {page}"
+    );
     assert!(page.contains("name=\"reason\"") || page.contains("/cron/jobs/tick/resume"));
     assert_eq!(
         alice.post("/jobs/tick/resume", &[], None).await.status(),
         StatusCode::SEE_OTHER
     );
     let (_, page, _) = alice.get("/jobs/tick").await;
-    assert!(page.contains("name=\"reason\""), "the job's page asks why: {page}");
+    assert!(
+        page.contains("name=\"reason\""),
+        "the job's page asks why: {page}"
+    );
     let bad = [("reason", "two\nlines")];
     assert_eq!(
         alice.post("/jobs/tick/pause", &bad, None).await.status(),
@@ -363,7 +369,10 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     let trail = store.audit_log(Some("tick"), 5).await.unwrap();
     assert!(
         trail[0].action == "pause"
-            && trail[0].detail.as_deref().is_some_and(|d| d.starts_with("reason: db upgrade <tonight>")),
+            && trail[0]
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with("reason: db upgrade <tonight>")),
         "{trail:?}"
     );
     assert_eq!(
@@ -608,6 +617,13 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
         store.job("slow").await.ok()??.exec_by.map(|_| ())
     })
     .await;
+    // Point 16: the nodes page lists what each node holds and when its lease ends.
+    let (_, nodes, _) = victor.get("/nodes").await;
+    let held = nodes.split("id=\"held\"").nth(1).unwrap_or_default();
+    assert!(
+        held.contains("href=\"/cron/jobs/slow\"") && held.contains("<time datetime="),
+        "slow and its lease's end: {nodes}"
+    );
     let (_, page, _) = alice.get("/jobs/slow").await;
     assert!(page.contains("/cron/jobs/slow/stop"), "{page}");
     let (_, page, _) = victor.get("/jobs/slow").await;

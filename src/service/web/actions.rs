@@ -214,7 +214,8 @@ fn dashboard_path(referer: &str, base: &str) -> Option<String> {
             || path.starts_with(&format!("{base}/"))
             || path.starts_with(&format!("{base}?"))
     };
-    (inside && !path.starts_with("//") && !path.contains('\\')).then(|| path.to_string())
+    (inside && !path.starts_with("//") && !path.contains('\\') && !super::auth::dot_segment(path))
+        .then(|| path.to_string())
 }
 
 /// `GET /jobs/{name}/stop`: what stopping does, and the button (operators).
@@ -350,7 +351,10 @@ pub(crate) async fn pause(
     Path(name): Path<String>,
     form: Result<axum::Form<PauseForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let reason = form.ok().and_then(|f| f.0.reason).filter(|r| !r.trim().is_empty());
+    let reason = form
+        .ok()
+        .and_then(|f| f.0.reason)
+        .filter(|r| !r.trim().is_empty());
     let Some(reason) = reason else {
         return act(&web, &headers, Action::Pause, &name).await;
     };
@@ -450,6 +454,14 @@ mod tests {
         assert_eq!(p("http://h//evil.example/x", ""), None);
         assert_eq!(p("http://h/other", "/cron"), None);
         assert_eq!(p("not a url", ""), None);
+        // A dot segment would take the browser outside the prefix.
+        assert_eq!(p("http://h/cron/../grafana/x", "/cron"), None);
+        assert_eq!(p("http://h/cron/%2E%2e/grafana", "/cron"), None);
+        assert_eq!(p("http://h/cron/./jobs", "/cron"), None);
+        assert_eq!(
+            p("http://h/cron/jobs?q=..", "/cron").as_deref(),
+            Some("/cron/jobs?q=..")
+        );
     }
 
     proptest::proptest! {

@@ -384,6 +384,7 @@ pub(crate) fn next_after_sign_in(web: &Web, next: &str) -> Option<String> {
     };
     let login = web.href("/login");
     (under_base
+        && !dot_segment(next)
         && !next.starts_with("//")
         && !next.contains('\\')
         && !next.chars().any(char::is_control)
@@ -391,6 +392,16 @@ pub(crate) fn next_after_sign_in(web: &Web, next: &str) -> Option<String> {
         && !next.starts_with(&format!("{login}?"))
         && next.len() <= 2048)
         .then(|| next.to_string())
+}
+
+/// Whether the path of `address` holds a `.` or `..` segment, written plainly or percent-encoded
+/// (`%2e`): a browser resolves `/cron/../other` to `/other`, outside the dashboard's prefix.
+pub(crate) fn dot_segment(address: &str) -> bool {
+    let path = address.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|seg| {
+        let plain = seg.to_ascii_lowercase().replace("%2e", ".");
+        plain == "." || plain == ".."
+    })
 }
 
 fn login_form(web: &Web, error: Option<&str>, status: StatusCode, next: Option<&str>) -> Response {

@@ -90,8 +90,8 @@ impl RunsQuery {
         };
         let place = match (self.before, self.after) {
             (Some(_), Some(_)) => return Err("give before or after, not both".into()),
-            (Some(b), None) => RunPlace::Before(b),
-            (None, Some(a)) => RunPlace::After(a.max(0)),
+            (Some(b), None) => RunPlace::Before(b.max(1)),
+            (None, Some(a)) => RunPlace::After(a.clamp(0, i64::MAX - 1)),
             (None, None) => RunPlace::Newest,
         };
         Ok((filter, place))

@@ -43,14 +43,16 @@ fn given(v: &Option<String>) -> Option<String> {
 impl JobsQuery {
     /// The filter and the order, or why the query is refused (a sentence).
     pub(crate) fn read(&self) -> Result<(JobFilter, JobSort), String> {
-        for (what, v) in [
-            ("q", Some(&self.q)),
-            ("tag", self.tag.as_ref()),
-            ("pool", self.pool.as_ref()),
-            ("zone", self.zone.as_ref()),
+        // A cursor is a name, or a due time (at most 20 digits and a sign) and `|` before one.
+        for (what, v, most) in [
+            ("q", Some(&self.q), MAX_TEXT),
+            ("tag", self.tag.as_ref(), MAX_TEXT),
+            ("pool", self.pool.as_ref(), MAX_TEXT),
+            ("zone", self.zone.as_ref(), MAX_TEXT),
+            ("after", self.after.as_ref(), MAX_TEXT + 22),
         ] {
-            if v.is_some_and(|v| v.chars().count() > MAX_TEXT) {
-                return Err(format!("{what}: at most {MAX_TEXT} characters"));
+            if v.is_some_and(|v| v.chars().count() > most) {
+                return Err(format!("{what}: at most {most} characters"));
             }
         }
         let state = given(&self.state);

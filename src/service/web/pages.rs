@@ -398,7 +398,12 @@ pub(crate) async fn nodes(State(web): State<Web>, headers: HeaderMap) -> Respons
         Ok(w) => w,
         Err(r) => return r,
     };
-    let (now, nodes) = match tokio::try_join!(web.store.now(), web.store.nodes()) {
+    let (now, nodes, held, held_count) = match tokio::try_join!(
+        web.store.now(),
+        web.store.nodes(),
+        web.store.running(RUNNING_SHOWN),
+        web.store.running_count()
+    ) {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -418,6 +423,26 @@ pub(crate) async fn nodes(State(web): State<Web>, headers: HeaderMap) -> Respons
                     }
                 } }
             } } }
+        }
+        h2 { "Held now" }
+        p { "The rows each node holds, with the end of its lease: a lease that has ended is taken over by another node at its next claim (the run on the holder ends with it)." }
+        @if held.is_empty() { p { "No node holds a job." } } @else {
+            table #held {
+                thead { tr { th { "Node" } th { "Job" } th { "Slot" } th { "Try" } th { "Claimed" } th { "Lease ends" } } }
+                tbody { @for j in &held { tr {
+                    td { (j.exec_by.as_deref().unwrap_or("-")) }
+                    td { a href=(web.href(&format!("/jobs/{}", encode(&j.name)))) { (j.name) } }
+                    td.nowrap { (j.slot.map(|t| who.shown.at(t, None)).unwrap_or_default()) }
+                    td { (j.attempt) }
+                    td { (j.claimed_at.map(|t| relative(t, now)).unwrap_or_default()) }
+                    td { @match j.lease_until {
+                        Some(t) if t < now => span.badge.failed { "ended " (relative(t, now)) },
+                        Some(t) => time datetime=(utc(t)) title=(who.shown.at(t, None)) { (relative(t, now)) },
+                        None => "-",
+                    } }
+                } } }
+            }
+            @if held_count > held.len() as i64 { p { (held_count - held.len() as i64) " more not shown." } }
         }
     };
     page(&web, Some(&who), "Nodes", body).into_response()
