@@ -382,7 +382,7 @@ pub(crate) fn actions_of(web: &Web, j: &JobRow, ask_reason: bool) -> Markup {
                 form method="post" action=(path("pause")) {
                     @if ask_reason {
                         label for="pause-reason" { "Why" }
-                        input #pause-reason name="reason" maxlength=(super::actions::REASON_MAX) placeholder="shown on this page while paused";
+                        input #pause-reason name="reason" maxlength=(super::actions::REASON_MAX) placeholder="optional" title="shown on this page while it stays paused";
                     }
                     button type="submit" aria-label=(format!("Pause {}", j.name)) { "Pause" }
                 }
