@@ -412,9 +412,10 @@ async fn set_enabled(
     enabled: bool,
     reason: Option<&str>,
 ) -> Result<u8, Failure> {
-    if reason.is_some_and(|r| r.chars().count() > 500 || r.chars().any(char::is_control)) {
+    if reason.is_some_and(|r| !crate::service::web::reason_allowed(r)) {
         return Err(Failure::usage(
-            "--reason: at most 500 characters on one line".to_string(),
+            "--reason: at most 500 characters on one line, no control or direction marks"
+                .to_string(),
         ));
     }
     let store = connect(config).await?;

@@ -5,6 +5,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
+use super::run_search::{Bind, bound};
 use super::*;
 
 /// The states a job can be filtered by.
@@ -80,7 +81,7 @@ impl Store {
         limit: i64,
     ) -> Result<(Vec<JobRow>, i64)> {
         let mut conds = vec!["name LIKE ? ESCAPE '!'".to_string()];
-        let mut binds = vec![contains_pattern(&filter.name)];
+        let mut binds = vec![Bind::Text(contains_pattern(&filter.name))];
         match filter.state.as_deref() {
             None => {}
             Some("parked") => conds.push(format!("(next_exec = {PARKED} OR error IS NOT NULL)")),
@@ -94,33 +95,32 @@ impl Store {
         if let Some(t) = &filter.tag {
             conds.push("placement LIKE ? ESCAPE '!'".into());
             // As the placement's JSON writes it (a quote or backslash in it escaped).
-            binds.push(contains_pattern(
+            binds.push(Bind::Text(contains_pattern(
                 &serde_json::to_string(t).unwrap_or_else(|_| format!("\"{t}\"")),
-            ));
+            )));
         }
         if let Some(p) = &filter.pool {
             conds.push("pool = ?".into());
-            binds.push(p.clone());
+            binds.push(Bind::Text(p.clone()));
         }
         match filter.zone.as_deref() {
             None => {}
             Some("default") => conds.push("timezone IS NULL".into()),
             Some(z) => {
                 conds.push("timezone = ?".into());
-                binds.push(z.to_string());
+                binds.push(Bind::Text(z.to_string()));
             }
         }
         let matching = conds.join(" AND ");
         let count_text = format!("SELECT COUNT(*) AS n FROM cron_table WHERE {matching}");
-        let mut count = sqlx::query(AssertSqlSafe(self.dialect.render(&count_text)));
-        for b in &binds {
-            count = count.bind(b.clone());
-        }
-        let total: i64 = count
-            .fetch_one(&self.db)
-            .await
-            .and_then(|r| r.try_get("n"))
-            .map_err(sql_err!(self, "count jobs"))?;
+        let total: i64 = bound(
+            sqlx::query(AssertSqlSafe(self.dialect.render(&count_text))),
+            &binds,
+        )
+        .fetch_one(&self.db)
+        .await
+        .and_then(|r| r.try_get("n"))
+        .map_err(sql_err!(self, "count jobs"))?;
 
         let due = format!("COALESCE(next_exec, {PARKED})");
         let (page_cond, order, cursor_binds): (String, String, Vec<Bind>) = match (sort, after) {
@@ -144,26 +144,15 @@ impl Store {
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE {matching} AND {page_cond} \
              ORDER BY {order} LIMIT ?"
         );
-        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
-        for b in &binds {
-            q = q.bind(b.clone());
-        }
-        for b in cursor_binds {
-            q = match b {
-                Bind::Int(i) => q.bind(i),
-                Bind::Text(t) => q.bind(t),
-            };
-        }
-        let rows = q
-            .bind(limit)
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "list jobs"))?;
+        binds.extend(cursor_binds);
+        let rows = bound(
+            sqlx::query(AssertSqlSafe(self.dialect.render(&text))),
+            &binds,
+        )
+        .bind(limit)
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "list jobs"))?;
         Ok((claim::decode_rows(&rows), total))
     }
-}
-
-enum Bind {
-    Int(i64),
-    Text(String),
 }

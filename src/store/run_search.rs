@@ -66,7 +66,8 @@ pub struct RunsPage {
     pub searched: Option<i64>,
 }
 
-enum Bind {
+/// A value to bind, in the order of the statement's `?`s (shared with `job_search.rs`).
+pub(super) enum Bind {
     Int(i64),
     Text(String),
 }
@@ -93,8 +94,8 @@ impl Store {
             }
         }
         let dir = if newest_first { "DESC" } else { "ASC" };
-        // Ordered as the index that serves the filter: with `job_name = ?` (or `outcome = ?`)
-        // first, the planner walks that index and stops at the page, where by `id` alone it may
+        // Ordered as the index that serves the filter: with `job_name = ?` (or the outcome, or
+        // the node) first, the planner walks that index and stops at the page, where by `id` alone it may
         // walk the primary key through every other job's runs to find them.
         let order = match (&filter.job, &filter.outcome, &filter.node) {
             (Some(_), _, _) => format!("job_name {dir}, id {dir}"),
@@ -103,7 +104,6 @@ impl Store {
             (None, None, None) => format!("id {dir}"),
         };
         let order = order.as_str();
-        let mut searched = None;
         if let Some(text) = filter.text.as_deref().filter(|t| !t.is_empty()) {
             // The window: the next SEARCH_WINDOW runs the other conditions let through.
             let window = format!(
@@ -124,7 +124,7 @@ impl Store {
                 row.try_get("n").map_err(sql_err!(self, "read runs"))?,
             );
             let (Some(lo), Some(hi)) = (lo, hi) else {
-                return Ok(self.finish(&mut vec![], place, limit, None, None));
+                return Ok(finish(&mut vec![], place, limit, None, None));
             };
             conds.push("id >= ? AND id <= ?".into());
             binds.push(Bind::Int(lo));
@@ -134,14 +134,13 @@ impl Store {
             let mut page = self.read_page(&conds, &binds, order, limit).await?;
             if page.len() as i64 <= limit && n == SEARCH_WINDOW {
                 // The window ended before the page filled: go on from its far end.
-                searched = Some(n);
                 let edge = if newest_first { lo } else { hi };
-                return Ok(self.finish(&mut page, place, limit, searched, Some(edge)));
+                return Ok(finish(&mut page, place, limit, Some(n), Some(edge)));
             }
-            return Ok(self.finish(&mut page, place, limit, searched, None));
+            return Ok(finish(&mut page, place, limit, None, None));
         }
         let mut page = self.read_page(&conds, &binds, order, limit).await?;
-        Ok(self.finish(&mut page, place, limit, searched, None))
+        Ok(finish(&mut page, place, limit, None, None))
     }
 
     /// The filter's conditions, with their values in order.
@@ -212,41 +211,39 @@ impl Store {
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(sql_err!(self, "decode runs"))
     }
-
-    /// The page from rows read in `place`'s order (one more than `limit` if there are more),
-    /// newest first, with its cursors; `edge` is where a search window stopped.
-    fn finish(
-        &self,
-        rows: &mut Vec<HistoryRow>,
-        place: RunPlace,
-        limit: i64,
-        searched: Option<i64>,
-        edge: Option<i64>,
-    ) -> RunsPage {
-        let more = rows.len() as i64 > limit;
-        rows.truncate(limit.max(0) as usize);
-        let far = rows.last().map(|r| r.id);
-        let near = rows.first().map(|r| r.id);
-        // Further in the direction read: past the last row shown, or past the search window.
-        let further = if more { far } else { edge };
-        let (older, newer) = match place {
-            RunPlace::Newest => (further, None),
-            RunPlace::Before(id) => (further, Some(near.unwrap_or(id.saturating_sub(1)))),
-            RunPlace::After(id) => {
-                rows.reverse();
-                let back = (id > 0).then(|| near.unwrap_or(id.saturating_add(1)));
-                (back, further)
-            }
-        };
-        RunsPage {
-            runs: std::mem::take(rows),
-            older,
-            newer,
-            searched,
-        }
-    }
 }
 
+/// The page from rows read in `place`'s order (one more than `limit` if there are more),
+/// newest first, with its cursors; `edge` is where a search window stopped.
+fn finish(
+    rows: &mut Vec<HistoryRow>,
+    place: RunPlace,
+    limit: i64,
+    searched: Option<i64>,
+    edge: Option<i64>,
+) -> RunsPage {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit.max(0) as usize);
+    let far = rows.last().map(|r| r.id);
+    let near = rows.first().map(|r| r.id);
+    // Further in the direction read: past the last row shown, or past the search window.
+    let further = if more { far } else { edge };
+    let (older, newer) = match place {
+        RunPlace::Newest => (further, None),
+        RunPlace::Before(id) => (further, Some(near.unwrap_or(id.saturating_sub(1)))),
+        RunPlace::After(id) => {
+            rows.reverse();
+            let back = (id > 0).then(|| near.unwrap_or(id.saturating_add(1)));
+            (back, further)
+        }
+    };
+    RunsPage {
+        runs: std::mem::take(rows),
+        older,
+        newer,
+        searched,
+    }
+}
 fn where_of(conds: &[String]) -> String {
     if conds.is_empty() {
         "1 = 1".into()
@@ -255,7 +252,7 @@ fn where_of(conds: &[String]) -> String {
     }
 }
 
-fn bound<'q>(
+pub(super) fn bound<'q>(
     mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
     binds: &[Bind],
 ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {

@@ -338,6 +338,16 @@ pub(crate) async fn run_now(
 /// The longest reason a pause keeps.
 pub(crate) const REASON_MAX: usize = 500;
 
+/// A reason a pause may keep: one line of at most [`REASON_MAX`] characters, without control
+/// characters or the marks that reorder text on a page (U+200E-F, U+202A-E, U+2066-9).
+pub fn reason_allowed(reason: &str) -> bool {
+    reason.chars().count() <= REASON_MAX
+        && !reason.chars().any(|c| {
+            c.is_control()
+                || matches!(c, '\u{200E}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        })
+}
+
 #[derive(serde::Deserialize)]
 pub(crate) struct PauseForm {
     reason: Option<String>,
@@ -358,17 +368,18 @@ pub(crate) async fn pause(
     let Some(reason) = reason else {
         return act(&web, &headers, Action::Pause, &name).await;
     };
-    if reason.chars().count() > REASON_MAX || reason.chars().any(|c| c.is_control()) {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("reason: at most {REASON_MAX} characters on one line\n"),
-        )
-            .into_response();
-    }
+    // Who asks first: a refused caller is refused (and recorded) whatever the reason says.
     let actor = match actor(&web, &headers, Action::Pause, &name).await {
         Ok(a) => a,
         Err(r) => return r,
     };
+    if !reason_allowed(&reason) {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("reason: at most {REASON_MAX} characters on one line, no control or direction marks\n"),
+        )
+            .into_response();
+    }
     match web
         .store
         .set_enabled_because(&name, false, &actor, Some(&reason))

@@ -39,11 +39,10 @@ fn origin_of(url: &str) -> String {
     format!("{scheme}://{host}{more}")
 }
 
-/// The reason of a pause's audit detail (`reason: ...`, perhaps followed by what the database
-/// saw).
+/// The reason of a pause's audit detail (`reason: ...`), with what the database saw if the
+/// trigger added it: never cut, so a claim that hid a change shows it.
 fn pause_reason(detail: Option<&str>) -> Option<&str> {
-    let rest = detail?.strip_prefix("reason: ")?;
-    Some(rest.split(" (the database saw: ").next().unwrap_or(rest))
+    detail?.strip_prefix("reason: ")
 }
 
 pub(crate) async fn job(
@@ -69,11 +68,21 @@ pub(crate) async fn job(
     let paused = if row.enabled {
         None
     } else {
+        // Newest by id (the database's, where `at` is a direct writer's own), and a change of
+        // `enabled` made with SQL ends the search too: an older pause does not explain it.
         match s.audit_log(Some(&name), 50).await {
-            Ok(trail) => trail
-                .into_iter()
-                .find(|a| a.action == "pause" || a.action == "resume")
-                .filter(|a| a.action == "pause"),
+            Ok(mut trail) => {
+                trail.sort_by_key(|a| std::cmp::Reverse(a.id));
+                trail
+                    .into_iter()
+                    .find(|a| {
+                        a.action == "pause"
+                            || a.action == "resume"
+                            || a.action.starts_with("sql_")
+                                && a.detail.as_deref().is_some_and(|d| d.contains("enabled"))
+                    })
+                    .filter(|a| a.action == "pause")
+            }
             Err(e) => return unavailable(e),
         }
     };
@@ -114,8 +123,10 @@ pub(crate) async fn job(
         h1 { (row.name) " " span class=(format!("badge {}", state(&row))) { (state(&row)) } }
         @if can_act { (actions_of(&web, &row, true)) }
         @if let Some(p) = &paused {
-            p #paused-by role="status" { "Paused by " (p.who) ", " (who.shown.at(p.at, None))
-                @if let Some(r) = pause_reason(p.detail.as_deref()) { ": " q { (r) } } }
+            p #paused-by role="status" { "Paused by " (p.who)
+                @if let Some(u) = &p.db_user { " (database user " (u) ")" }
+                ", " (who.shown.at(p.at, None))
+                @if let Some(r) = pause_reason(p.detail.as_deref()) { ": " q { bdi { (r) } } } }
         }
         p { a href=(web.href(&format!("/jobs/{}/calendar", encode(&row.name)))) { "Calendar of its slots" } }
         @if can_backfill { p { a href=(web.href(&format!("/jobs/{}/backfill", encode(&row.name)))) { "Backfill a range…" } } }

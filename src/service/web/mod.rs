@@ -19,6 +19,7 @@ mod pages;
 mod runs;
 mod zone;
 
+pub use actions::reason_allowed;
 pub use auth::{hash_password, new_token};
 
 use std::net::SocketAddr;
