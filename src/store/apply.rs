@@ -85,14 +85,14 @@ impl Store {
                             }
                             q = bind_value(q, v);
                         }
-                        let (action, detail) = if same_file {
-                            let detail = format!(
-                                "restored {} to the TOML definition (changed outside the file)",
-                                drift.join(",")
-                            );
-                            ("apply_restore", detail)
+                        // The detail is the database's own words for an update, so the
+                        // audit triggers take it as is (PostgreSQL 0030, MySQL 0027); the
+                        // action says whether the file or the row changed.
+                        let detail = format!("changed {}", drift.join(","));
+                        let action = if same_file {
+                            "apply_restore"
                         } else {
-                            ("apply_update", format!("changed {}", drift.join(",")))
+                            "apply_update"
                         };
                         let mark = self.mark(&mut tx, actor, action, Some(&detail)).await?;
                         q.bind(i64::from(job.enabled))

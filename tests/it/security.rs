@@ -875,7 +875,7 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
             .detail
             .as_deref()
             .unwrap()
-            .starts_with("restored command,retries,timeout"),
+            .starts_with("changed command,retries,timeout"),
         "{restore:?}"
     );
     assert_eq!(store.audit_log(Some("c"), 100).await.unwrap().len(), 3);
