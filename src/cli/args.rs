@@ -210,8 +210,15 @@ pub(super) enum Command {
     /// Stop the job's run in progress, wherever it runs: its node stops it at its next lease
     /// extension (within a third of the lease) and records it `stopped`, not retried.
     Stop { job: String },
-    /// Schedule a paused job again (missed slots follow its misfire policy).
-    Resume { job: String },
+    /// Schedule a paused job again: prints what its misfire policy will do with the slots that
+    /// passed while it was paused, then resumes it.
+    Resume {
+        job: String,
+        /// Skip every slot that passed while it was paused (one `skipped` line in its history)
+        /// instead of following the misfire policy; the job continues at its next slot.
+        #[arg(long)]
+        skip_missed: bool,
+    },
     /// Run a command while holding a cluster-wide lock (like flock(1) across hosts).
     Lock {
         name: String,

@@ -14,6 +14,7 @@ mod history;
 mod import;
 mod lock;
 mod next;
+mod pausing;
 mod run_daemon;
 mod run_now;
 mod signing;
@@ -381,16 +382,26 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 drain::undrain(&store, &node).await
             }
             Command::Pause { job, reason } => {
-                set_enabled(&config, &job, false, reason.as_deref()).await
+                pausing::pause(&config, &job, reason.as_deref()).await
             }
-            Command::Stop { job } => stop(&config, &job).await,
+            Command::Stop { job } => pausing::stop(&config, &job).await,
             Command::WebToken {
                 name,
                 role,
                 expires,
                 revoke,
             } => web_token(&config, &name, &role, expires.as_deref(), revoke).await,
-            Command::Resume { job } => set_enabled(&config, &job, true, None).await,
+            Command::Resume { job, skip_missed } => {
+                let store = connect(&config).await?;
+                pausing::resume(
+                    &store,
+                    &job,
+                    skip_missed,
+                    &config.defaults,
+                    &config.node_name,
+                )
+                .await
+            }
             Command::Check
             | Command::Next { .. }
             | Command::Import(_)
@@ -405,53 +416,6 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
     })
 }
 
-/// `pause` and `resume`.
-async fn set_enabled(
-    config: &Config,
-    job: &str,
-    enabled: bool,
-    reason: Option<&str>,
-) -> Result<u8, Failure> {
-    if reason.is_some_and(|r| !crate::service::web::reason_allowed(r)) {
-        return Err(Failure::usage(
-            "--reason: at most 500 characters on one line, no control or direction marks"
-                .to_string(),
-        ));
-    }
-    let store = connect(config).await?;
-    let changed = store
-        .set_enabled_because(
-            job,
-            enabled,
-            &crate::exec::account::this_process(None),
-            reason,
-        )
-        .await
-        .map_err(Failure::runtime)?;
-    if !changed {
-        return Err(no_such_job(&store, job).await);
-    }
-    println!("{job}: {}", if enabled { "resumed" } else { "paused" });
-    Ok(0)
-}
-
-async fn stop(config: &Config, job: &str) -> Result<u8, Failure> {
-    let store = connect(config).await?;
-    let asked = store
-        .request_stop(job, &crate::exec::account::this_process(None))
-        .await
-        .map_err(Failure::runtime)?;
-    if !asked {
-        return Err(Failure::usage(format!(
-            "{job}: no run in progress (or no job by that name)"
-        )));
-    }
-    println!("{job}: stop requested; its node stops the run at its next lease extension");
-    Ok(0)
-}
-
-/// "no job named JOB", as every command says it (exit 2), with the closest name when one is
-/// near: a typo is told apart from a job without runs.
 /// Why this process cannot read the configuration file at `path`, and what an operator does
 /// about it (the packaged file is root:sqlcron 0640: its group reads it); `None` when it can.
 fn unreadable(path: &std::path::Path) -> Option<String> {
@@ -480,6 +444,8 @@ fn unreadable(path: &std::path::Path) -> Option<String> {
     ))
 }
 
+/// "no job named JOB", as every command says it (exit 2), with the closest name when one is
+/// near: a typo is told apart from a job without runs.
 pub(super) async fn no_such_job(store: &Store, job: &str) -> Failure {
     let names: Vec<String> = store
         .jobs()

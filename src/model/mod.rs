@@ -31,6 +31,7 @@ pub mod placement;
 pub mod policy;
 pub mod policy_keys;
 pub mod requires;
+pub mod resume;
 pub mod retention;
 pub mod row_decode;
 pub mod run_as;

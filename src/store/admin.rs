@@ -252,23 +252,47 @@ impl Store {
         actor: &Actor,
         reason: Option<&str>,
     ) -> Result<bool> {
-        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let action = if enabled { "resume" } else { "pause" };
         let detail = reason
             .map(str::trim)
             .filter(|r| !r.is_empty())
             .map(|r| format!("reason: {r}"));
+        self.set_enabled_noting(name, enabled, actor, detail, false)
+            .await
+    }
+
+    /// Pause or resume with the audit row's whole `detail` given (a bulk action's batch).
+    /// `changing_only`: a job already in that state is left alone, with no audit row (false
+    /// is returned, as for a job that does not exist), so a form posted twice acts once.
+    pub async fn set_enabled_noting(
+        &self,
+        name: &str,
+        enabled: bool,
+        actor: &Actor,
+        detail: Option<String>,
+        changing_only: bool,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let action = if enabled { "resume" } else { "pause" };
         let mark = self.mark(&mut tx, actor, action, detail.as_deref()).await?;
-        let done = sqlx::query(AssertSqlSafe(
-            self.dialect
-                .render("UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?"),
-        ))
-        .bind(i64::from(enabled))
-        .bind(mark.clone())
-        .bind(name.to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(sql_err!(self, "set enabled"))?;
+        let only = if changing_only {
+            " AND enabled <> ?"
+        } else {
+            ""
+        };
+        let text = self.dialect.render(&format!(
+            "UPDATE cron_table SET enabled = ?, changed_by = ? WHERE name = ?{only}"
+        ));
+        let mut q = sqlx::query(AssertSqlSafe(text))
+            .bind(i64::from(enabled))
+            .bind(mark.clone())
+            .bind(name.to_string());
+        if changing_only {
+            q = q.bind(i64::from(enabled));
+        }
+        let done = q
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_err!(self, "set enabled"))?;
         if done.rows_affected() != 1 {
             return Ok(false);
         }
@@ -381,8 +405,19 @@ impl Store {
     /// at once: the first asks, the others are told why not). Audited as `run`, like
     /// [`Store::request_run`], which `sqlcron run` uses unguarded.
     pub async fn request_run_once(&self, name: &str, seen: i64, actor: &Actor) -> Result<RunAsk> {
+        self.request_run_once_noting(name, seen, actor, None).await
+    }
+
+    /// [`Store::request_run_once`] with the audit row's `detail` (a bulk action's batch).
+    pub async fn request_run_once_noting(
+        &self,
+        name: &str,
+        seen: i64,
+        actor: &Actor,
+        detail: Option<String>,
+    ) -> Result<RunAsk> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
-        let mark = self.mark(&mut tx, actor, "run", None).await?;
+        let mark = self.mark(&mut tx, actor, "run", detail.as_deref()).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET run_now = 1, changed_by = ?, \
              next_exec = CASE WHEN exec_by IS NULL AND next_exec IS NOT NULL AND next_exec < ? THEN {now} ELSE next_exec END \
@@ -396,7 +431,7 @@ impl Store {
         .await
         .map_err(sql_err!(self, "request run"))?;
         if done.rows_affected() == 1 {
-            self.audited(&mut tx, actor, &mark, "run", name, None)
+            self.audited(&mut tx, actor, &mark, "run", name, detail)
                 .await?;
             tx.commit().await.map_err(sql_err!(self, "commit"))?;
             return Ok(RunAsk::Requested);

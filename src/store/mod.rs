@@ -328,6 +328,7 @@ pub mod one_off;
 mod pooler;
 mod release;
 mod release_rows;
+pub mod resume;
 mod retention;
 pub mod run_search;
 pub mod start_rate;

@@ -177,7 +177,9 @@ async fn sign_in(c: &Client, base: &str, user: &str, password: &str) {
 /// Clicks the button labelled `label` and waits for the page it leads to.
 async fn click(c: &Client, label: &str) {
     let button = c
-        .find(Locator::Css(&format!("button[aria-label='{label}']")))
+        .find(Locator::Css(&format!(
+            "button[aria-label='{label}'], a[aria-label='{label}']"
+        )))
         .await
         .unwrap_or_else(|e| panic!("no button {label}: {e}"));
     // Mark the page, click, and wait for a page without the mark: the action's answer (a
@@ -311,7 +313,10 @@ async fn the_dashboard_works_in_chromium() {
             &format!("after Pause: enabled={} badge={badge:?}", !paused),
         )
         .await;
+    // Resume leads to its page: what the misfire policy will do; then the button.
     click(&c, "Resume tick").await;
+    shots.take(&c, "resume").await;
+    click(&c, "Confirm: resume tick").await;
     shots
         .check(
             &c,
@@ -323,6 +328,8 @@ async fn the_dashboard_works_in_chromium() {
     // Run now from the job's page; the run (on either node) appears on it.
     c.goto(&format!("{base}/jobs/report")).await.unwrap();
     click(&c, "Run report now").await;
+    shots.take(&c, "run-now").await;
+    click(&c, "Confirm: run report now").await;
     eventually(
         Duration::from_secs(30),
         "report's run on its page",
@@ -727,10 +734,12 @@ async fn the_dashboard_works_in_chromium_on_sqlite_and_mariadb() {
         let paused = !store.job("tick").await.unwrap().unwrap().enabled;
         shots.check(&c, paused, &format!("{name}: Pause")).await;
         click(&c, "Resume tick").await;
+        click(&c, "Confirm: resume tick").await;
         let resumed = store.job("tick").await.unwrap().unwrap().enabled;
         shots.check(&c, resumed, &format!("{name}: Resume")).await;
         c.goto(&format!("{base}/jobs/report")).await.unwrap();
         click(&c, "Run report now").await;
+        click(&c, "Confirm: run report now").await;
         eventually(
             Duration::from_secs(30),
             "report's run on its page",

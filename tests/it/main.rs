@@ -61,3 +61,4 @@ mod wakeups;
 mod web;
 mod web_actions;
 mod web_flood;
+mod web_guarded;

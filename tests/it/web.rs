@@ -427,20 +427,29 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
         )
         .await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let r = alice
-        .post(
-            "/jobs/bulk",
-            &[("action", "pause"), ("job", "tick"), ("job", "gone")],
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert!(!store.job("tick").await.unwrap().unwrap().enabled);
-    let r = alice
-        .post("/jobs/bulk", &[("action", "resume"), ("job", "tick")], None)
-        .await;
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert!(store.job("tick").await.unwrap().unwrap().enabled);
+    // Nothing is done before the confirmation page's button (web_guarded.rs tests it in full).
+    for action in ["pause", "resume"] {
+        let r = alice
+            .post(
+                "/jobs/bulk",
+                &[("action", action), ("job", "tick"), ("job", "gone")],
+                None,
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let page = r.text().await.unwrap();
+        assert!(page.contains("<strong>1</strong> job(s)"), "{page}");
+        let form = crate::web_guarded::hidden_fields(&page, "name=\"confirm\"");
+        let refs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            alice.post("/jobs/bulk", &refs, None).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            store.job("tick").await.unwrap().unwrap().enabled,
+            action == "resume"
+        );
+    }
     let audit = store.audit_log(Some("tick"), 20).await.unwrap();
     assert!(
         audit

@@ -9,7 +9,7 @@ use sqlcron::store::Dialect;
 use crate::util::{DaemonProcess, TestDb, eventually, free_port, node_config};
 use crate::web::{Browser, user_line};
 
-/// The `seen` value of the "Run now" form on `page`.
+/// The `seen` value of the "Run now" form on `page` (the confirmation page of Run now).
 fn seen_token(page: &str) -> String {
     let at = page
         .find("name=\"seen\" value=\"")
@@ -186,15 +186,16 @@ async fn sign_in_lands_on_the_page_asked_for_and_one_click_is_one_run() {
 
     // Point 8: two tabs show the page; three posts of the same page at once, then the other
     // tab's: one run is asked for, one audit row.
-    let (_, tab1, _) = olga.get("/jobs/once").await;
-    let (_, tab2, _) = olga.get("/jobs/once").await;
+    let (_, tab1, _) = olga.get("/jobs/once/run").await;
+    let (_, tab2, _) = olga.get("/jobs/once/run").await;
     let seen = seen_token(&tab1);
     assert_eq!(seen, seen_token(&tab2));
     // Point 10: a yearly job's page lists its next five slots.
+    let (_, job_page, _) = olga.get("/jobs/once").await;
     assert_eq!(
-        tab1.matches("<tr class=\"scheduled\">").count(),
+        job_page.matches("<tr class=\"scheduled\">").count(),
         5,
-        "the next five of a yearly job: {tab1}"
+        "the next five of a yearly job: {job_page}"
     );
     let form = [("seen", seen.as_str())];
     let post = || olga.post("/jobs/once/run", &form, None);
@@ -248,7 +249,7 @@ async fn sign_in_lands_on_the_page_asked_for_and_one_click_is_one_run() {
             .map(|_| ())
     })
     .await;
-    let (_, fresh, _) = olga.get("/jobs/once").await;
+    let (_, fresh, _) = olga.get("/jobs/once/run").await;
     let r = olga
         .post(
             "/jobs/once/run",

@@ -133,7 +133,7 @@ pub(crate) fn back(web: &Web, headers: &HeaderMap) -> Response {
     Redirect::to(&to).into_response()
 }
 
-async fn act(web: &Web, headers: &HeaderMap, action: Action, target: &str) -> Response {
+pub(crate) async fn act(web: &Web, headers: &HeaderMap, action: Action, target: &str) -> Response {
     let actor = match actor(web, headers, action, target).await {
         Ok(a) => a,
         Err(r) => return r,
@@ -147,58 +147,6 @@ async fn act(web: &Web, headers: &HeaderMap, action: Action, target: &str) -> Re
             .into_response(),
         Err(e) => super::pages::unavailable(e),
     }
-}
-
-/// Jobs one bulk action may name.
-const BULK_MAX: usize = 500;
-
-/// `POST /jobs/bulk` with `action=pause|resume|run` and one `job=NAME` per selected job (the
-/// jobs list's check boxes): each job goes through the same call, rules and audit row as one
-/// action; a job that no longer exists is left out.
-pub(crate) async fn bulk(
-    State(web): State<Web>,
-    headers: HeaderMap,
-    axum::Form(fields): axum::Form<Vec<(String, String)>>,
-) -> Response {
-    let action = match fields
-        .iter()
-        .find(|(k, _)| k == "action")
-        .map(|(_, v)| v.as_str())
-    {
-        Some("pause") => Action::Pause,
-        Some("resume") => Action::Resume,
-        Some("run") => Action::RunNow,
-        _ => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "action must be pause, resume or run\n",
-            )
-                .into_response();
-        }
-    };
-    let jobs: std::collections::BTreeSet<&str> = fields
-        .iter()
-        .filter(|(k, _)| k == "job")
-        .map(|(_, v)| v.as_str())
-        .collect();
-    if jobs.is_empty() || jobs.len() > BULK_MAX {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("select between 1 and {BULK_MAX} jobs\n"),
-        )
-            .into_response();
-    }
-    let names: Vec<&str> = jobs.iter().copied().collect();
-    let actor = match actor(&web, &headers, action, &names.join(",")).await {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
-    for job in jobs {
-        if let Err(e) = perform(&web, &actor, action, job).await {
-            return super::pages::unavailable(e);
-        }
-    }
-    back(&web, &headers)
 }
 
 /// The path (and query) of a `Referer` that points into the dashboard, to send the browser back
@@ -396,14 +344,6 @@ pub(crate) async fn pause(
             .into_response(),
         Err(e) => super::pages::unavailable(e),
     }
-}
-
-pub(crate) async fn resume(
-    State(web): State<Web>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Response {
-    act(&web, &headers, Action::Resume, &name).await
 }
 
 pub(crate) async fn drain(

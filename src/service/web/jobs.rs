@@ -140,13 +140,22 @@ pub(crate) async fn jobs(
         p #job-count role="status" { (total) @if total == 1 { " job matches" } @else { " jobs match" } }
         @if can_act {
             form #bulk .bulk method="post" action=(web.href("/jobs/bulk")) {
-                label for="bulk-action" { "With the selected jobs" }
+                label for="bulk-action" { "With" }
                 select #bulk-action name="action" {
                     option value="pause" { "Pause" }
                     option value="resume" { "Resume" }
                     option value="run" { "Run now" }
                 }
-                button type="submit" { "Apply" }
+                // The filter, for "all matching": the server selects by it again.
+                @for (k, v) in [("q", Some(query.q.clone())), ("state", query.state.clone()), ("tag", query.tag.clone()), ("pool", query.pool.clone()), ("zone", query.zone.clone())] {
+                    @if let Some(v) = v.filter(|v| !v.trim().is_empty()) { input type="hidden" name=(k) value=(v); }
+                }
+                button type="submit" name="all" value="no" { "the selected jobs…" }
+                @if total > 0 && total <= super::bulk::BULK_MAX as i64 {
+                    button type="submit" name="all" value="yes" { "all " (total) " matching…" }
+                } @else if total > 0 {
+                    small { " (" (total) " match: narrow the filter to " (super::bulk::BULK_MAX) " or fewer to act on all)" }
+                }
             }
         }
         table {

@@ -9,8 +9,10 @@ mod actions;
 mod api;
 mod auth;
 mod backfill;
+mod bulk;
 mod calendar;
 mod cluster;
+mod confirm;
 mod history;
 mod job;
 mod jobs;
@@ -291,11 +293,17 @@ pub(crate) fn router(web: Web) -> Router {
     let app = Router::new()
         .route("/", get(pages::overview))
         .route("/jobs", get(jobs::jobs))
-        .route("/jobs/bulk", post(actions::bulk))
+        .route("/jobs/bulk", post(bulk::bulk))
         .route("/jobs/{name}", get(job::job))
-        .route("/jobs/{name}/run", post(actions::run_now))
+        .route(
+            "/jobs/{name}/run",
+            get(confirm::confirm_run).post(actions::run_now),
+        )
         .route("/jobs/{name}/pause", post(actions::pause))
-        .route("/jobs/{name}/resume", post(actions::resume))
+        .route(
+            "/jobs/{name}/resume",
+            get(confirm::confirm_resume).post(confirm::resume),
+        )
         .route(
             "/jobs/{name}/stop",
             get(actions::confirm_stop).post(actions::stop),

@@ -365,16 +365,13 @@ pub(crate) fn job_actions(web: &Web, j: &JobRow) -> Markup {
     actions_of(web, j, false)
 }
 
-/// The job's buttons; `ask_reason`: the pause form has a field for why (the job's page).
+/// The job's buttons; `ask_reason`: the pause form has a field for why (the job's page). Run
+/// now and Resume lead to a page that says what they will do (confirm.rs) before doing it.
 pub(crate) fn actions_of(web: &Web, j: &JobRow, ask_reason: bool) -> Markup {
     let path = |a: &str| web.href(&format!("/jobs/{}/{a}", encode(&j.name)));
     html! {
         div.actions {
-            // The token the job is shown at: one click, one run (actions::run_now).
-            form method="post" action=(path("run")) {
-                input type="hidden" name="seen" value=(j.token);
-                button type="submit" aria-label=(format!("Run {} now", j.name)) { "Run now" }
-            }
+            a.button href=(path("run")) aria-label=(format!("Run {} now", j.name)) { "Run now…" }
             @if j.exec_by.is_some() {
                 a.button href=(path("stop")) aria-label=(format!("Stop the run of {}", j.name)) { "Stop…" }
             }
@@ -387,7 +384,7 @@ pub(crate) fn actions_of(web: &Web, j: &JobRow, ask_reason: bool) -> Markup {
                     button type="submit" aria-label=(format!("Pause {}", j.name)) { "Pause" }
                 }
             } @else {
-                form method="post" action=(path("resume")) { button type="submit" aria-label=(format!("Resume {}", j.name)) { "Resume" } }
+                a.button href=(path("resume")) aria-label=(format!("Resume {}", j.name)) { "Resume…" }
             }
         }
     }
