@@ -37,6 +37,8 @@ pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 pub const LEASE_DEFAULT: Duration = Duration::from_secs(10);
 pub const MAX_PARALLEL_DEFAULT: usize = 16;
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+/// How often a long run's output so far is stored, for the dashboard to follow it.
+pub const LIVE_OUTPUT_DEFAULT: Duration = Duration::from_secs(5);
 pub const OUTPUT_TAIL_DEFAULT: usize = 64 * 1024;
 /// Lines of one run's output written to the log (journald or stderr) before the rest is only
 /// counted.
@@ -108,6 +110,9 @@ pub struct DaemonConfig {
     pub shutdown_grace: Duration,
     /// Bytes of a run's output kept in the history.
     pub output_tail: usize,
+    /// How often the output so far of a run that has run this long is stored in its
+    /// `running` record (the dashboard follows it); zero: only at the end.
+    pub live_output: Duration,
     /// Lines of a run's output written to the log; then one line says how much was left out.
     pub output_log_lines: usize,
     /// Bytes of a run's output written to the log (same rule).
@@ -133,6 +138,7 @@ impl Default for DaemonConfig {
             max_parallel: MAX_PARALLEL_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
             output_tail: OUTPUT_TAIL_DEFAULT,
+            live_output: LIVE_OUTPUT_DEFAULT,
             output_log_lines: OUTPUT_LOG_LINES_DEFAULT,
             output_log_bytes: OUTPUT_LOG_BYTES_DEFAULT,
             default_user: None,

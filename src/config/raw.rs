@@ -75,6 +75,7 @@ pub struct RawDaemon {
     pub lease: Option<String>,
     pub max_parallel: Option<i64>,
     pub shutdown_grace: Option<String>,
+    pub live_output: Option<String>,
     pub output_tail: Option<i64>,
     pub output_log_lines: Option<i64>,
     pub output_log_bytes: Option<i64>,

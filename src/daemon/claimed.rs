@@ -431,6 +431,17 @@ impl Shared {
         if let Some(r) = self.supervision().get_mut(&sup_key) {
             r.running = true;
             spec.pgid = r.pgid.clone();
+            if !config.daemon.live_output.is_zero() && spec.output_tail > 0 {
+                let tail = crate::exec::output_tail::OutputTail::shared(spec.output_tail);
+                spec.live = Some(tail.clone());
+                r.live = Some(super::live_output::LiveRun {
+                    slot,
+                    attempt,
+                    tail,
+                    stored: 0,
+                    since: std::time::Instant::now(),
+                });
+            }
             if policy.on_lease_lost == OnLeaseLost::Kill {
                 spec.reaper_deadline = Some(reaper_deadline(r.trusted_until, config.daemon.lease));
             }

@@ -308,6 +308,7 @@ pub(super) fn run_spec(
             clear_env: true,
             account: None,
             limits: Limits::default(),
+            live: None,
         });
     }
     let program = match (&row.argv, &row.command) {
@@ -371,6 +372,7 @@ pub(super) fn run_spec(
         clear_env: true,
         account: resolved.account,
         limits: row_limits(row)?,
+        live: None,
     })
 }
 impl super::Shared {

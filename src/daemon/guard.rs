@@ -286,6 +286,7 @@ async fn hold_and_run(
         clear_env: false,
         account: None,
         limits: Default::default(),
+        live: None,
     };
     let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
     let run = runner::run(&spec, stop_rx);

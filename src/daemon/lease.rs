@@ -77,6 +77,8 @@ pub(super) struct Supervised {
     /// Someone asked to stop this run (`sqlcron stop`, the dashboard): its process was told to
     /// stop, and its end is recorded `stopped`.
     pub stop_asked: bool,
+    /// The run's output as it comes, while its process runs and `[daemon] live_output` is on.
+    pub live: Option<crate::daemon::live_output::LiveRun>,
 }
 
 impl Supervised {

@@ -21,6 +21,7 @@ pub mod guard;
 mod housekeeping;
 pub mod lease;
 mod lease_thread;
+pub(crate) mod live_output;
 pub mod metrics;
 pub mod node_name;
 pub mod notify;
@@ -313,6 +314,7 @@ impl Daemon {
         let mut tasks = JoinSet::new();
         let lease = lease_thread::start(self.shared.clone());
         let housekeeping = tokio::spawn(housekeeping::housekeeping_loop(self.shared.clone()));
+        let live_output = tokio::spawn(live_output::live_output_loop(self.shared.clone()));
         let chains = tokio::spawn(chains::chain_loop(self.shared.clone()));
         let alerting = tokio::spawn(alerting::alerting_loop(self.shared.clone()));
         let delivery = tokio::spawn(delivery::delivery_loop(self.shared.clone()));
@@ -430,6 +432,7 @@ impl Daemon {
         }
         wakeups.abort();
         housekeeping.abort();
+        live_output.abort();
         chains.abort();
         alerting.abort();
         self.shutdown(tasks, control, stop_now).await;

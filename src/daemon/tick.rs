@@ -287,6 +287,7 @@ impl Shared {
                 running: false,
                 pgid: Default::default(),
                 stop_asked: false,
+                live: None,
             },
         );
         Claim {

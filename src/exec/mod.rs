@@ -14,6 +14,7 @@ pub mod http;
 pub mod limits;
 pub mod orphans;
 pub mod outcome;
+pub mod output_tail;
 pub mod plain_command;
 pub mod reaper;
 pub mod runner;

@@ -9,7 +9,6 @@
 //! group under systemd, and the reaper elsewhere (see `reaper.rs`): each job's process group is
 //! registered with it while the job runs.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -19,6 +18,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
+
+use crate::exec::output_tail::{OutputTail, SharedTail};
 
 pub use crate::exec::outcome::{RunOutcome, StopRequest};
 
@@ -71,6 +72,9 @@ pub struct RunSpec {
     pub account: Option<crate::exec::account::Account>,
     /// Resource limits of the run.
     pub limits: crate::model::job::Limits,
+    /// Where the output's tail is kept, when the caller reads it while the run runs (made
+    /// with `output_tail` bytes); `None`: the runner keeps its own.
+    pub live: Option<SharedTail>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,29 +116,6 @@ impl LogBudget {
                 self.dropped_lines, self.dropped_bytes
             )
         })
-    }
-}
-
-/// The last N bytes of a run's output.
-#[derive(Debug)]
-struct Tail {
-    cap: usize,
-    bytes: VecDeque<u8>,
-}
-
-impl Tail {
-    fn push(&mut self, data: &[u8]) {
-        if self.cap == 0 {
-            return;
-        }
-        let data = if data.len() > self.cap {
-            &data[data.len() - self.cap..]
-        } else {
-            data
-        };
-        let overflow = (self.bytes.len() + data.len()).saturating_sub(self.cap);
-        self.bytes.drain(..overflow);
-        self.bytes.extend(data);
     }
 }
 
@@ -306,10 +287,11 @@ async fn run_program(
     crate::exec::reaper::register(pgid, spec.reaper_deadline, &run_id);
     spec.pgid.store(pgid, Ordering::SeqCst);
     tracing::debug!(job = %spec.job, pgid, "job process started");
-    let tail = Arc::new(Mutex::new(Tail {
-        cap: spec.output_tail,
-        bytes: VecDeque::new(),
-    }));
+    // The daemon's tail when it follows the run's output as it comes (`spec.live`).
+    let tail = spec
+        .live
+        .clone()
+        .unwrap_or_else(|| OutputTail::shared(spec.output_tail));
     let budget = Arc::new(Mutex::new(LogBudget {
         lines_left: spec.log_lines,
         bytes_left: spec.log_bytes,
@@ -370,11 +352,7 @@ async fn run_program(
     spec.pgid.store(0, Ordering::SeqCst);
     crate::exec::reaper::unregister(pgid);
     started.end().await;
-    let output = {
-        let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-        let bytes: Vec<u8> = tail.bytes.iter().copied().collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
+    let output = tail.lock().unwrap_or_else(|e| e.into_inner()).text();
     let (exit_code, signal) = match status {
         Ok(s) => {
             use std::os::unix::process::ExitStatusExt;
@@ -503,7 +481,7 @@ async fn terminate(
 struct Sink {
     job: String,
     stream: &'static str,
-    tail: Arc<Mutex<Tail>>,
+    tail: SharedTail,
     budget: Arc<Mutex<LogBudget>>,
 }
 
@@ -587,6 +565,7 @@ mod tests {
             clear_env: true,
             account: None,
             limits: Default::default(),
+            live: None,
         }
     }
 

@@ -322,6 +322,7 @@ mod galera;
 pub mod job_search;
 mod keepalive;
 mod lease;
+mod live_output;
 pub mod locks;
 mod migrate;
 pub mod one_off;

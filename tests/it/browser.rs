@@ -796,12 +796,23 @@ async fn live_pages_keep_input_and_leave_connections_free() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
     let port = free_port();
+    let (go1, go2) = (dir.path().join("go1"), dir.path().join("go2"));
     let web = format!(
         "[web]\nlisten = \"127.0.0.1:{port}\"\nbase_path = \"/cron\"\nusers_file = \"{}\"\n\
-         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n",
-        users.display()
+         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"long\"\nschedule = \"0 0 1 1 *\"\ntimeout = \"2m\"\n\
+         command = \"echo first-line; while [ ! -e {} ]; do sleep 0.2; done; echo second-line; \
+         while [ ! -e {} ]; do sleep 0.2; done\"\n",
+        users.display(),
+        go1.display(),
+        go2.display()
     );
-    let _n1 = DaemonProcess::start(dir.path(), "web-1", &node_config(&db.url, "web-1", &web));
+    // Stored every second, so the page has something new to follow within its deadline.
+    let config = node_config(&db.url, "web-1", &web).replace(
+        "shutdown_grace = \"5s\"\n",
+        "shutdown_grace = \"5s\"\nlive_output = \"1s\"\n",
+    );
+    let _n1 = DaemonProcess::start(dir.path(), "web-1", &config);
     let base = format!("http://127.0.0.1:{port}/cron");
     eventually(Duration::from_secs(20), "the dashboard answers", || async {
         reqwest::get(format!("{base}/login"))
@@ -889,5 +900,153 @@ async fn live_pages_keep_input_and_leave_connections_free() {
             &format!("after a live update: search {value:?}, ticked {ticked:?}"),
         )
         .await;
+
+    // Point 15: only what changed is redrawn. A mark on an element that does not change (a
+    // JavaScript property, not an attribute) survives live updates of the page around it.
+    let js = |script: &'static str| {
+        let c = c.clone();
+        async move { c.execute(script, vec![]).await.unwrap() }
+    };
+    c.goto(&format!("{base}/jobs/tick")).await.unwrap();
+    let before = js(
+        r#"var a = document.querySelector("main a[href*='/runs?job=']"); a.sqlcronKept = true;
+        return document.querySelector("main").getAttribute("data-updated");"#,
+    )
+    .await;
+    eventually(Duration::from_secs(30), "two live updates of the job's page", || {
+        let c = c.clone();
+        let before = before.clone();
+        async move {
+            let now = c
+                .execute("var m = document.querySelector('main'); return [m.getAttribute('data-updated'), m.getAttribute('data-seen')];", vec![])
+                .await
+                .ok()?;
+            let updated = now[0].clone();
+            if updated == before || updated.is_null() {
+                return None;
+            }
+            // Wait for a second update, so that at least one redrew a changed run list.
+            if now[1] == serde_json::Value::Null {
+                c.execute("var m = document.querySelector('main'); m.setAttribute('data-seen', m.getAttribute('data-updated'));", vec![]).await.ok()?;
+                return None;
+            }
+            (now[1] != updated).then_some(())
+        }
+    })
+    .await;
+    let kept =
+        js(r#"return document.querySelector("main a[href*='/runs?job=']").sqlcronKept === true;"#)
+            .await;
+    shots
+        .check(
+            &c,
+            kept == serde_json::Value::Bool(true),
+            "an unchanged link kept across live updates",
+        )
+        .await;
+
+    // The interval is the user's, remembered: off closes the stream, and stays off on reload.
+    js(r#"var s = document.getElementById("live-every"); s.value = "off"; s.dispatchEvent(new Event("change"));"#).await;
+    let state = js(r#"return [document.querySelector("main").getAttribute("data-stream"), document.getElementById("live").textContent];"#).await;
+    shots
+        .check(
+            &c,
+            state == serde_json::json!(["closed", "live: off"]),
+            &format!("off: {state}"),
+        )
+        .await;
+    c.refresh().await.unwrap();
+    let state = js(r#"return [document.getElementById("live-every").value, document.querySelector("main").getAttribute("data-stream")];"#).await;
+    shots
+        .check(
+            &c,
+            state == serde_json::json!(["off", "closed"]),
+            &format!("off after a reload: {state}"),
+        )
+        .await;
+    shots.take(&c, "live-off").await;
+    js(r#"var s = document.getElementById("live-every"); s.value = "10"; s.dispatchEvent(new Event("change"));"#).await;
+    let state = js(r#"return document.querySelector("main").getAttribute("data-stream");"#).await;
+    shots
+        .check(&c, state == "open", &format!("every 10 s: {state}"))
+        .await;
+    // A hidden tab closes its stream; shown again, it opens it and catches up.
+    js(r#"Object.defineProperty(document, "visibilityState", { value: "hidden", configurable: true });
+        document.dispatchEvent(new Event("visibilitychange"));"#).await;
+    let state = js(r#"return document.querySelector("main").getAttribute("data-stream");"#).await;
+    shots
+        .check(&c, state == "closed", &format!("hidden: {state}"))
+        .await;
+    let before = js(r#"Object.defineProperty(document, "visibilityState", { value: "visible", configurable: true });
+        document.dispatchEvent(new Event("visibilitychange"));
+        return document.querySelector("main").getAttribute("data-updated");"#)
+    .await;
+    eventually(Duration::from_secs(20), "a catch-up when shown again", || {
+        let c = c.clone();
+        let before = before.clone();
+        async move {
+            let v = c
+                .execute("return [document.querySelector('main').getAttribute('data-stream'), document.querySelector('main').getAttribute('data-updated')];", vec![])
+                .await
+                .ok()?;
+            (v[0] == "open" && v[1] != before && !v[1].is_null()).then_some(())
+        }
+    })
+    .await;
+    js(r#"window.localStorage.removeItem("sqlcron.live-every");"#).await;
+    c.refresh().await.unwrap();
+
+    // Point 14: a running run's page follows its output with no run event to wake it (tick
+    // paused, nothing else runs): the second line appears while the run still runs.
+    let store = db.store().await;
+    let actor = sqlcron::model::actor::Actor {
+        who: "test".into(),
+        host: None,
+        pid: None,
+    };
+    store.set_enabled("tick", false, &actor).await.unwrap();
+    assert!(store.request_run("long", &actor).await.unwrap());
+    let running = eventually(
+        Duration::from_secs(30),
+        "long's first line stored",
+        || async {
+            store
+                .history(Some("long"), 5)
+                .await
+                .ok()?
+                .into_iter()
+                .find(|r| {
+                    r.outcome == "running"
+                        && r.output
+                            .as_deref()
+                            .is_some_and(|o| o.contains("first-line"))
+                })
+        },
+    )
+    .await;
+    c.goto(&format!("{base}/runs/{}", running.id))
+        .await
+        .unwrap();
+    let first = text_of(&c, "#output").await;
+    std::fs::write(&go1, "").unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the second line followed on the page",
+        || async {
+            let out = text_of(&c, "#output").await;
+            let badge = text_of(&c, "main h1 .badge").await;
+            (out.contains("second-line") && badge == "running").then_some(())
+        },
+    )
+    .await;
+    shots.take(&c, "run-following").await;
+    shots
+        .check(
+            &c,
+            first.contains("first-line") && !first.contains("second-line"),
+            &format!("first drawn: {first:?}"),
+        )
+        .await;
+    std::fs::write(&go2, "").unwrap();
     c.close().await.unwrap();
 }

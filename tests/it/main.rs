@@ -28,6 +28,7 @@ mod galera;
 mod http_jobs;
 mod http_server;
 mod job_search;
+mod live_output;
 mod locks;
 mod mariadb_outage;
 mod metrics;

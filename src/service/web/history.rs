@@ -188,28 +188,38 @@ fn filter_form(web: &Web, q: &RunsQuery) -> Markup {
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
     html! {
         form.search method="get" action=(web.href("/runs")) role="search" aria-label="filter the runs" {
-            label for="f-job" { "Job" }
-            input #f-job name="job" value=(value(&q.job));
-            label for="f-outcome" { "Outcome" }
-            select #f-outcome name="outcome" {
-                option value="" { "any" }
-                @for o in OUTCOMES { option value=(o) selected[q.outcome.as_deref() == Some(o)] { (o) } }
+            span.field {
+                label for="f-job" { "Job" }
+                input #f-job name="job" value=(value(&q.job));
             }
-            label for="f-node" { "Node" }
-            input #f-node name="node" value=(value(&q.node));
-            label for="f-since" { "Ended within" }
-            select #f-since name="since" {
-                option value="" { "any time" }
-                @for (v, t) in [("1h", "the last hour"), ("24h", "the last day"), ("7d", "the last week"), ("30d", "the last 30 days")] {
-                    option value=(v) selected[q.since.as_deref() == Some(v)] { (t) }
+            span.field {
+                label for="f-outcome" { "Outcome" }
+                select #f-outcome name="outcome" {
+                    option value="" { "any" }
+                    @for o in OUTCOMES { option value=(o) selected[q.outcome.as_deref() == Some(o)] { (o) } }
                 }
-                @if let Some(s) = given(&q.since).filter(|s| !["1h", "24h", "7d", "30d"].contains(s)) {
-                    option value=(s) selected { "since " (s) }
+            }
+            span.field {
+                label for="f-node" { "Node" }
+                input #f-node name="node" value=(value(&q.node));
+            }
+            span.field {
+                label for="f-since" { "Ended within" }
+                select #f-since name="since" {
+                    option value="" { "any time" }
+                    @for (v, t) in [("1h", "the last hour"), ("24h", "the last day"), ("7d", "the last week"), ("30d", "the last 30 days")] {
+                        option value=(v) selected[q.since.as_deref() == Some(v)] { (t) }
+                    }
+                    @if let Some(s) = given(&q.since).filter(|s| !["1h", "24h", "7d", "30d"].contains(s)) {
+                        option value=(s) selected { "since " (s) }
+                    }
                 }
             }
             @if let Some(u) = given(&q.until) { input type="hidden" name="until" value=(u); }
-            label for="f-q" { "Output contains" }
-            input #f-q name="q" type="search" value=(value(&q.q));
+            span.field {
+                label for="f-q" { "Output contains" }
+                input #f-q name="q" type="search" value=(value(&q.q));
+            }
             button type="submit" { "Show" }
         }
     }

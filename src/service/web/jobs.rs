@@ -182,23 +182,35 @@ fn filter_form(web: &Web, q: &JobsQuery) -> Markup {
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
     html! {
         form.search method="get" action=(web.href("/jobs")) role="search" aria-label="filter the jobs" {
-            label for="q" { "Name contains" }
-            input #q name="q" value=(q.q) type="search";
-            label for="f-state" { "State" }
-            select #f-state name="state" {
-                option value="" { "any" }
-                @for s in STATES { option value=(s) selected[q.state.as_deref() == Some(s)] { (s) } }
+            span.field {
+                label for="q" { "Name contains" }
+                input #q name="q" value=(q.q) type="search";
             }
-            label for="f-tag" { "Tag" }
-            input #f-tag name="tag" value=(value(&q.tag));
-            label for="f-pool" { "Pool" }
-            input #f-pool name="pool" value=(value(&q.pool));
-            label for="f-zone" { "Zone" }
-            input #f-zone name="zone" value=(value(&q.zone)) placeholder="Europe/Berlin, default";
-            label for="f-sort" { "Order" }
-            select #f-sort name="sort" {
-                option value="name" selected[q.sort.as_deref() != Some("next")] { "by name" }
-                option value="next" selected[q.sort.as_deref() == Some("next")] { "soonest due first" }
+            span.field {
+                label for="f-state" { "State" }
+                select #f-state name="state" {
+                    option value="" { "any" }
+                    @for s in STATES { option value=(s) selected[q.state.as_deref() == Some(s)] { (s) } }
+                }
+            }
+            span.field {
+                label for="f-tag" { "Tag" }
+                input #f-tag name="tag" value=(value(&q.tag));
+            }
+            span.field {
+                label for="f-pool" { "Pool" }
+                input #f-pool name="pool" value=(value(&q.pool));
+            }
+            span.field {
+                label for="f-zone" { "Zone" }
+                input #f-zone name="zone" value=(value(&q.zone)) placeholder="Europe/Berlin, default";
+            }
+            span.field {
+                label for="f-sort" { "Order" }
+                select #f-sort name="sort" {
+                    option value="name" selected[q.sort.as_deref() != Some("next")] { "by name" }
+                    option value="next" selected[q.sort.as_deref() == Some("next")] { "soonest due first" }
+                }
             }
             button type="submit" { "Search" }
         }

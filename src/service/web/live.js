@@ -1,6 +1,9 @@
 // sqlcron dashboard: live updates. On each run that starts or ends anywhere in the cluster
 // (server-sent events from the page's data-live address) the page's <main> is read again and
-// replaced, unless the user is typing in it. Without this script every page still works.
+// the parts that changed are redrawn, unless the user is typing in it. The header's control
+// sets how often (on each event, at most every 10, 30 or 60 s, or off), remembered in this
+// browser. A hidden tab closes its stream and catches up when shown. A running run's page is
+// read again every few seconds to follow its output. Without this script every page still works.
 (function () {
   "use strict";
   // The browser's zone, for pages that show times in it (zone.rs): kept in a cookie, and the
@@ -19,32 +22,98 @@
   }
   var main = document.querySelector("main[data-live]");
   var status = document.getElementById("live");
+  var every = document.getElementById("live-every");
   if (!main || !window.EventSource || !window.fetch) return;
+  var KEY = "sqlcron.live-every";
+  var choice = "0";
+  try { choice = window.localStorage.getItem(KEY) || "0"; } catch (e) { /* storage refused */ }
+  if (every) {
+    if (!every.querySelector("option[value='" + choice + "']")) choice = "0";
+    every.value = choice;
+    every.hidden = false;
+    every.addEventListener("change", function () {
+      choice = every.value;
+      try { window.localStorage.setItem(KEY, choice); } catch (e) { /* kept for this page */ }
+      follow();
+    });
+  }
   var source = null;
   var waiting = false;
+  var last = 0;
+  var pending = null;
   function say(text) { if (status) { status.textContent = text; status.hidden = false; } }
+  // A run event: read the page now (coalesced), or at the end of the chosen interval.
+  function changed() {
+    var gap = choice === "off" ? null : Number(choice) * 1000;
+    if (gap === null) return;
+    var wait = Math.max(300, last + gap - Date.now());
+    if (pending) return;
+    pending = setTimeout(function () { pending = null; refresh(); }, wait);
+  }
   function refresh() {
     if (waiting) return;
     waiting = true;
-    setTimeout(function () {
-      fetch(window.location.href, { credentials: "same-origin" })
-        .then(function (r) { return r.ok ? r.text() : null; })
-        .then(function (text) {
-          waiting = false;
-          if (!text) return;
-          var focus = document.activeElement;
-          if (focus && main.contains(focus) && (focus.tagName === "INPUT" || focus.tagName === "SELECT")) return;
-          // What the user entered and has not sent (a search, ticked boxes) is never wiped:
-          // the page is not replaced while any field differs from what the server drew.
-          if (edited()) { say("live (paused: unsent changes on this page)"); return; }
-          var fresh = new DOMParser().parseFromString(text, "text/html").querySelector("main");
-          if (!fresh) return;
-          main.innerHTML = fresh.innerHTML;
-          main.setAttribute("data-updated", String(Date.now()));
-        })
-        .catch(function () { waiting = false; });
-    }, 300);
+    last = Date.now();
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (text) {
+        waiting = false;
+        if (!text) return;
+        var focus = document.activeElement;
+        if (focus && main.contains(focus) && (focus.tagName === "INPUT" || focus.tagName === "SELECT")) return;
+        // What the user entered and has not sent (a search, ticked boxes) is never wiped:
+        // the page is not replaced while any field differs from what the server drew.
+        if (edited()) { say("live (paused: unsent changes on this page)"); return; }
+        var fresh = new DOMParser().parseFromString(text, "text/html").querySelector("main");
+        if (!fresh) return;
+        var follow = atEnd(output());
+        patch(main, fresh);
+        if (follow) toEnd();
+        main.setAttribute("data-updated", String(Date.now()));
+      })
+      .catch(function () { waiting = false; });
   }
+  // Redraws only what differs: children compared in order, the same element kept when equal,
+  // descended into when only its content differs, replaced otherwise.
+  function patch(old, fresh) {
+    var a = old.childNodes, b = fresh.childNodes;
+    if (a.length !== b.length) {
+      while (old.firstChild) old.removeChild(old.firstChild);
+      while (fresh.firstChild) old.appendChild(fresh.firstChild);
+      return;
+    }
+    var pairs = [];
+    for (var i = 0; i < a.length; i++) pairs.push([a[i], b[i]]);
+    pairs.forEach(function (p) {
+      var x = p[0], y = p[1];
+      if (x.isEqualNode(y)) return;
+      if (x.nodeType === 1 && y.nodeType === 1 && x.tagName === y.tagName && sameAttributes(x, y)) {
+        patch(x, y);
+      } else {
+        old.replaceChild(document.importNode(y, true), x);
+      }
+    });
+  }
+  function sameAttributes(x, y) {
+    if (x.attributes.length !== y.attributes.length) return false;
+    for (var i = 0; i < x.attributes.length; i++) {
+      var at = x.attributes[i];
+      if (y.getAttribute(at.name) !== at.value) return false;
+    }
+    return true;
+  }
+  // A running run's page follows its output: read again every data-follow seconds, the
+  // output kept scrolled to its end unless the reader scrolled up.
+  function output() { return main.querySelector("pre.output"); }
+  function atEnd(pre) { return !pre || pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8; }
+  function toEnd() { var pre = output(); if (pre) pre.scrollTop = pre.scrollHeight; }
+  toEnd();
+  setInterval(function () {
+    var f = main.querySelector("[data-follow]");
+    if (!f || !source || choice === "off") return;
+    var gap = Math.max(1, Number(f.getAttribute("data-follow")) || 5) * 1000;
+    if (Date.now() - last >= gap && !pending) refresh();
+  }, 1000);
   function edited() {
     var fields = main.querySelectorAll("input, select, textarea");
     for (var i = 0; i < fields.length; i++) {
@@ -61,20 +130,32 @@
     }
     return false;
   }
-  // One stream per shown page. A page the browser keeps in its back/forward cache closes its
-  // stream (pagehide) and opens it again when shown (pageshow): kept pages holding their
-  // streams used up the browser's six connections per host and the seventh page stalled.
+  // One stream per shown page, and none while the choice is off or the tab is hidden. A page
+  // the browser keeps in its back/forward cache closes its stream (pagehide) and opens it
+  // again when shown (pageshow): kept pages holding their streams used up the browser's six
+  // connections per host and the seventh page stalled.
   function open() {
     if (source) return;
     source = new EventSource(main.getAttribute("data-live"));
+    main.setAttribute("data-stream", "open");
     source.addEventListener("open", function () { say("live"); });
     source.addEventListener("error", function () { say("reconnecting…"); });
-    source.addEventListener("run", refresh);
+    source.addEventListener("run", changed);
   }
   function close() {
     if (source) { source.close(); source = null; }
+    if (pending) { clearTimeout(pending); pending = null; }
+    main.setAttribute("data-stream", "closed");
   }
+  function follow() {
+    if (choice === "off") { close(); say("live: off"); return; }
+    if (document.visibilityState === "hidden") { close(); return; }
+    var was = source;
+    open();
+    if (!was) changed();
+  }
+  document.addEventListener("visibilitychange", follow);
   window.addEventListener("pagehide", close);
-  window.addEventListener("pageshow", open);
-  open();
+  window.addEventListener("pageshow", follow);
+  if (choice === "off") { close(); say("live: off"); } else if (document.visibilityState !== "hidden") { open(); }
 })();

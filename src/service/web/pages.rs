@@ -68,6 +68,14 @@ pub(crate) fn page(
                     @if let Some(w) = who {
                         div.who {
                             span #live role="status" hidden {}
+                            // Shown by live.js: how often the page follows the cluster.
+                            select #live-every aria-label="Live updates" hidden {
+                                option value="0" { "live" }
+                                option value="10" { "every 10 s" }
+                                option value="30" { "every 30 s" }
+                                option value="60" { "every minute" }
+                                option value="off" { "off" }
+                            }
                             (super::zone::picker(web, w.shown))
                             span { (w.user.as_deref().unwrap_or("anonymous")) " (" (w.role) ")" }
                             @if w.session.is_some() {
@@ -373,7 +381,7 @@ pub(crate) fn actions_of(web: &Web, j: &JobRow, ask_reason: bool) -> Markup {
         div.actions {
             a.button href=(path("run")) aria-label=(format!("Run {} now", j.name)) { "Run now…" }
             @if j.exec_by.is_some() {
-                a.button href=(path("stop")) aria-label=(format!("Stop the run of {}", j.name)) { "Stop…" }
+                a.button.danger href=(path("stop")) aria-label=(format!("Stop the run of {}", j.name)) { "Stop…" }
             }
             @if j.enabled {
                 form method="post" action=(path("pause")) {

@@ -66,6 +66,15 @@ fn tail(text: &str, max: usize) -> (&str, bool) {
     (&text[from..], true)
 }
 
+/// Seconds between two reads of a running run's page: the node's `[daemon] live_output`, at
+/// least 1 (5 when it is off: the run's end still shows).
+fn follow_every(web: &Web) -> u64 {
+    match web.node.daemon.live_output.as_secs() {
+        0 => 5,
+        n => n,
+    }
+}
+
 async fn read_run(web: &Web, id: i64) -> Result<HistoryRow, Response> {
     match web.store.run_record(id).await {
         Ok(Some(r)) => Ok(r),
@@ -128,11 +137,17 @@ pub(crate) async fn run(
             }
         }
         h2 { "Output" }
-        @if output.is_empty() { p { "No output was stored." } } @else {
+        @if r.outcome == "running" {
+            // live.js reads the page again every few seconds while this is on it.
+            p #following role="status" data-follow=(follow_every(&web)) {
+                "Running: the output so far, stored by its node every " (duration(web.node.daemon.live_output.as_millis() as i64)) " once the run has run that long; this page follows it."
+            }
+        }
+        @if output.is_empty() { p { @if r.outcome == "running" { "Nothing printed yet." } @else { "No output was stored." } } } @else {
             @if cut { p { "The last " (TAIL / 1024) " KiB of " (output.len()) " bytes. "
                 a href=(web.href(&format!("/runs/{}/output", r.id))) download { "Download the full output" } } }
             @else { p { a href=(web.href(&format!("/runs/{}/output", r.id))) download { "Download" } } }
-            pre.output { (shown) }
+            pre.output #output { (shown) }
         }
     };
     page(&web, Some(&who), &format!("Run {}", r.id), body).into_response()
