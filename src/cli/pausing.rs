@@ -51,13 +51,23 @@ pub async fn resume(
             "{job}: its definition cannot be read ({e}): resume it without --skip-missed"
         ))
     })?;
-    let (slot, skipped) = skip_to(row.slot, attempts, now, &schedule);
+    if row.run_on.as_deref() == Some("every_node") {
+        return Err(Failure::usage(format!(
+            "{job}: an every_node template: its copies run, not it; resume it without --skip-missed"
+        )));
+    }
+    let Some((slot, skipped, capped)) = skip_to(row.slot, attempts, now, &schedule) else {
+        return Err(Failure::usage(format!(
+            "{job}: no slot after now (a one-off, or its schedule ended): skipping would end it without a run; resume it without --skip-missed"
+        )));
+    };
     let skip = Skip {
         seen_token: row.token,
         seen_slot: row.slot,
         slot,
         next_exec: slot.saturating_add(crate::model::policy::jitter_ms(job, slot, policy.jitter)),
         skipped,
+        capped,
     };
     match store
         .resume_skipping(job, &skip, node, &actor)
@@ -66,7 +76,8 @@ pub async fn resume(
     {
         SkipDone::Resumed => {
             let n = skipped.map_or(0, |s| s.0);
-            println!("{job}: resumed; {n} missed slot(s) skipped");
+            let at_least = if capped { "at least " } else { "" };
+            println!("{job}: resumed; {at_least}{n} missed slot(s) skipped");
             Ok(0)
         }
         SkipDone::Changed => Err(Failure::runtime(format!(

@@ -93,7 +93,16 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
             &d.shutdown_grace,
             SHUTDOWN_GRACE_DEFAULT,
         ),
-        live_output: c.duration("[daemon] live_output", &d.live_output, LIVE_OUTPUT_DEFAULT),
+        live_output: match c.duration("[daemon] live_output", &d.live_output, LIVE_OUTPUT_DEFAULT) {
+            d if d.is_zero() || d >= Duration::from_secs(1) => d,
+            d => {
+                c.push(
+                    "[daemon] live_output",
+                    format!("{d:?} must be 0s (off) or at least 1s"),
+                );
+                LIVE_OUTPUT_DEFAULT
+            }
+        },
         output_tail: match d.output_tail {
             None => OUTPUT_TAIL_DEFAULT,
             Some(n) if (0..=16 * 1024 * 1024).contains(&n) => n as usize,

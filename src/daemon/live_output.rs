@@ -24,6 +24,9 @@ pub(crate) struct LiveRun {
     pub since: Instant,
 }
 
+/// A run whose output may be due: supervision key, job, slot, attempt, bytes stored, tail.
+type Taken = ((i64, i64), String, i64, u32, u64, SharedTail);
+
 /// One write to do: the supervision key, the record's key and the text.
 struct Due {
     key: (i64, i64),
@@ -46,33 +49,51 @@ pub(super) async fn live_output_loop(shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let due: Vec<Due> = {
+        // The tails are taken under the supervision lock (an Arc each) and copied after it,
+        // so the lease extension never waits for a copy of a run's output.
+        let taken: Vec<Taken> = {
             let sup = shared.supervision();
             sup.iter()
                 .filter_map(|(key, r)| {
                     let live = r.live.as_ref()?;
-                    if !r.running || r.interrupted.is_some() || live.since.elapsed() < every {
-                        return None;
-                    }
-                    let tail = live.tail.lock().unwrap_or_else(|e| e.into_inner());
-                    (tail.pushed() != live.stored).then(|| Due {
-                        key: *key,
-                        job: r.job.clone(),
-                        slot: live.slot,
-                        attempt: live.attempt,
-                        pushed: tail.pushed(),
-                        text: tail.text(),
-                    })
+                    (r.running && r.interrupted.is_none() && live.since.elapsed() >= every).then(
+                        || {
+                            (
+                                *key,
+                                r.job.clone(),
+                                live.slot,
+                                live.attempt,
+                                live.stored,
+                                live.tail.clone(),
+                            )
+                        },
+                    )
                 })
                 .collect()
         };
+        let due: Vec<Due> = taken
+            .into_iter()
+            .filter_map(|(key, job, slot, attempt, stored, tail)| {
+                let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                (tail.pushed() != stored).then(|| Due {
+                    key,
+                    job,
+                    slot,
+                    attempt,
+                    pushed: tail.pushed(),
+                    text: tail.text(),
+                })
+            })
+            .collect();
         for d in due {
             match shared
                 .store
                 .store_live_output(&d.job, d.slot, d.attempt, d.key.1, &d.text)
                 .await
             {
-                Ok(_) => {
+                // Not written (the record ended, or is not this token's): tried again next time.
+                Ok(false) => {}
+                Ok(true) => {
                     if let Some(live) = shared
                         .supervision()
                         .get_mut(&d.key)

@@ -56,6 +56,10 @@ pub enum Action {
     StopRun,
     /// Queue a one-off run for each past slot of a range without a successful run.
     Backfill,
+    /// Create, change or clone a job defined with SQL (the dashboard's editor).
+    EditJob,
+    /// Remove a job defined with SQL; its history stays.
+    DeleteJob,
 }
 
 impl Action {
@@ -69,8 +73,9 @@ impl Action {
             | Action::Drain
             | Action::Undrain
             | Action::RetryEvent
-            | Action::StopRun => Role::Operator,
-            Action::BreakLock | Action::Backfill => Role::Admin,
+            | Action::StopRun
+            | Action::EditJob => Role::Operator,
+            Action::BreakLock | Action::Backfill | Action::DeleteJob => Role::Admin,
         }
     }
 }

@@ -122,6 +122,55 @@ impl PoolWait {
 }
 
 impl JobRow {
+    /// A row as a new job starts in the editor: named, enabled, every other column empty.
+    pub fn blank(name: &str) -> JobRow {
+        JobRow {
+            id: 0,
+            name: name.to_string(),
+            schedule: String::new(),
+            timezone: None,
+            command: None,
+            argv: None,
+            env: None,
+            workdir: None,
+            enabled: true,
+            pool: None,
+            run_user: None,
+            run_group: None,
+            env_file: None,
+            inherit_env: None,
+            limits: None,
+            alerts: None,
+            placement: None,
+            run_on: None,
+            template: None,
+            http: None,
+            signature: None,
+            after: None,
+            upstream: None,
+            policy: POLICY_COLUMNS.iter().map(|c| (*c, None)).collect(),
+            source: "web".into(),
+            next_exec: None,
+            slot: None,
+            attempt: 0,
+            exec_by: None,
+            prev_exec_by: None,
+            lease_until: None,
+            token: 0,
+            run_now: false,
+            dirty: false,
+            last_status: None,
+            last_exit: None,
+            last_start: None,
+            last_end: None,
+            last_node: None,
+            error: None,
+            claimed_at: None,
+            pool_wait: PoolWait::No,
+            decode_error: None,
+        }
+    }
+
     /// What a signature of this row covers (see [`crate::model::signing`]).
     pub fn definition(&self) -> crate::model::signing::Definition {
         crate::model::signing::Definition::from_columns([

@@ -24,6 +24,7 @@ pub mod history;
 pub mod hooks;
 pub mod http_target;
 pub mod job;
+pub mod job_edit;
 pub mod job_row;
 pub mod lease;
 pub mod names;

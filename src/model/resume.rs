@@ -94,16 +94,25 @@ pub fn preview(
     }
 }
 
-/// A skip: the slot the row waits for after skipping every slot up to `now`, and the summary
-/// of what it skips, `(count, first, last)`, for the history; `None` when nothing passed. A
-/// slot already tried (`attempts` > 0) has its runs in the history: the summary starts after it.
+/// A skip: the slot the row waits for after skipping every slot up to `now`, the summary of
+/// what it skips, `(count, first, last)`, for the history (`None` when nothing passed), and
+/// whether the count stopped at [`COUNT_MAX`] (then `last` is `now`, so the line still covers
+/// every skipped slot). A slot already tried (`attempts` > 0) has its runs in the history: the
+/// summary starts after it.
+pub type SkipPlan = (i64, Option<(u64, i64, i64)>, bool);
+
+/// The skip at `now` (see [`SkipPlan`]); `None` when the schedule has no slot after `now` (a
+/// one-off, an ended schedule): skipping would end the job without a run.
 pub fn skip_to(
     slot: Option<i64>,
     attempts: u32,
     now: i64,
     schedule: &Schedule,
-) -> (i64, Option<(u64, i64, i64)>) {
+) -> Option<SkipPlan> {
     let next = next_slot(schedule, now);
+    if next == i64::MAX {
+        return None;
+    }
     let first = slot.map(|s| {
         if attempts > 0 {
             next_slot(schedule, s)
@@ -111,14 +120,15 @@ pub fn skip_to(
             s
         }
     });
-    match first.filter(|s| *s <= now) {
+    Some(match first.filter(|s| *s <= now) {
         Some(first) => {
-            let (count, last, _) = count_slots(schedule, first, now);
-            (next, Some((count, first, last.unwrap_or(first))))
+            let (count, last, capped) = count_slots(schedule, first, now);
+            let last = if capped { now } else { last.unwrap_or(first) };
+            (next, Some((count, first, last)), capped)
         }
-        None if slot.is_some_and(|s| s <= now) => (next, None),
-        None => (slot.unwrap_or(next), None),
-    }
+        None if slot.is_some_and(|s| s <= now) => (next, None, false),
+        None => (slot.unwrap_or(next), None, false),
+    })
 }
 
 /// The preview as a sentence: how many slots passed and what the policy does with them.
@@ -213,7 +223,16 @@ mod tests {
             (pr.passed, pr.runs, pr.next, pr.manual),
             (0, 0, BASE + MIN, true)
         );
-        assert_eq!(skip_to(Some(BASE + MIN), 0, BASE, &s), (BASE + MIN, None));
+        assert_eq!(
+            skip_to(Some(BASE + MIN), 0, BASE, &s),
+            Some((BASE + MIN, None, false))
+        );
+        let once = Schedule::parse("@at 2026-01-01T00:00:00Z", "UTC").unwrap();
+        assert_eq!(
+            skip_to(Some(BASE), 0, BASE + MIN, &once),
+            None,
+            "a one-off has no slot to skip to"
+        );
     }
 
     #[test]
@@ -222,14 +241,28 @@ mod tests {
         let now = BASE + 10 * MIN + 1_000;
         assert_eq!(
             skip_to(Some(BASE), 0, now, &s),
-            (BASE + 11 * MIN, Some((11, BASE, BASE + 10 * MIN)))
+            Some((BASE + 11 * MIN, Some((11, BASE, BASE + 10 * MIN)), false))
         );
         // The slot it waited for was tried already: its runs are in the history.
         assert_eq!(
             skip_to(Some(BASE), 1, now, &s),
-            (BASE + 11 * MIN, Some((10, BASE + MIN, BASE + 10 * MIN)))
+            Some((
+                BASE + 11 * MIN,
+                Some((10, BASE + MIN, BASE + 10 * MIN)),
+                false
+            ))
         );
-        assert_eq!(skip_to(Some(BASE), 2, BASE + 1_000, &s), (BASE + MIN, None));
+        assert_eq!(
+            skip_to(Some(BASE), 2, BASE + 1_000, &s),
+            Some((BASE + MIN, None, false))
+        );
+        // Past the cap the line still reaches now.
+        let every_second = Schedule::parse("* * * * * *", "UTC").unwrap();
+        let far = BASE + 3 * 86_400_000;
+        assert_eq!(
+            skip_to(Some(BASE), 0, far, &every_second),
+            Some((far + 1_000, Some((COUNT_MAX, BASE, far)), true))
+        );
     }
 
     #[test]

@@ -203,6 +203,20 @@ impl Store {
         .await
     }
 
+    /// Whether an audit row already names the bulk batch `batch` (16 hex digits): a batch is
+    /// applied once.
+    pub async fn batch_applied(&self, batch: &str) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(
+            self.dialect
+                .render("SELECT COUNT(*) FROM cron_audit WHERE detail LIKE ?"),
+        ))
+        .bind(format!("%batch {batch},%"))
+        .fetch_one(&self.db)
+        .await
+        .map_err(sql_err!(self, "look for a batch"))?;
+        Ok(n > 0)
+    }
+
     /// When the job of this name was last created (by an apply, SQL, `sqlcron at` or a
     /// backfill), as the audit trail has it; `None` when the trail no longer says.
     pub async fn created_at(&self, job: &str) -> Result<Option<i64>> {

@@ -319,6 +319,7 @@ mod drift;
 mod events;
 pub mod every_node;
 mod galera;
+pub mod job_edit;
 pub mod job_search;
 mod keepalive;
 mod lease;

@@ -17,13 +17,16 @@ pub struct Skip {
     pub next_exec: i64,
     /// The skipped slots `(count, first, last)`, recorded as one `skipped` history line.
     pub skipped: Option<(u64, i64, i64)>,
+    /// The count reached `model::resume::COUNT_MAX`: it is a lower bound.
+    pub capped: bool,
 }
 
 /// How a skip went.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SkipDone {
     Resumed,
-    /// The row is no longer the paused, idle row that was read (resumed, run, changed).
+    /// The row is no longer the paused, idle, prepared row that was read (resumed, run,
+    /// changed, parked), or it is an `every_node` template.
     Changed,
     NoSuchJob,
 }
@@ -40,16 +43,21 @@ impl Store {
         node: &str,
         actor: &Actor,
     ) -> Result<SkipDone> {
+        let at_least = if skip.capped { "at least " } else { "" };
         let detail = match skip.skipped {
-            Some((n, _, _)) => format!("skipped {n} missed slot(s)"),
+            Some((n, _, _)) => format!("skipped {at_least}{n} missed slot(s)"),
             None => "nothing missed to skip".to_string(),
         };
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let mark = self.mark(&mut tx, actor, "resume", Some(&detail)).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+            // Only a prepared, runnable row: not an every_node template (its copies run), not
+            // one waiting to be prepared after a change (next_exec NULL), not a parked one.
             "UPDATE cron_table SET enabled = 1, slot = ?, attempt = 0, next_exec = ?, changed_by = ? \
              WHERE name = ? AND enabled = 0 AND exec_by IS NULL AND token = ? \
-             AND (slot = ? OR (slot IS NULL AND ? IS NULL))",
+             AND (slot = ? OR (slot IS NULL AND ? IS NULL)) \
+             AND next_exec IS NOT NULL AND next_exec < ? AND error IS NULL \
+             AND (run_on IS NULL OR run_on <> 'every_node')",
         )))
         .bind(skip.slot)
         .bind(skip.next_exec)
@@ -58,6 +66,7 @@ impl Store {
         .bind(skip.seen_token)
         .bind(skip.seen_slot)
         .bind(skip.seen_slot)
+        .bind(PARKED)
         .execute(&mut *tx)
         .await
         .map_err(sql_err!(self, "resume skipping"))?;
@@ -69,7 +78,10 @@ impl Store {
             });
         }
         if let Some((count, first, last)) = skip.skipped {
-            let message = format!("{count} missed slot(s) skipped on resume by {}", actor.who);
+            let message = format!(
+                "{at_least}{count} missed slot(s) skipped on resume by {}",
+                actor.who
+            );
             sqlx::query(AssertSqlSafe(self.sql.summary.clone()))
                 .bind(name.to_string())
                 .bind(first)

@@ -61,5 +61,6 @@ mod util;
 mod wakeups;
 mod web;
 mod web_actions;
+mod web_editor;
 mod web_flood;
 mod web_guarded;

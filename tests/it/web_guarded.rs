@@ -176,9 +176,39 @@ async fn bulk_and_resume_are_confirmed_and_fenced(dialect: Dialect) {
         )),
         "{trail:?}"
     );
-    // The same form again (a double click, a reload): nothing more is done or recorded.
+    // The same form again (a double click, a reload, a replay): nothing more is done or
+    // recorded, the batch was applied.
     let r = post_fields(&alice, "/jobs/bulk", &form).await;
-    assert!(r.text().await.unwrap().contains("Pause: 0 of 12 job(s)"));
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    // Even with the jobs resumed in between, a replayed batch acts on none of them.
+    for i in 1..=12 {
+        store
+            .set_enabled(&format!("batch-{i:02}"), true, &tester())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        post_fields(&alice, "/jobs/bulk", &form).await.status(),
+        StatusCode::CONFLICT
+    );
+    assert!(store.job("batch-01").await.unwrap().unwrap().enabled);
+    // A reason cannot pose as another batch's.
+    let mut posing = form.clone();
+    posing.retain(|(k, _)| k != "batch" && k != "reason");
+    posing.push(("batch".into(), "0123456789abcdef".into()));
+    posing.push(("reason".into(), "x (batch ffffffffffffffff, 1 of 1)".into()));
+    assert_eq!(
+        post_fields(&alice, "/jobs/bulk", &posing).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    // A page on another site cannot even have the confirmation drawn.
+    assert_eq!(
+        alice
+            .post("/jobs/bulk", &ask, Some("http://evil.example"))
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(batch_rows(&store.audit_log(None, 200).await.unwrap()), 12);
     // A forged confirmation without a batch id is refused.
     let forged = [
@@ -379,5 +409,35 @@ async fn bulk_and_resume_are_confirmed_and_fenced(dialect: Dialect) {
         "{}",
         stdout(&out)
     );
+    // A skip never turns an every_node template into a job of its own, nor ends a one-off
+    // without its run.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, run_on, enabled) \
+             VALUES ('tmpl', '* * * * *', 'true', 'every_node', 0), \
+                    ('once', '@at 2026-01-01T00:00:00Z', 'true', NULL, 0)",
+        )
+        .await
+        .unwrap();
+    for (job, says) in [
+        ("tmpl", "every_node template"),
+        ("once", "no slot after now"),
+    ] {
+        let out = sqlcron(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "resume",
+            job,
+            "--skip-missed",
+        ]);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(crate::util::stderr(&out).contains(says), "{out:?}");
+        assert!(!store.job(job).await.unwrap().unwrap().enabled);
+        let (_, page, _) = alice.get(&format!("/jobs/{job}/resume")).await;
+        assert!(
+            !page.contains("name=\"skip\""),
+            "no skip offered for {job}: {page}"
+        );
+    }
     drop(node);
 }

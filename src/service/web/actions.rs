@@ -114,8 +114,8 @@ async fn perform(
             Ok(id) => s.event_retry(id, actor).await,
             Err(_) => Ok(false),
         },
-        // Backfill has its own page and form (backfill.rs).
-        Action::Read | Action::Backfill => Ok(true),
+        // Backfill and the editor have their own pages and forms (backfill.rs, editor.rs).
+        Action::Read | Action::Backfill | Action::EditJob | Action::DeleteJob => Ok(true),
     };
     if let Ok(true) = done {
         tracing::info!(who = %actor.who, action = ?action, target, "web: action");
@@ -188,7 +188,7 @@ pub(crate) async fn confirm_stop(
         h1 { "Stop " (name) "?" }
         @if let Some(node) = &row.exec_by {
             p { "The run in progress on " strong { (node) } " is stopped at the node's next lease extension (within a third of the lease): its process group gets SIGTERM, then SIGKILL after the job's kill grace. It is recorded " code { "stopped" } " and not retried; the next slot runs as scheduled. This cannot be undone." }
-            form method="post" action=(format!("{job}/stop")) {
+            form data-still method="post" action=(format!("{job}/stop")) {
                 input type="hidden" name="confirm" value="yes";
                 button.danger type="submit" { "Stop the run" }
                 " "

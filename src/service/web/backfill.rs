@@ -103,7 +103,7 @@ pub(crate) async fn form(
                     p { "Queue " strong { (p.todo.len()) } " run(s), from " (backfill::rfc3339(p.todo[0])) " to " (backfill::rfc3339(*p.todo.last().unwrap_or(&0))) " (UTC)"
                         @if p.todo.len() == WEB_MAX { ", the first " (WEB_MAX) " of the range: plan again for the rest" }
                         ". Queued runs cannot be taken back, only paused or deleted one by one." }
-                    form method="post" action=(here) {
+                    form data-still method="post" action=(here) {
                         input type="hidden" name="from" value=(form.from.as_deref().unwrap_or(""));
                         input type="hidden" name="to" value=(form.to.as_deref().unwrap_or(""));
                         input type="hidden" name="confirm" value="yes";

@@ -81,6 +81,11 @@ pub(crate) async fn bulk(
     if field(&fields, "confirm") == Some("yes") {
         return act(&web, &headers, action, &fields).await;
     }
+    // The preview is checked as the action is (role and origin): a page on another site
+    // cannot have the dashboard show its choice of jobs behind a proxy's sign-on.
+    if let Err(r) = super::actions::actor(&web, &headers, action, "bulk").await {
+        return r;
+    }
     let who = match allowed(&web, &headers, action).await {
         Ok(w) => w,
         Err(r) => return r,
@@ -141,7 +146,7 @@ pub(crate) async fn bulk(
             @if all { "Every job matching the filter: " } @else { "The selected jobs: " }
             strong { (total) } " job(s); " (acting) " will change, " (total as usize - acting) " are left alone."
         }
-        form method="post" action=(web.href("/jobs/bulk")) {
+        form data-still method="post" action=(web.href("/jobs/bulk")) {
             input type="hidden" name="action" value=(field(&fields, "action").unwrap_or_default());
             input type="hidden" name="confirm" value="yes";
             input type="hidden" name="batch" value=(batch);
@@ -186,15 +191,28 @@ async fn act(
     let reason = field(fields, "reason")
         .map(str::trim)
         .filter(|r| !r.is_empty());
-    let actor = match super::actions::actor(web, headers, action, &names.join(",")).await {
+    let target = format!("bulk: {} job(s), batch {batch}", names.len());
+    let actor = match super::actions::actor(web, headers, action, &target).await {
         Ok(a) => a,
         Err(r) => return r,
     };
-    if reason.is_some_and(|r| !super::actions::reason_allowed(r)) {
+    if reason.is_some_and(|r| !super::actions::reason_allowed(r) || r.contains("(batch")) {
         return bad(format!(
-            "reason: at most {} characters on one line, no control or direction marks\n",
+            "reason: at most {} characters on one line, no control or direction marks, no \"(batch\"\n",
             super::actions::REASON_MAX
         ));
+    }
+    // A batch is applied once: the same form posted again (a resubmit, a replay) does nothing.
+    match web.store.batch_applied(batch).await {
+        Ok(false) => {}
+        Ok(true) => {
+            return (
+                StatusCode::CONFLICT,
+                format!("batch {batch} was applied already: nothing more was done\n"),
+            )
+                .into_response();
+        }
+        Err(e) => return unavailable(e),
     }
     let n = names.len();
     let mut done: Vec<(&str, &'static str)> = vec![];

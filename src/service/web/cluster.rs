@@ -78,7 +78,7 @@ pub(crate) async fn confirm_break(
                 li { (h.owner.as_deref().unwrap_or("?")) " on " (h.host.as_deref().unwrap_or("?"))
                      " (PID " (h.pid.unwrap_or(0)) "), lease until " (h.until.map(|t| relative(t, now)).unwrap_or_default()) }
             } }
-            form method="post" action=(web.href(&format!("/locks/{}/break", encode(&name)))) {
+            form data-still method="post" action=(web.href(&format!("/locks/{}/break", encode(&name)))) {
                 input type="hidden" name="confirm" value="yes";
                 button.danger type="submit" { "Break " (name) }
                 " "

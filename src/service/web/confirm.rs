@@ -45,7 +45,7 @@ pub(crate) async fn confirm_run(
         @if row.exec_by.is_some() { p { "A run is in progress on " strong { (row.exec_by.as_deref().unwrap_or("")) } ": this one starts right after it ends." } }
         @if row.run_now { p role="status" { "A run is already asked for and has not started: asking again adds nothing." } }
         @if !row.enabled { p { "The job is paused: an extra run still runs." } }
-        form method="post" action=(format!("{job}/run")) {
+        form data-still method="post" action=(format!("{job}/run")) {
             // The token the job is shown at: one click, one run (actions::run_now).
             input type="hidden" name="seen" value=(row.token);
             button type="submit" aria-label=(format!("Confirm: run {name} now")) { "Run now" }
@@ -90,11 +90,11 @@ pub(crate) async fn confirm_resume(
                     p #resume-preview role="status" { (describe(&p, policy.misfire.as_str(), policy.max_catch_up)) }
                     @if let (Some(first), Some(last)) = (p.first, p.last) { p { "From " (who.shown.at(first, zone)) " to " (who.shown.at(last, zone)) "." } }
                     @if p.manual { p { "A run asked for while it was paused runs first." } }
-                    form method="post" action=(path) {
+                    form data-still method="post" action=(path) {
                         button type="submit" aria-label=(format!("Confirm: resume {name}")) { "Resume" }
                     }
-                    @if p.passed > 0 {
-                        form method="post" action=(path) {
+                    @if p.passed > 0 && p.next != i64::MAX && row.run_on.as_deref() != Some("every_node") {
+                        form data-still method="post" action=(path) {
                             input type="hidden" name="skip" value="yes";
                             input type="hidden" name="seen" value=(row.token);
                             input type="hidden" name="slot" value=(row.slot.map(|s| s.to_string()).unwrap_or_default());
@@ -105,7 +105,7 @@ pub(crate) async fn confirm_resume(
                 }
                 Err(e) => {
                     p { "Its definition cannot be read (" (e) "): it is resumed as it is and the node that claims it records the error." }
-                    form method="post" action=(path) {
+                    form data-still method="post" action=(path) {
                         button type="submit" aria-label=(format!("Confirm: resume {name}")) { "Resume" }
                     }
                 }
@@ -172,14 +172,28 @@ pub(crate) async fn resume(
                 .into_response();
         }
     };
+    if row.run_on.as_deref() == Some("every_node") {
+        return (
+            StatusCode::CONFLICT,
+            format!("{name} is an every_node template: its copies run, not it; resume it without skipping\n"),
+        )
+            .into_response();
+    }
     let attempts = u32::try_from(row.attempt).unwrap_or(0);
-    let (slot, skipped) = skip_to(seen_slot, attempts, now, &schedule);
+    let Some((slot, skipped, capped)) = skip_to(seen_slot, attempts, now, &schedule) else {
+        return (
+            StatusCode::CONFLICT,
+            format!("{name} has no slot after now (a one-off, or its schedule ended): skipping would end it without a run; resume it without skipping\n"),
+        )
+            .into_response();
+    };
     let skip = Skip {
         seen_token: seen,
         seen_slot,
         slot,
         next_exec: slot.saturating_add(crate::model::policy::jitter_ms(&name, slot, policy.jitter)),
         skipped,
+        capped,
     };
     match web
         .store

@@ -116,12 +116,19 @@ pub(crate) async fn job(
         Err(_) => None,
     };
     let can_act = refusal(who.role, Action::Pause, web.config.read_only).is_none();
+    let can_edit = refusal(who.role, Action::EditJob, web.config.read_only).is_none();
+    let can_delete = refusal(who.role, Action::DeleteJob, web.config.read_only).is_none();
     let zone = resolved.as_ref().ok().map(|(s, _)| s.tz());
     let can_backfill = refusal(who.role, Action::Backfill, web.config.read_only).is_none()
         && row.run_on.as_deref() != Some("every_node");
     let body = html! {
         h1 { (row.name) " " span class=(format!("badge {}", state(&row))) { (state(&row)) } }
         @if can_act { (actions_of(&web, &row, true)) }
+        @if can_edit { p.edit-links {
+            a href=(web.href(&format!("/jobs/{}/edit", encode(&row.name)))) { @if row.source == "toml" { "Where it is defined" } @else { "Edit…" } } " "
+            a href=(web.href(&format!("/new-job?from={}", encode(&row.name)))) { "Clone…" }
+            @if can_delete && row.source != "toml" { " " a href=(web.href(&format!("/jobs/{}/delete", encode(&row.name)))) { "Delete…" } }
+        } }
         @if let Some(p) = &paused {
             p #paused-by role="status" { "Paused by " (p.who)
                 @if let Some(u) = &p.db_user { " (database user " (u) ")" }

@@ -136,6 +136,7 @@ pub(crate) async fn jobs(
     let can_act = refusal(who.role, Action::Pause, web.config.read_only).is_none();
     let body = html! {
         h1 { "Jobs" }
+        @if refusal(who.role, Action::EditJob, web.config.read_only).is_none() { p { a href=(web.href("/new-job")) { "New job…" } } }
         (filter_form(&web, &query))
         p #job-count role="status" { (total) @if total == 1 { " job matches" } @else { " jobs match" } }
         @if can_act {

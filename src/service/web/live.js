@@ -27,8 +27,10 @@
   var KEY = "sqlcron.live-every";
   var choice = "0";
   try { choice = window.localStorage.getItem(KEY) || "0"; } catch (e) { /* storage refused */ }
+  // Only the menu's own values: anything else stored under the key (another page of the
+  // same origin may write it) is ignored.
+  if (["0", "10", "30", "60", "off"].indexOf(choice) < 0) choice = "0";
   if (every) {
-    if (!every.querySelector("option[value='" + choice + "']")) choice = "0";
     every.value = choice;
     every.hidden = false;
     every.addEventListener("change", function () {
@@ -43,7 +45,11 @@
   var pending = null;
   function say(text) { if (status) { status.textContent = text; status.hidden = false; } }
   // A run event: read the page now (coalesced), or at the end of the chosen interval.
+  // A page that asks something of the reader (a confirmation, a form to review) is never
+  // redrawn under them: what it shows is what its button sends.
+  function still() { return !!main.querySelector("[data-still]"); }
   function changed() {
+    if (still()) return;
     var gap = choice === "off" ? null : Number(choice) * 1000;
     if (gap === null) return;
     var wait = Math.max(300, last + gap - Date.now());
@@ -111,7 +117,8 @@
   setInterval(function () {
     var f = main.querySelector("[data-follow]");
     if (!f || !source || choice === "off") return;
-    var gap = Math.max(1, Number(f.getAttribute("data-follow")) || 5) * 1000;
+    // The run's own interval, or the reader's when that is longer.
+    var gap = Math.max(1, Number(f.getAttribute("data-follow")) || 5, Number(choice)) * 1000;
     if (Date.now() - last >= gap && !pending) refresh();
   }, 1000);
   function edited() {

@@ -13,6 +13,7 @@ mod bulk;
 mod calendar;
 mod cluster;
 mod confirm;
+mod editor;
 mod history;
 mod job;
 mod jobs;
@@ -295,6 +296,15 @@ pub(crate) fn router(web: Web) -> Router {
         .route("/jobs", get(jobs::jobs))
         .route("/jobs/bulk", post(bulk::bulk))
         .route("/jobs/{name}", get(job::job))
+        .route("/new-job", get(editor::new_form).post(editor::create))
+        .route(
+            "/jobs/{name}/edit",
+            get(editor::edit_form).post(editor::save),
+        )
+        .route(
+            "/jobs/{name}/delete",
+            get(editor::confirm_delete).post(editor::delete),
+        )
         .route(
             "/jobs/{name}/run",
             get(confirm::confirm_run).post(actions::run_now),
