@@ -7,7 +7,9 @@
 #      (the edit kept), `sqlcron --version`, `check`, `migrate`, a job run by a short daemon,
 #      `systemd-analyze verify` of the installed unit, remove (database kept), purge (user, state
 #      and configuration gone);
-#   4. the RPM: `rpm -qlp` and `rpm -qp --scripts`, then `rpm --root <tmp> -i --nodeps`.
+#   4. the RPM: `rpm -qlp` and `rpm -qp --scripts`, then `rpm --root <tmp> -i --nodeps`;
+#   5. a fresh copy of the root booted with systemd-nspawn: install (started), stop, upgrade
+#      (stays stopped), start, upgrade (restarted: a new MainPID), reload, remove (stopped), purge.
 # Exits non-zero with a message on the first failure; the chroot is unmounted and removed always.
 #   SQLCRON_BIN=target/debug/sqlcron scripts/package-test.sh   # package a binary built already
 set -euo pipefail
@@ -181,5 +183,80 @@ in_root apt-get purge -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.l
 ! in_root getent passwd sqlcron >/dev/null || fail "purge left the sqlcron user"
 ! in_root getent group sqlcron >/dev/null || fail "purge left the sqlcron group"
 [ ! -e "$root/etc/systemd/system/multi-user.target.wants/sqlcron.service" ] || fail "purge left the unit enabled"
+
+# The same packages under a booted systemd (what a chroot cannot show: the maintainer scripts'
+# start, restart and stop of the unit): the root booted with systemd-nspawn, commands run in
+# it through its init's namespaces.
+step "under a booted systemd: install starts, an upgrade keeps a stopped node stopped and restarts a running one, remove stops"
+command -v systemd-nspawn >/dev/null || {
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq systemd-container >/dev/null
+}
+broot=$work/booted
+mkdir -p "$broot"
+$SUDO tar -C "$broot" -xf "$tarball"
+cp /etc/resolv.conf "$broot/etc/resolv.conf"
+cp "$deb" "$old_deb" "$broot/tmp/"
+SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 $SUDO systemd-nspawn --quiet --register=no --keep-unit \
+    --console=passive -b -D "$broot" >"$work/console.log" 2>&1 &
+nspawn=$!
+stop_boot() {
+    if kill -0 "$nspawn" 2>/dev/null; then
+        $SUDO kill -TERM "$nspawn" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.2; done
+        $SUDO kill -KILL "$nspawn" 2>/dev/null || true
+    fi
+}
+trap 'stop_boot; cleanup' EXIT
+leader=
+for _ in $(seq 150); do
+    for p in $(cat "/proc/$nspawn/task/$nspawn/children" 2>/dev/null); do
+        for q in "$p" $(cat "/proc/$p/task/$p/children" 2>/dev/null); do
+            if [ "$(awk '/^NSpid:/ {print $3}' "/proc/$q/status" 2>/dev/null)" = 1 ]; then
+                leader=$q
+            fi
+        done
+    done
+    [ -n "$leader" ] && break
+    sleep 0.2
+done
+[ -n "$leader" ] || { cat "$work/console.log"; fail "the booted root did not start"; }
+inside() { $SUDO nsenter -t "$leader" -a /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    DEBIAN_FRONTEND=noninteractive "$@"; }
+state=
+for _ in $(seq 600); do
+    state=$(inside systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running | degraded) break ;; esac
+    sleep 0.2
+done
+case "$state" in running | degraded) ;; *) cat "$work/console.log"; fail "boot: '$state' after 120 s" ;; esac
+active() { inside systemctl is-active sqlcron.service 2>/dev/null || true; }
+# Waits up to 30 s for the unit's state to become $1.
+until_state() {
+    local want=$1 i
+    for i in $(seq 150); do [ "$(active)" = "$want" ] && return 0; sleep 0.2; done
+    inside journalctl -u sqlcron --no-pager | tail -20
+    fail "sqlcron.service is '$(active)', not '$want' ($2)"
+}
+inside apt-get install -y -qq "/tmp/$(basename "$old_deb")" >"$work/apt.log" 2>&1 \
+    || { cat "$work/apt.log"; fail "booted: apt install of the older package"; }
+until_state active "started by a first install"
+inside systemctl stop sqlcron.service
+inside apt-get install -y -qq "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 \
+    || { cat "$work/apt.log"; fail "booted: apt install (upgrade) of the new package"; }
+[ "$(active)" = inactive ] || fail "an upgrade started the service its operator had stopped ($(active))"
+inside systemctl start sqlcron.service
+until_state active "started by its operator"
+before=$(inside systemctl show -p MainPID --value sqlcron.service)
+inside apt-get install -y -qq --reinstall "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 \
+    || { cat "$work/apt.log"; fail "booted: apt reinstall (an upgrade's scripts) of the new package"; }
+until_state active "restarted after an upgrade"
+after=$(inside systemctl show -p MainPID --value sqlcron.service)
+[ "$before" != "$after" ] || fail "an upgrade did not restart the running service (MainPID $before)"
+inside systemctl reload sqlcron.service || fail "systemctl reload under a booted systemd"
+until_state active "after a reload"
+inside apt-get remove -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "booted: apt remove"; }
+[ "$(active)" != active ] || fail "remove left the service running"
+inside apt-get purge -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "booted: apt purge"; }
+stop_boot
 
 echo "package-test.sh: all package checks passed"
