@@ -184,6 +184,24 @@ in_root apt-get purge -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.l
 ! in_root getent group sqlcron >/dev/null || fail "purge left the sqlcron group"
 [ ! -e "$root/etc/systemd/system/multi-user.target.wants/sqlcron.service" ] || fail "purge left the unit enabled"
 
+step "the RPM's scriptlets in the same root (rpm --root: %pre's user, erase leaves no directory)"
+cp "$rpm_file" "$root/tmp/"
+rpm --root "$root" --dbpath /var/lib/rpm -i --nodeps "/tmp/$(basename "$rpm_file")" >"$work/rpm.log" 2>&1 \
+    || { cat "$work/rpm.log"; fail "rpm --root -i with its scriptlets"; }
+in_root getent passwd sqlcron >/dev/null || fail "the RPM's %pre made no sqlcron user"
+[ "$(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)" = "640 root:sqlcron" ] \
+    || fail "the RPM's sqlcron.toml is $(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)"
+[ -f "$root/usr/share/doc/sqlcron/README.md" ] || fail "the RPM ships no README"
+rpm -qp --requires "$rpm_file" >"$work/requires"
+for r in systemd /usr/sbin/useradd /usr/sbin/groupadd; do
+    grep -q "^$r" "$work/requires" || fail "the RPM does not require $r: $(cat "$work/requires")"
+done
+rpm --root "$root" --dbpath /var/lib/rpm -e sqlcron >"$work/rpm.log" 2>&1 \
+    || { cat "$work/rpm.log"; fail "rpm --root -e"; }
+for d in /etc/sqlcron /usr/share/doc/sqlcron /usr/share/licenses/sqlcron /usr/share/sqlcron; do
+    [ ! -e "$root$d" ] || fail "rpm -e left $d behind: $(ls -A "$root$d")"
+done
+
 # The same packages under a booted systemd (what a chroot cannot show: the maintainer scripts'
 # start, restart and stop of the unit): the root booted with systemd-nspawn, commands run in
 # it through its init's namespaces.
