@@ -185,8 +185,7 @@ in_root apt-get purge -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.l
 [ ! -e "$root/etc/systemd/system/multi-user.target.wants/sqlcron.service" ] || fail "purge left the unit enabled"
 
 step "the RPM's scriptlets in the same root (rpm --root: %pre's user, erase leaves no directory)"
-cp "$rpm_file" "$root/tmp/"
-rpm --root "$root" --dbpath /var/lib/rpm -i --nodeps "/tmp/$(basename "$rpm_file")" >"$work/rpm.log" 2>&1 \
+rpm --root "$root" --dbpath /var/lib/rpm -i --nodeps "$rpm_file" >"$work/rpm.log" 2>&1 \
     || { cat "$work/rpm.log"; fail "rpm --root -i with its scriptlets"; }
 in_root getent passwd sqlcron >/dev/null || fail "the RPM's %pre made no sqlcron user"
 [ "$(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)" = "640 root:sqlcron" ] \
@@ -213,7 +212,8 @@ broot=$work/booted
 mkdir -p "$broot"
 $SUDO tar -C "$broot" -xf "$tarball"
 cp /etc/resolv.conf "$broot/etc/resolv.conf"
-cp "$deb" "$old_deb" "$broot/tmp/"
+# Not /tmp: the booted system mounts a tmpfs over it.
+cp "$deb" "$old_deb" "$broot/root/"
 SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 $SUDO systemd-nspawn --quiet --register=no --keep-unit \
     --console=passive -b -D "$broot" >"$work/console.log" 2>&1 &
 nspawn=$!
@@ -255,17 +255,17 @@ until_state() {
     inside journalctl -u sqlcron --no-pager | tail -20
     fail "sqlcron.service is '$(active)', not '$want' ($2)"
 }
-inside apt-get install -y -qq "/tmp/$(basename "$old_deb")" >"$work/apt.log" 2>&1 \
+inside apt-get install -y -qq "/root/$(basename "$old_deb")" >"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log"; fail "booted: apt install of the older package"; }
 until_state active "started by a first install"
 inside systemctl stop sqlcron.service
-inside apt-get install -y -qq "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 \
+inside apt-get install -y -qq "/root/$(basename "$deb")" >"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log"; fail "booted: apt install (upgrade) of the new package"; }
 [ "$(active)" = inactive ] || fail "an upgrade started the service its operator had stopped ($(active))"
 inside systemctl start sqlcron.service
 until_state active "started by its operator"
 before=$(inside systemctl show -p MainPID --value sqlcron.service)
-inside apt-get install -y -qq --reinstall "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 \
+inside apt-get install -y -qq --reinstall "/root/$(basename "$deb")" >"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log"; fail "booted: apt reinstall (an upgrade's scripts) of the new package"; }
 until_state active "restarted after an upgrade"
 after=$(inside systemctl show -p MainPID --value sqlcron.service)
