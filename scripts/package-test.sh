@@ -134,6 +134,22 @@ grep -q "operator's edit" "$root/etc/sqlcron/sqlcron.toml" || fail "upgrade lost
 [ "$(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)" = "640 root:sqlcron" ] \
     || fail "sqlcron.toml mode after upgrade: $(in_root stat -c '%a %U:%G' /etc/sqlcron/sqlcron.toml)"
 
+step "the conffile's own advice, as written (as root)"
+# Each command its comments show, taken from the file itself, so that the test runs what an
+# operator reads: the password file the service can read, the check as the service reads the
+# file, then (no systemd in the chroot) the reload is left to the booted test below.
+advice_install=$(sed -n 's/^#   \(install -m 0640 .*database-password\)$/\1/p' "$root/etc/sqlcron/sqlcron.toml")
+advice_check=$(sed -n 's/^#   \(runuser -u sqlcron -- sqlcron check\) && systemctl reload sqlcron$/\1/p' "$root/etc/sqlcron/sqlcron.toml")
+[ -n "$advice_install" ] && [ -n "$advice_check" ] || fail "the conffile's advice is not where the test reads it"
+in_root sh -c "$advice_install" || fail "conffile advice: $advice_install"
+echo 'not-a-real-password' >"$root/etc/sqlcron/database-password"
+in_root runuser -u sqlcron -- test -r /etc/sqlcron/database-password \
+    || fail "the service's user cannot read the password file made as the conffile says"
+! in_root runuser -u nobody -- test -r /etc/sqlcron/database-password \
+    || fail "others can read the password file made as the conffile says"
+rm "$root/etc/sqlcron/database-password"
+in_root sh -c "$advice_check" || fail "conffile advice: $advice_check"
+
 step "sqlcron --version, check, migrate, a job run"
 in_root sqlcron --version | tee "$work/version"
 grep -q "^sqlcron ${version} (commit " "$work/version" || fail "sqlcron --version"
