@@ -1,9 +1,11 @@
 //! Bulk actions with guard rails: the jobs list sends the jobs ticked on its page, or "every job
-//! matching the filter" (chosen on the server, by the same query as the list), and nothing is
-//! done until a confirmation page has shown the exact jobs, their count and what will happen to
-//! each. At most [`BULK_MAX`] jobs at once. The confirmed form carries the names it showed and
-//! one batch id, written in every audit row of the batch (`batch ID, K of N`); a job already in
-//! the asked state, or already asked to run, is left alone, so a form posted twice acts once.
+//! matching the filter" (chosen on the server, by the same query as the list), and the
+//! dashboard's flow does nothing until a confirmation page has shown the exact jobs, their count
+//! and what will happen to each. At most [`BULK_MAX`] jobs at once. The confirmed form carries
+//! the names it showed and one batch id, written in every audit row of the batch (`batch ID, K
+//! of N`); a batch is applied once, and a job already in the asked state, or already asked to
+//! run, is left alone. A client that posts `confirm=yes` with names of its own acts as that many
+//! single actions would (docs/dashboard.md).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
