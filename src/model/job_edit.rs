@@ -84,11 +84,20 @@ pub fn diff(old: &JobRow, new: &JobRow) -> Vec<(&'static str, Option<String>, Op
         .collect()
 }
 
-/// A fingerprint of the editable values as read, carried by the confirmation form: the save
-/// happens only if the row still has them (nobody changed it in between).
+/// A fingerprint of the row's whole definition as read (every signed column, the editable ones
+/// among them, and its source, template and signature), carried by the confirmation form: the
+/// save happens only if the row still has it, so a column the editor does not show (env, argv)
+/// changed in between is not saved under the operator's name.
 pub fn fingerprint(row: &JobRow) -> String {
     let values: Vec<Option<String>> = EDITABLE.iter().map(|(c, _)| value(row, c)).collect();
-    let text = serde_json::to_string(&values).unwrap_or_default();
+    let text = format!(
+        "{}|{:?}|{}|{:?}|{:?}",
+        serde_json::to_string(&values).unwrap_or_default(),
+        row.definition(),
+        row.source,
+        row.template,
+        row.signature
+    );
     // FNV-1a, 64 bits: a change detector, not a secret.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {

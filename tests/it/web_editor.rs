@@ -205,6 +205,35 @@ async fn jobs_are_edited_in_the_dashboard_with_a_review_and_a_fence(dialect: Dia
         (row.schedule.as_str(), row.command.as_deref()),
         ("* * * * * *", Some("echo changed-meanwhile"))
     );
+    // A column the editor does not show, changed in between, is refused too.
+    let change = owned(&[
+        ("schedule", "0 3 * * *"),
+        ("command", "echo changed-meanwhile"),
+        ("retries", ""),
+    ]);
+    let review = post(olga, "/jobs/made/edit", &change)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let confirm = hidden_fields(&review, "name=\"confirm\"");
+    store
+        .execute_raw(
+            "UPDATE cron_table SET env = '{\"LD_PRELOAD\":\"/tmp/x.so\"}' WHERE name = 'made'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        post(olga, "/jobs/made/edit", &confirm).await.status(),
+        StatusCode::CONFLICT
+    );
+    // Names sqlcron derives are not for the editor.
+    let mut derived = made.clone();
+    derived[0].1 = "made@n1".into();
+    assert_eq!(
+        post(olga, "/new-job", &derived).await.status(),
+        StatusCode::BAD_REQUEST
+    );
     // Reviewed again, it saves.
     let change = owned(&[
         ("schedule", "0 3 * * *"),

@@ -21,9 +21,24 @@ use crate::store::job_edit::EditDone;
 use super::Web;
 use super::pages::{allowed, encode, page, unavailable};
 
+/// Rows the editor leaves alone: a TOML job's (its file says what it is), an `every_node`
+/// copy (its template says) and a derived row (`JOB#after-RUN`, `JOB#backfill-SLOT`).
+fn read_only(row: &JobRow) -> bool {
+    row.source == "toml"
+        || row.template.is_some()
+        || row.name.contains('#')
+        || row.name.contains('@')
+}
+
 /// What a node would say of `row`, or nothing when it would run it.
 fn check(web: &Web, row: &JobRow) -> Result<(), String> {
     crate::model::names::check_name(&row.name, 191).map_err(|m| format!("name: {m}"))?;
+    if row.name.contains('#') || row.name.contains('@') {
+        return Err(
+            "name: `#` and `@` are kept for the names sqlcron derives (JOB#after-RUN, T@NODE)"
+                .into(),
+        );
+    }
     crate::model::row_decode::resolve(row, &web.node.defaults)?;
     if let Some(user) = &row.run_user {
         web.node
@@ -220,11 +235,15 @@ pub(crate) async fn edit_form(
         Err(r) => return r,
     };
     let path = web.href(&format!("/jobs/{}/edit", encode(&name)));
-    let body = if row.source == "toml" {
+    let body = if read_only(&row) {
         let nodes = defined_by(&web, &name).await;
         html! {
             h1 { (name) }
-            p #read-only role="note" { "Defined in the TOML file of " @if nodes.is_empty() { "a node" } @else { (nodes.join(", ")) } ": it is changed there (then " code { "systemctl reload sqlcron" } "), not here. A change made here would be undone by the next apply." }
+            @if row.source == "toml" {
+                p #read-only role="note" { "Defined in the TOML file of " @if nodes.is_empty() { "a node" } @else { (nodes.join(", ")) } ": it is changed there (then " code { "systemctl reload sqlcron" } "), not here. A change made here would be undone by the next apply." }
+            } @else {
+                p #read-only role="note" { "Made by sqlcron (an every_node copy of its template, or a step of a chain or backfill): change what it is made from." }
+            }
             table { @for (c, label) in EDITABLE { tr { th { (label) } td { code { (value(&row, c).unwrap_or_else(|| "(default)".into())) } } } } }
         }
     } else {
