@@ -39,9 +39,14 @@ impl ThrowawayMariadb {
             .unwrap();
         let options = options(dir.path());
         let data = dir.path().join("data");
+        // Its own folder for temporary tables too: in the shared /tmp, a bootstrap once failed
+        // on a temporary table's file it could not remove (`#sql-temptable-PID-...`), with
+        // several servers starting at once.
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
         let out = Command::new(tool("mariadb-install-db"))
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -79,6 +84,10 @@ impl ThrowawayMariadb {
                 self.dir.path().join("pid").display()
             ))
             .arg(format!("--port={}", self.port))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
+            ))
             .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
             .args(&self.options)
             .arg(format!(

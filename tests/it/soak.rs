@@ -36,7 +36,18 @@ const LEASE_SECS: u64 = 3;
 const NODES: usize = 3;
 /// Jobs every 2 s that run for a moment, with `rerun_lost = false`: each slot runs at most once,
 /// so a second completion is a defect whatever happened.
-const SHORT: [&str; 3] = ["short-a", "short-b", "short-c"];
+/// `SQLCRON_SOAK_SHORT_JOBS` of them (default 3, at most 26): more rows per claim and release.
+fn short_jobs() -> Vec<String> {
+    let n: usize = std::env::var("SQLCRON_SOAK_SHORT_JOBS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .clamp(3, 26);
+    (b'a'..)
+        .take(n)
+        .map(|c| format!("short-{}", c as char))
+        .collect()
+}
 /// A job every 10 s that runs for 4 s, with the default `rerun_lost = true`. Its work is done by a
 /// process that leaves the run's process group (`setsid`), so a run whose group is killed but
 /// whose escaped worker lives on shows up as an overlap with its rerun. A run its node lost
@@ -181,20 +192,23 @@ impl Server {
     }
 }
 
-/// The job script: registers its pid, notes any other live process of the same job, records its
-/// start, heartbeats and end.
+/// The job script: registers its pid with its start time, notes any other live process of the
+/// same job, records its start, heartbeats and end. A pid counts only with the start time it was
+/// registered with: pids are reused (`pid_max` is 32768 here), and a campaign of soaks once
+/// reported dozens of "overlaps" that were other processes given an old run's pid.
 fn write_job_script(dir: &Path) -> PathBuf {
     let script = dir.join("job.sh");
     std::fs::write(
         &script,
         format!(
             "d={d}; j=$SQLCRON_JOB\n\
-             echo $$ >> $d/$j.pids\n\
-             for p in $(cat $d/$j.pids); do\n\
+             started() {{ sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f1,20; }}\n\
+             echo \"$$ $(started $$ | cut -d' ' -f2)\" >> $d/$j.pids\n\
+             while read -r p t; do\n\
                [ $p = $$ ] && continue\n\
-               s=$(awk '{{print $3}}' /proc/$p/stat 2>/dev/null)\n\
-               if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"overlap $j $$ $p\" >> $d/records; fi\n\
-             done\n\
+               s=$(started $p)\n\
+               if [ -n \"$s\" ] && [ \"$s\" != \"Z $t\" ] && [ \"${{s#* }}\" = \"$t\" ]; then echo \"overlap $j $$ $p\" >> $d/records; fi\n\
+             done < $d/$j.pids\n\
              echo \"start $j $SQLCRON_SLOT $SQLCRON_ATTEMPT $SQLCRON_FENCING_TOKEN $$\" >> $d/records\n\
              i=0; while [ $i -lt $1 ]; do sleep 1; i=$((i+1)); echo \"beat $j $SQLCRON_SLOT $$\" >> $d/records; done\n\
              sleep 0.1\n\
@@ -215,7 +229,8 @@ fn node_config(url: &str, name: &str, script: &Path, calendar: &str) -> String {
     );
     // Placement on most jobs (matched by every node), so the filtered claim and peek are what
     // the faults hit; one job has none.
-    for (i, job) in SHORT.iter().enumerate() {
+    let short = short_jobs();
+    for (i, job) in short.iter().enumerate() {
         let on = match i % 3 {
             0 => "on = { nodes = [\"*\"] }\n",
             1 => "on = { tags = [\"soak\"] }\n",
@@ -235,7 +250,7 @@ fn node_config(url: &str, name: &str, script: &Path, calendar: &str) -> String {
     text.push_str(&format!(
         "[[job]]\nname = \"{CHAINED}\"\nafter = [\"{}\"]\nrerun_lost = false\n\
          command = \"sh {} 0\"\n",
-        SHORT[0],
+        short[0],
         script.display()
     ));
     text.push_str(&format!(
@@ -328,7 +343,7 @@ async fn soak(dialect: Dialect) {
         "the jobs to be scheduled",
         || async {
             let jobs = store.jobs().await.ok()?;
-            (jobs.len() == SHORT.len() + 2 && jobs.iter().all(|j| j.next_exec.is_some()))
+            (jobs.len() == short_jobs().len() + 2 && jobs.iter().all(|j| j.next_exec.is_some()))
                 .then_some(())
         },
     )
@@ -390,13 +405,35 @@ async fn soak(dialect: Dialect) {
     tokio::time::sleep(lease * 4 + Duration::from_secs(10)).await;
     check_alive(&mut nodes, &mut tally);
     for node in &mut nodes {
-        if let Some(p) = node.process.take() {
+        if let Some(mut p) = node.process.take() {
+            // A daemon that does not exit after SIGTERM is a defect, reported, not a hung test.
+            p.signal(libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let status = loop {
+                match p.child.try_wait() {
+                    Ok(Some(status)) => break Some(status),
+                    Ok(None) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => break None,
+                }
+            };
             let log = p.log_text();
-            let status = p.stop();
-            if !status.success() {
-                tally
+            match status {
+                Some(status) if status.success() => {}
+                Some(status) => tally
                     .exits
-                    .push(format!("{} stopped with {status:?}", node.name));
+                    .push(format!("{} stopped with {status:?}", node.name)),
+                None => {
+                    let stacks = thread_stacks(p.pid());
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                    tally.exits.push(format!(
+                        "{} had not exited 30 s after SIGTERM (killed); its threads:\n{stacks}\nthe end of its log:\n{}",
+                        node.name,
+                        log.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+                    ));
+                }
             }
             if log.contains("panicked") {
                 tally.exits.push(format!("{} panicked:\n{log}", node.name));
@@ -542,6 +579,31 @@ async fn keep_records(store: &Store, server: &Server, dir: &Path, tally: &Tally)
     let _ = std::fs::write(dir.join("unaccounted.txt"), report);
 }
 
+/// Each thread of a process with what it waits in (`/proc/PID/task/*/{comm,wchan}`).
+fn thread_stacks(pid: i32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "(gone)".into();
+    };
+    tasks
+        .flatten()
+        .map(|t| {
+            let read = |f: &str| {
+                std::fs::read_to_string(t.path().join(f))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            format!(
+                "  {} {} {}",
+                t.file_name().to_string_lossy(),
+                read("comm"),
+                read("wchan")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// SQLite has no server to restart: its restart slot holds the write lock instead.
 fn restart_label(dialect: Dialect) -> &'static str {
     if dialect == Dialect::Sqlite {
@@ -580,6 +642,7 @@ async fn verdict(
     quiet: &[(i64, i64)],
     tally: &mut Tally,
 ) {
+    let short = short_jobs();
     let records = std::fs::read_to_string(dir.join("records")).unwrap_or_default();
     // (job, slot) → completed runs (attempt, token).
     let mut completed: HashMap<(String, i64), Vec<(String, String)>> = HashMap::new();
@@ -627,7 +690,7 @@ async fn verdict(
     // Each successful run of the chained job's upstream has its chained run, recorded (a run
     // lost with its node is recorded lost: rerun_lost = false).
     for up in history.iter().filter(|h| {
-        h.job == SHORT[0] && h.outcome == "ok" && h.slot > begin + 4_000 && h.slot < end - 15_000
+        h.job == short[0] && h.outcome == "ok" && h.slot > begin + 4_000 && h.slot < end - 15_000
     }) {
         let name = format!("{CHAINED}#after-{}", up.id);
         if !history
@@ -636,7 +699,7 @@ async fn verdict(
         {
             tally.unaccounted.push(format!(
                 "{} run {} (slot {}): no chained run recorded",
-                SHORT[0], up.id, up.slot
+                short[0], up.id, up.slot
             ));
         }
     }
@@ -665,7 +728,11 @@ async fn verdict(
     }
     // Every slot of the fault phase (a margin at each end) is accounted for: completed by the
     // job's own record, or a decision about it is in the history.
-    for (job, period) in SHORT.iter().map(|j| (*j, 2_000)).chain([(LONG, 10_000)]) {
+    for (job, period) in short
+        .iter()
+        .map(|j| (j.as_str(), 2_000))
+        .chain([(LONG, 10_000)])
+    {
         let mut slot = (begin / period + 2) * period;
         while slot < end - 15_000 {
             let done = completed.contains_key(&(job.to_string(), slot));
