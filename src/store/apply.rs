@@ -12,7 +12,30 @@ impl Store {
     /// Applies the TOML's jobs: creates and updates `source = 'toml'` rows, removes TOML rows no
     /// longer in the file, and never touches rows created with SQL. With `dry_run`, only reports.
     /// Each change is recorded in the audit trail as `actor`'s, with the columns it changed.
+    ///
+    /// Idempotent between nodes: nodes that start together apply the same file at once, and all
+    /// but one find, at their insert, the job another node created after they read the table (a
+    /// unique-key violation, which rolls their apply back). Such an apply is read and made again,
+    /// and then finds the job there: the same file is applied once, with no error.
     pub async fn apply_toml(
+        &self,
+        jobs: &[JobSpec],
+        dry_run: bool,
+        actor: &Actor,
+    ) -> Result<ApplyReport> {
+        let mut tries = 0;
+        loop {
+            match self.apply_toml_once(jobs, dry_run, actor).await {
+                Err(e) if e.is_unique_violation() && tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "another node created a job of this file at the same time; applying again");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn apply_toml_once(
         &self,
         jobs: &[JobSpec],
         dry_run: bool,

@@ -22,6 +22,7 @@ for_each_dialect!(
     a_claimed_row_is_taken_over_only_when_its_lease_ends,
     extend_reports_lost_claims,
     toml_apply_creates_updates_and_removes_only_toml_jobs,
+    nodes_applying_one_file_at_once_create_each_job_once,
     pool_deferral_keeps_the_slot_and_a_lost_rerun,
     claim_leaves_out_rows_the_node_supervises,
     a_drained_node_claims_nothing_whatever_its_peek_said,
@@ -732,6 +733,57 @@ async fn extend_reports_lost_claims(dialect: Dialect) {
         .await
         .unwrap();
     assert_eq!(found, Extended::default());
+}
+
+/// Issue 52 (4): three nodes starting at once on an empty database apply the same file at the
+/// same moment. Each apply read the table before the others' inserts, so all but one met a
+/// unique-key violation ("create TOML job: duplicate key"), logged at ERROR on a clean start.
+/// Now every apply succeeds, each job is created once, and its creation is audited once.
+async fn nodes_applying_one_file_at_once_create_each_job_once(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let stores = [db.store().await, db.store().await, db.store().await];
+    for round in 0..3 {
+        let jobs: Vec<sqlcron::model::job::JobSpec> = (0..60)
+            .map(|i| sqlcron::model::job::JobSpec {
+                name: format!("r{round}-job-{i}"),
+                schedule: "@daily".into(),
+                command: Some("true".into()),
+                enabled: true,
+                ..Default::default()
+            })
+            .collect();
+        let actor = sqlcron::exec::account::this_process(None);
+        let (a, b, c) = tokio::join!(
+            stores[0].apply_toml(&jobs, false, &actor),
+            stores[1].apply_toml(&jobs, false, &actor),
+            stores[2].apply_toml(&jobs, false, &actor),
+        );
+        let created: usize = [a, b, c]
+            .into_iter()
+            .map(|r| r.expect("an apply beside others' succeeds").created.len())
+            .sum();
+        assert_eq!(created, jobs.len(), "round {round}: each job created once");
+        let audited = stores[0]
+            .audit_log(None, 10_000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r.action == "apply_create"
+                    && r.job
+                        .as_deref()
+                        .is_some_and(|j| j.starts_with(&format!("r{round}-")))
+            })
+            .count();
+        assert_eq!(
+            audited,
+            jobs.len(),
+            "round {round}: one audit row per creation"
+        );
+    }
+    for s in stores {
+        s.close().await;
+    }
 }
 
 async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect) {
