@@ -40,8 +40,11 @@ struct Explanation<'a> {
     job: &'a str,
     schedule: &'a str,
     timezone: String,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     from: i64,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     to: i64,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     now: i64,
     slots: Vec<SlotExplained>,
     left_out: usize,

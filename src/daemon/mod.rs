@@ -40,7 +40,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, SecondsFormat};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
@@ -570,9 +569,7 @@ fn idle_poll(poll_interval: Duration, wakeups_live: bool) -> Duration {
 /// milliseconds when there are any (a manual run's slot is the moment it was served:
 /// `2026-03-29T01:00:00.250Z`), so that `SQLCRON_SLOT` names the recorded slot exactly.
 pub fn fmt_ms(ms: i64) -> String {
-    DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
-        .unwrap_or_else(|| ms.to_string())
+    crate::model::json_time::rfc3339(ms)
 }
 
 #[cfg(test)]

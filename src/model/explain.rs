@@ -22,7 +22,8 @@ pub struct RowState {
 /// One line of the explanation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SlotExplained {
-    /// The slot, milliseconds since the epoch (UTC).
+    /// The slot, milliseconds since the epoch (RFC 3339 UTC in JSON: `model::json_time`).
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     pub slot: i64,
     /// The slot in the schedule's zone, RFC 3339.
     pub local: String,

@@ -7,17 +7,21 @@ pub struct HistoryRow {
     /// The record's id: later records have larger ids.
     pub id: i64,
     pub job: String,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     pub slot: i64,
     pub attempt: i64,
     pub node: Option<String>,
     pub token: Option<i64>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub started: Option<i64>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub ended: Option<i64>,
     pub outcome: String,
     pub exit_code: Option<i64>,
     pub signal: Option<i64>,
     pub output: Option<String>,
     pub skipped_count: Option<i64>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub skipped_last: Option<i64>,
     pub message: Option<String>,
     /// How long the run waited for the start rate after its claim (milliseconds).

@@ -6,7 +6,8 @@
 //! ([`chains`]), crontab files as jobs
 //! ([`crontab`]), durations, an HTTP target as a definition, the lease's timing rules
 //! ([`lease`]), a run as the history holds it, who acted, and the database URL parsed once
-//! ([`database_url`]), and what a job's signature covers ([`signing`]).
+//! ([`database_url`]), what a job's signature covers ([`signing`]), and how JSON spells an
+//! instant ([`json_time`]).
 //!
 //! No I/O: no database, no process, no clock (time comes in as a parameter). Imports only
 //! `schedule`.
@@ -26,6 +27,7 @@ pub mod http_target;
 pub mod job;
 pub mod job_edit;
 pub mod job_row;
+pub mod json_time;
 pub mod lease;
 pub mod names;
 pub mod placement;

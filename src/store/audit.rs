@@ -39,7 +39,8 @@ pub(super) fn marker(actor: &Actor) -> String {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AuditRow {
     pub id: i64,
-    /// Milliseconds since the epoch, database clock.
+    /// Milliseconds since the epoch, database clock (RFC 3339 in JSON: `model::json_time`).
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     pub at: i64,
     /// `run`, `pause`, `resume`, `apply_create`, `apply_update`, `apply_remove`, `sql_insert`,
     /// `sql_update`, `sql_delete`, `lock_break` (then `job` is the lock's name), `calendar_write`,

@@ -63,10 +63,12 @@ pub struct EventRow {
     pub job: String,
     pub kind: String,
     pub run_id: Option<i64>,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     pub created: i64,
     pub state: String,
     pub tries: i64,
     pub node: Option<String>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub sent: Option<i64>,
     pub error: Option<String>,
 }

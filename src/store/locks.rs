@@ -30,8 +30,10 @@ pub struct LockRow {
     pub host: Option<String>,
     pub pid: Option<i64>,
     /// When it was acquired (holding) or queued (waiting), or last acquired (idle).
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub since: Option<i64>,
     /// The lease end (holding, waiting) or the last release (idle).
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub until: Option<i64>,
     /// The fencing token (the queue id).
     pub token: Option<i64>,

@@ -24,7 +24,9 @@ pub struct DutyRow {
     pub name: String,
     pub node: Option<String>,
     pub token: i64,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     pub lease_until: i64,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub last_done: Option<i64>,
     pub last_result: Option<String>,
 }

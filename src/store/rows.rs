@@ -242,8 +242,11 @@ pub struct NodeRow {
     pub host: Option<String>,
     pub pid: Option<i64>,
     pub version: Option<String>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub started: Option<i64>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub last_seen: Option<i64>,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub stopped: Option<i64>,
     pub toml_jobs: Option<String>,
     /// JSON array of the node's `[node] tags`.

@@ -302,7 +302,7 @@ async fn run_pause_and_resume_commands(dialect: Dialect) {
         &db.url,
         "n",
         &format!(
-            "[[job]]\nname = \"manual\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo $SQLCRON_ATTEMPT >> {}\"\n",
+            "[[job]]\nname = \"manual\"\nschedule = \"0 0 1 1 *\"\ncommand = \"echo $SQLCRON_SLOT >> {}\"\n",
             out.display()
         ),
     );
@@ -384,5 +384,26 @@ async fn run_pause_and_resume_commands(dialect: Dialect) {
     let r = sqlcron(&["--config", cfg, "history", "manual", "--json"]);
     let history: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(history[0]["outcome"], "ok");
+    // Issue 51 (15): one spelling of an instant. The record's slot is, as text, the
+    // SQLCRON_SLOT its run was given; the other instants are RFC 3339 too, as in status.
+    let slot_env = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        history[0]["slot"].as_str(),
+        Some(slot_env.trim()),
+        "{history:#}"
+    );
+    for (json, at) in [
+        (&history[0], "started"),
+        (&history[0], "ended"),
+        (&status, "now"),
+    ] {
+        let text = json[at]
+            .as_str()
+            .unwrap_or_else(|| panic!("{at}: {json:#}"));
+        assert!(
+            text.ends_with('Z') && chrono::DateTime::parse_from_rfc3339(text).is_ok(),
+            "{at}: {text}"
+        );
+    }
     assert!(node.stop().success());
 }

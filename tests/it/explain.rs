@@ -162,7 +162,12 @@ async fn explain_tells_what_happened_to_each_slot(dialect: Dialect) {
     // Issue 26 (9): the default range starts when the job was created (this test made it),
     // not a day ago with thousands of slots before its first.
     let created = store.created_at("flaky").await.unwrap().unwrap();
-    assert_eq!(flaky["from"].as_i64(), Some(created), "{flaky:#}");
+    // Issue 51 (15): every JSON instant is RFC 3339 UTC, spelled as SQLCRON_SLOT is.
+    assert_eq!(
+        flaky["from"].as_str(),
+        Some(sqlcron::model::json_time::rfc3339(created).as_str()),
+        "{flaky:#}"
+    );
     let retried = slots_with(&flaky, "ok", &["failed", "ok"]);
     assert!(!retried.is_empty(), "{flaky:#}");
     assert!(

@@ -131,7 +131,10 @@ async fn a_flood_of_expensive_pages_delays_no_run() {
     )
     .unwrap();
     assert!(
-        slots["from"].as_i64().unwrap() > flood_to - 2 * 86_400_000,
+        chrono::DateTime::parse_from_rfc3339(slots["from"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis()
+            > flood_to - 2 * 86_400_000,
         "{}",
         slots["from"]
     );

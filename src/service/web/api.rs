@@ -1,5 +1,6 @@
 //! `/api/v1`: the same data as the pages, as JSON, with the same sign-in and roles
-//! (docs/dashboard.md). Lists are paged by cursor: `?after=<the last name>`.
+//! (docs/dashboard.md). Lists are paged by cursor: `?after=<the last name>`. Instants are RFC
+//! 3339 UTC strings (`model::json_time`); the slots query takes milliseconds.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -8,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::model::access::Action;
+use crate::model::json_time::rfc3339;
 use crate::store::run_search::RunPlace;
 use crate::store::{JobRow, PARKED};
 
@@ -22,6 +24,7 @@ struct ApiJob<'a> {
     timezone: Option<&'a str>,
     enabled: bool,
     source: &'a str,
+    #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     next_exec: Option<i64>,
     exec_by: Option<&'a str>,
     parked: Option<&'a str>,
@@ -114,6 +117,7 @@ pub(crate) async fn job(
 /// One slot as `explain` tells it (`sqlcron explain --json`), with the ids of its runs.
 #[derive(Serialize)]
 struct ApiSlot {
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     slot: i64,
     local: String,
     state: &'static str,
@@ -126,8 +130,11 @@ struct ApiSlot {
 struct ApiSlots {
     job: String,
     timezone: String,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     from: i64,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     to: i64,
+    #[serde(serialize_with = "crate::model::json_time::instant")]
     now: i64,
     slots: Vec<ApiSlot>,
     left_out: usize,
@@ -247,8 +254,8 @@ pub(crate) async fn runs(
 /// A run as the API shows it; the output only in `/api/v1/runs/{id}`.
 fn api_run(r: &crate::store::HistoryRow) -> serde_json::Value {
     serde_json::json!({
-        "id": r.id, "job": r.job, "slot": r.slot, "attempt": r.attempt, "node": r.node,
-        "token": r.token, "started": r.started, "ended": r.ended,
+        "id": r.id, "job": r.job, "slot": rfc3339(r.slot), "attempt": r.attempt, "node": r.node,
+        "token": r.token, "started": r.started.map(rfc3339), "ended": r.ended.map(rfc3339),
         "outcome": r.outcome, "exit_code": r.exit_code, "signal": r.signal,
         "message": r.message,
     })
@@ -281,7 +288,8 @@ pub(crate) async fn locks(State(web): State<Web>, headers: HeaderMap) -> Respons
         Ok(locks) => Json(serde_json::json!({
             "locks": locks.iter().map(|l| serde_json::json!({
                 "name": l.name, "state": l.state, "owner": l.owner, "host": l.host,
-                "pid": l.pid, "since": l.since, "until": l.until, "token": l.token,
+                "pid": l.pid, "since": l.since.map(rfc3339), "until": l.until.map(rfc3339),
+                "token": l.token,
             })).collect::<Vec<_>>()
         }))
         .into_response(),
@@ -309,8 +317,8 @@ pub(crate) async fn events(
         Ok(events) => Json(serde_json::json!({
             "events": events.iter().map(|e| serde_json::json!({
                 "id": e.id, "job": e.job, "kind": e.kind, "run_id": e.run_id,
-                "created": e.created, "state": e.state, "tries": e.tries, "node": e.node,
-                "sent": e.sent, "error": e.error,
+                "created": rfc3339(e.created), "state": e.state, "tries": e.tries,
+                "node": e.node, "sent": e.sent.map(rfc3339), "error": e.error,
             })).collect::<Vec<_>>()
         }))
         .into_response(),
@@ -330,7 +338,7 @@ pub(crate) async fn audit(
     match web.store.audit_log(query.job.as_deref(), limit).await {
         Ok(rows) => Json(serde_json::json!({
             "audit": rows.iter().map(|a| serde_json::json!({
-                "id": a.id, "at": a.at, "action": a.action, "job": a.job, "who": a.who,
+                "id": a.id, "at": rfc3339(a.at), "action": a.action, "job": a.job, "who": a.who,
                 "host": a.host, "pid": a.pid, "detail": a.detail,
             })).collect::<Vec<_>>()
         }))
@@ -347,7 +355,7 @@ pub(crate) async fn nodes(State(web): State<Web>, headers: HeaderMap) -> Respons
         Ok((now, nodes)) => Json(serde_json::json!({
             "nodes": nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "host": n.host, "version": n.version,
-                "alive": n.alive(now), "last_seen": n.last_seen, "drain": n.drain,
+                "alive": n.alive(now), "last_seen": n.last_seen.map(rfc3339), "drain": n.drain,
             })).collect::<Vec<_>>()
         }))
         .into_response(),
