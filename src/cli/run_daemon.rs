@@ -291,3 +291,27 @@ pub(super) fn harden_process() {
         std::env::remove_var("SQLCRON_DATABASE_URL");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection lent out and never given back (as happened once in a soak) does not hold a
+    /// stopping daemon: its pool's close gives up after [`POOL_CLOSE`].
+    #[tokio::test]
+    async fn an_exit_does_not_wait_for_a_connection_that_never_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::store::DatabaseUrl::parse(&format!(
+            "sqlite://{}/exit.db",
+            dir.path().display()
+        ))
+        .unwrap();
+        let store = crate::store::Store::connect(&url, 2).unwrap();
+        store.migrate().await.unwrap();
+        let kept = store.lend_connection().await;
+        tokio::time::timeout(POOL_CLOSE * 3, close_pool(&store))
+            .await
+            .expect("the exit waited for a connection that never came back");
+        drop(kept);
+    }
+}

@@ -389,6 +389,13 @@ impl Store {
         }
     }
 
+    /// A connection taken from the pool and kept until the value is dropped: in tests, one that
+    /// never comes back.
+    #[cfg(test)]
+    pub(crate) async fn lend_connection(&self) -> sqlx::pool::PoolConnection<sqlx::Any> {
+        self.db.pool.acquire().await.unwrap()
+    }
+
     pub async fn close(&self) {
         self.db.pool.close().await;
         if let Some(direct) = &self.direct {
