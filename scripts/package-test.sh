@@ -9,7 +9,10 @@
 #      and configuration gone);
 #   4. the RPM: `rpm -qlp` and `rpm -qp --scripts`, then `rpm --root <tmp> -i --nodeps`;
 #   5. a fresh copy of the root booted with systemd-nspawn: install (started), stop, upgrade
-#      (stays stopped), start, upgrade (restarted: a new MainPID), reload, remove (stopped), purge.
+#      (stays stopped), start, upgrade (restarted: a new MainPID), reload, README's "Install as a
+#      service" commands as written (as root, the sqlcron user and an operator in its group,
+#      on a PostgreSQL database of the run's own), reload of a broken file (fails, the service
+#      runs on) and of the repaired one, remove (stopped), purge.
 # Exits non-zero with a message on the first failure; the chroot is unmounted and removed always.
 #   SQLCRON_BIN=target/debug/sqlcron scripts/package-test.sh   # package a binary built already
 set -euo pipefail
@@ -87,11 +90,13 @@ rpm --root "$work/rpmroot" --dbpath /var/lib/rpm -i --nodeps --noscripts "$rpm_f
 # refresh it). systemd is in it as on any Debian server (it provides systemd-sysusers).
 mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
 mirror=${mirror:-http://deb.debian.org/debian}
-tarball=target/package-test/bookworm.tar
+# sudo: README's commands are written with it. The cache is named by its package list.
+include=systemd,ca-certificates,sudo
+tarball=target/package-test/bookworm-$(echo "$include" | md5sum | cut -c1-8).tar
 if [ ! -s "$tarball" ]; then
     step "making the Debian 12 root ($mirror)"
     mkdir -p target/package-test
-    $SUDO mmdebstrap --quiet --format=tar --variant=apt --include=systemd,ca-certificates bookworm \
+    $SUDO mmdebstrap --quiet --format=tar --variant=apt --include="$include" bookworm \
         "$tarball.part" "deb $mirror bookworm main" || fail "mmdebstrap"
     mv "$tarball.part" "$tarball"
 fi
@@ -288,6 +293,105 @@ after=$(inside systemctl show -p MainPID --value sqlcron.service)
 [ "$before" != "$after" ] || fail "an upgrade did not restart the running service (MainPID $before)"
 inside systemctl reload sqlcron.service || fail "systemctl reload under a booted systemd"
 until_state active "after a reload"
+
+step "README's 'Install as a service', as written, under a booted systemd (root, sqlcron, an operator)"
+# The edit README shows (its [database] url and [node] name into the installed file's tables,
+# its [[job]] appended), the one change being the database: this machine's PostgreSQL (the
+# booted root shares the host's network), a database of this run's own.
+readme_block() { # the first block of kind $1 after the line matching $2
+    awk -v kind="$1" -v after="$2" '
+        index($0, after) { found = 1 }
+        found && !inside && $0 == "```" kind { inside = 1; next }
+        inside && $0 == "```" { exit }
+        inside { print }' README.md
+}
+pgdb=sqlcron_pkgtest_$$
+psql -q -h 127.0.0.1 -U postgres -d postgres -c "CREATE DATABASE $pgdb" \
+    || fail "cannot create a PostgreSQL database for the booted test (scripts/ensure-databases.sh)"
+trap 'stop_boot; psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $pgdb WITH (FORCE)" >/dev/null 2>&1; cleanup' EXIT
+readme_toml=$(readme_block toml "For a cluster, set the shared database" \
+    | sed "s#postgres://sqlcron@db.internal/sqlcron?sslmode=verify-full#postgres://postgres@127.0.0.1:5432/$pgdb#")
+grep -q "127.0.0.1:5432/$pgdb" <<<"$readme_toml" || fail "README's cluster TOML has another database URL now"
+python3 - "$broot/etc/sqlcron/sqlcron.toml" "$readme_toml" <<'PY' || fail "applying README's edit"
+import re, sys
+path, edit = sys.argv[1], sys.argv[2]
+text = open(path).read()
+table, extra = None, []
+for line in edit.splitlines():
+    m = re.match(r"^\[([a-z]+)\]$", line.strip())
+    if m:
+        table = m.group(1)
+        continue
+    if line.startswith("[[") or table is None or extra:
+        extra.append(line)
+        continue
+    if line.strip():
+        header = "[" + table + "]\n"
+        assert header in text, header
+        text = text.replace(header, header + line + "\n", 1)
+open(path, "w").write(text + "\n" + "\n".join(extra) + "\n")
+PY
+readme_sh=$(readme_block sh "For a cluster, set the shared database")
+[ -n "$readme_sh" ] || fail "no sh block after README's cluster TOML"
+inside useradd --create-home --shell /bin/bash alice
+inside adduser --quiet alice sqlcron
+# Each line as README writes it, a line's comment being README's and not the command's: the
+# `sudo` lines as root (an admin's), the others as root and as alice, an operator in the sqlcron
+# group.
+# The status line is the daemon's own (sd_notify), written a moment after the restart: that
+# line is asked again for up to 15 s.
+readme_run() { # WHO CMD: runs CMD as README writes it, prints it, checks what README says of it
+    local who=$1 cmd=$2 out i
+    for i in $(seq 30); do
+        if [ "$who" = root ]; then
+            out=$(inside sh -c "$cmd" 2>&1) || fail "README, as root: '$cmd' failed: $out"
+        else
+            out=$(inside runuser -l "$who" -c "$cmd" 2>&1) \
+                || fail "README, as $who (an operator in the sqlcron group): '$cmd' failed: $out"
+        fi
+        [ "$cmd" = "systemctl status sqlcron" ] && ! grep -q "next: nightly-backup in" <<<"$out" \
+            && { sleep 0.5; continue; }
+        break
+    done
+    echo "$who\$ $cmd"; sed 's/^/    /' <<<"$out" | head -12
+    case "$cmd" in
+        "systemctl status sqlcron")
+            grep -q "next: nightly-backup in" <<<"$out" || fail "README's status line: $out" ;;
+        "sqlcron status")
+            grep -q "nightly-backup" <<<"$out" || fail "sqlcron status shows no nightly-backup: $out"
+            if grep -qi "no live node" <<<"$out"; then
+                fail "sqlcron status: no live node after README's steps: $out"
+            fi ;;
+    esac
+}
+while IFS= read -r line; do
+    cmd=${line%%#*}
+    cmd=$(sed 's/[[:space:]]*$//' <<<"$cmd")
+    [ -n "$cmd" ] || continue
+    readme_run root "$cmd"
+    case "$cmd" in sudo*) ;; *) readme_run alice "$cmd" ;; esac
+done <<<"$readme_sh"
+# The service runs on README's database now: its node is alive there.
+psql -h 127.0.0.1 -U postgres -d "$pgdb" -tAc "SELECT count(*) FROM cron_nodes WHERE stopped IS NULL" \
+    | grep -qx 1 || fail "after README's steps the service is not a live node on its database"
+
+step "reload under a booted systemd: a broken file fails the reload, the old configuration runs on"
+pid_before=$(inside systemctl show -p MainPID --value sqlcron.service)
+cp "$broot/etc/sqlcron/sqlcron.toml" "$work/good.toml"
+printf '\n[[job]]\nname = "broken"\nschedule = "every now and then"\ncommand = "true"\n' \
+    >>"$broot/etc/sqlcron/sqlcron.toml"
+if inside systemctl reload sqlcron 2>"$work/reload.err"; then
+    fail "systemctl reload of a broken file succeeded"
+fi
+[ "$(active)" = active ] || fail "a failed reload left the service '$(active)'"
+[ "$(inside systemctl show -p MainPID --value sqlcron.service)" = "$pid_before" ] \
+    || fail "a failed reload restarted the service"
+inside systemctl status sqlcron --no-pager -n 20 >"$work/status.txt" 2>&1 || true
+grep -q "broken" "$work/status.txt" \
+    || { cat "$work/status.txt"; fail "systemctl status does not show the broken file's error"; }
+cp "$work/good.toml" "$broot/etc/sqlcron/sqlcron.toml"
+inside systemctl reload sqlcron || fail "systemctl reload of the repaired file"
+[ "$(active)" = active ] || fail "after the repaired reload: '$(active)'"
 inside apt-get remove -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "booted: apt remove"; }
 [ "$(active)" != active ] || fail "remove left the service running"
 inside apt-get purge -y -qq sqlcron >"$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "booted: apt purge"; }
