@@ -90,8 +90,10 @@ rpm --root "$work/rpmroot" --dbpath /var/lib/rpm -i --nodeps --noscripts "$rpm_f
 # refresh it). systemd is in it as on any Debian server (it provides systemd-sysusers).
 mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
 mirror=${mirror:-http://deb.debian.org/debian}
-# sudo: README's commands are written with it. The cache is named by its package list.
-include=systemd,ca-certificates,sudo
+# sudo: README's commands are written with it; dbus: an ordinary user's `systemctl status`
+# talks to systemd through it (a Recommends of systemd, which mmdebstrap leaves out). The cache
+# is named by its package list.
+include=systemd,ca-certificates,sudo,dbus
 tarball=target/package-test/bookworm-$(echo "$include" | md5sum | cut -c1-8).tar
 if [ ! -s "$tarball" ]; then
     step "making the Debian 12 root ($mirror)"
@@ -343,10 +345,11 @@ inside adduser --quiet alice sqlcron
 readme_run() { # WHO CMD: runs CMD as README writes it, prints it, checks what README says of it
     local who=$1 cmd=$2 out i
     for i in $(seq 30); do
+        # stdin from /dev/null: the README lines are read from this loop's.
         if [ "$who" = root ]; then
-            out=$(inside sh -c "$cmd" 2>&1) || fail "README, as root: '$cmd' failed: $out"
+            out=$(inside sh -c "$cmd" 2>&1 </dev/null) || fail "README, as root: '$cmd' failed: $out"
         else
-            out=$(inside runuser -l "$who" -c "$cmd" 2>&1) \
+            out=$(inside runuser -l "$who" -c "$cmd" 2>&1 </dev/null) \
                 || fail "README, as $who (an operator in the sqlcron group): '$cmd' failed: $out"
         fi
         [ "$cmd" = "systemctl status sqlcron" ] && ! grep -q "next: nightly-backup in" <<<"$out" \

@@ -4,7 +4,8 @@
 #
 #   scripts/soak-campaign.sh mysql 30 3 105     # database, runs, at once, seconds of faults
 #
-# Each run's output goes to target/soak-campaign/DATABASE-N.log; a failed run's log names the
+# Each run's output goes to target/soak-campaign/DATABASE-N.log (a campaign clears its
+# database's logs first: run one campaign per database at a time); a failed run's log names the
 # folder its records were kept in (under target/tmp/). The last line sums up the campaign.
 set -eu
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ bin=$(cargo test --test it --no-run --message-format=json 2>/dev/null |
     sed -n 's/.*"executable":"\([^"]*\/it-[^"]*\)".*/\1/p' | tail -1)
 out=target/soak-campaign
 mkdir -p "$out"
+rm -f "$out/$db"-*.log
 one() {
     n=$1
     if SQLCRON_SOAK_SECS=$secs "$bin" --exact "soak::chaos_soak_$db" --nocapture \
@@ -45,6 +47,6 @@ while [ "$n" -lt "$runs" ]; do
     done
     for p in $pids; do wait "$p"; done
 done
-failed=$(grep -L 'test result: ok' "$out/$db"-*.log | wc -l)
+failed=$(grep -L 'test result: ok. 1 passed' "$out/$db"-*.log | wc -l)
 echo "soak-campaign.sh: $db, $runs runs of $secs s, $parallel at once: $failed failed"
 [ "$failed" = 0 ]

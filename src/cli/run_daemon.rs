@@ -301,11 +301,9 @@ mod tests {
     #[tokio::test]
     async fn an_exit_does_not_wait_for_a_connection_that_never_comes_back() {
         let dir = tempfile::tempdir().unwrap();
-        let url = crate::store::DatabaseUrl::parse(&format!(
-            "sqlite://{}/exit.db",
-            dir.path().display()
-        ))
-        .unwrap();
+        let url =
+            crate::store::DatabaseUrl::parse(&format!("sqlite://{}/exit.db", dir.path().display()))
+                .unwrap();
         let store = crate::store::Store::connect(&url, 2).unwrap();
         store.migrate().await.unwrap();
         let kept = store.lend_connection().await;

@@ -15,8 +15,9 @@ impl Store {
     ///
     /// Idempotent between nodes: nodes that start together apply the same file at once, and all
     /// but one find, at their insert, the job another node created after they read the table (a
-    /// unique-key violation, which rolls their apply back). Such an apply is read and made again,
-    /// and then finds the job there: the same file is applied once, with no error.
+    /// unique-key violation, or on Galera a certification conflict reported as a deadlock, which
+    /// rolls their apply back). Such an apply is read and made again, and then finds the job
+    /// there: the same file is applied once, with no error.
     pub async fn apply_toml(
         &self,
         jobs: &[JobSpec],
@@ -26,7 +27,7 @@ impl Store {
         let mut tries = 0;
         loop {
             match self.apply_toml_once(jobs, dry_run, actor).await {
-                Err(e) if e.is_unique_violation() && tries < 3 => {
+                Err(e) if e.lost_a_race() && tries < 3 => {
                     tries += 1;
                     tracing::debug!(error = %e, "another node created a job of this file at the same time; applying again");
                 }

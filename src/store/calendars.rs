@@ -73,7 +73,27 @@ impl Store {
     /// removed; calendars made with SQL under other names are left alone. Each write is vouched
     /// for (the audit triggers leave it to sqlcron) and audited as `calendar_write` or
     /// `calendar_remove` with `actor`.
+    ///
+    /// Nodes starting together apply the same calendars at once: an apply that lost the race
+    /// (see [`StoreError::lost_a_race`]) is read and made again, as the jobs' apply is.
     pub async fn apply_calendars(
+        &self,
+        defs: &[(String, String)],
+        actor: &Actor,
+    ) -> Result<CalendarReport> {
+        let mut tries = 0;
+        loop {
+            match self.apply_calendars_once(defs, actor).await {
+                Err(e) if e.lost_a_race() && tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "another node wrote a calendar of this file at the same time; applying again");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn apply_calendars_once(
         &self,
         defs: &[(String, String)],
         actor: &Actor,

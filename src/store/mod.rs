@@ -121,6 +121,13 @@ impl StoreError {
     }
 
     /// True for a unique-key violation (a run recorded twice).
+    /// A write that lost a race with another node's same write and may be made again from a
+    /// fresh read: a unique-key violation, or a deadlock (which is how Galera reports a
+    /// certification conflict).
+    pub fn lost_a_race(&self) -> bool {
+        self.is_unique_violation() || self.kind() == "deadlock"
+    }
+
     pub fn is_unique_violation(&self) -> bool {
         match self {
             StoreError::Sql {

@@ -738,7 +738,8 @@ async fn extend_reports_lost_claims(dialect: Dialect) {
 /// Issue 52 (4): three nodes starting at once on an empty database apply the same file at the
 /// same moment. Each apply read the table before the others' inserts, so all but one met a
 /// unique-key violation ("create TOML job: duplicate key"), logged at ERROR on a clean start.
-/// Now every apply succeeds, each job is created once, and its creation is audited once.
+/// Now every apply succeeds, each job is created once, and its creation is audited once; the
+/// calendars, applied just before the jobs at a start, the same.
 async fn nodes_applying_one_file_at_once_create_each_job_once(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let stores = [db.store().await, db.store().await, db.store().await];
@@ -753,6 +754,23 @@ async fn nodes_applying_one_file_at_once_create_each_job_once(dialect: Dialect) 
             })
             .collect();
         let actor = sqlcron::exec::account::this_process(None);
+        // The calendars are applied first, as a starting node does: the same race.
+        let calendars: Vec<(String, String)> = (0..20)
+            .map(|i| {
+                (
+                    format!("r{round}-cal-{i}"),
+                    "2026-12-25 Christmas".to_string(),
+                )
+            })
+            .collect();
+        let (a, b, c) = tokio::join!(
+            stores[0].apply_calendars(&calendars, &actor),
+            stores[1].apply_calendars(&calendars, &actor),
+            stores[2].apply_calendars(&calendars, &actor),
+        );
+        for r in [a, b, c] {
+            r.expect("a calendar apply beside others' succeeds");
+        }
         let (a, b, c) = tokio::join!(
             stores[0].apply_toml(&jobs, false, &actor),
             stores[1].apply_toml(&jobs, false, &actor),

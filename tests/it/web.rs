@@ -1293,6 +1293,14 @@ async fn live_stream_sends_runs_and_resumes(b: &Browser) {
     let run: serde_json::Value = serde_json::from_str(&data).unwrap();
     assert_eq!(run["job"], "tick", "{data}");
     assert_eq!(id.split('.').count(), 3, "{id}");
+    // An event is a Run (docs/openapi.json): its instants are RFC 3339, as everywhere.
+    for at in ["slot", "started"] {
+        let text = run[at].as_str().unwrap_or_else(|| panic!("{at}: {data}"));
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(text).is_ok(),
+            "{at}: {data}"
+        );
+    }
     // From the beginning: the oldest record comes first, at once.
     let (_, data) = first_event(b, Some("0.0.0")).await;
     let oldest: serde_json::Value = serde_json::from_str(&data).unwrap();

@@ -16,6 +16,7 @@ use futures_util::stream::Stream;
 use tokio::sync::{Semaphore, broadcast};
 
 use crate::model::access::Action;
+use crate::model::json_time::rfc3339;
 use crate::store::web::RunCursor;
 use crate::store::{HistoryRow, Store};
 
@@ -91,8 +92,9 @@ fn is_new(run: &HistoryRow, cursor: &RunCursor) -> bool {
 
 fn event(run: &HistoryRow, cursor: &RunCursor) -> Event {
     let data = serde_json::json!({
-        "id": run.id, "job": run.job, "slot": run.slot, "attempt": run.attempt,
-        "node": run.node, "outcome": run.outcome, "started": run.started, "ended": run.ended,
+        "id": run.id, "job": run.job, "slot": rfc3339(run.slot), "attempt": run.attempt,
+        "node": run.node, "outcome": run.outcome, "started": run.started.map(rfc3339),
+        "ended": run.ended.map(rfc3339),
     });
     Event::default()
         .event("run")
