@@ -24,16 +24,7 @@ impl Store {
         dry_run: bool,
         actor: &Actor,
     ) -> Result<ApplyReport> {
-        let mut tries = 0;
-        loop {
-            match self.apply_toml_once(jobs, dry_run, actor).await {
-                Err(e) if e.lost_a_race() && tries < 3 => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "another node created a job of this file at the same time; applying again");
-                }
-                done => return done,
-            }
-        }
+        again_after_a_lost_race("the jobs", || self.apply_toml_once(jobs, dry_run, actor)).await
     }
 
     async fn apply_toml_once(

@@ -81,16 +81,8 @@ impl Store {
         defs: &[(String, String)],
         actor: &Actor,
     ) -> Result<CalendarReport> {
-        let mut tries = 0;
-        loop {
-            match self.apply_calendars_once(defs, actor).await {
-                Err(e) if e.lost_a_race() && tries < 3 => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "another node wrote a calendar of this file at the same time; applying again");
-                }
-                done => return done,
-            }
-        }
+        super::again_after_a_lost_race("the calendars", || self.apply_calendars_once(defs, actor))
+            .await
     }
 
     async fn apply_calendars_once(

@@ -299,6 +299,26 @@ fn statements(d: Dialect) -> Statements {
     }
 }
 
+/// Runs `apply` (a read and a write transaction of a file's definitions) again, up to three
+/// more times, while it loses a race with another node applying the same file
+/// ([`StoreError::lost_a_race`]): the next read finds what the other node wrote.
+pub(super) async fn again_after_a_lost_race<T, F, Fut>(what: &str, mut apply: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match apply().await {
+            Err(e) if e.lost_a_race() && tries < 3 => {
+                tries += 1;
+                tracing::debug!(error = %e, "another node applied {what} of this file at the same time; applying again");
+            }
+            done => return done,
+        }
+    }
+}
+
 macro_rules! sql_err {
     ($self:expr, $op:expr) => {
         |source| {
