@@ -22,6 +22,13 @@ async fn post(b: &Browser, path: &str, fields: &[(String, String)]) -> reqwest::
     b.post(path, &refs, None).await
 }
 
+/// Posts `change` to the editor at `path` and returns the fields of the review page's confirm
+/// form (what a second post saves).
+async fn reviewed(b: &Browser, path: &str, change: &[(String, String)]) -> Vec<(String, String)> {
+    let review = post(b, path, change).await.text().await.unwrap();
+    hidden_fields(&review, "name=\"confirm\"")
+}
+
 fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -211,12 +218,7 @@ async fn jobs_are_edited_in_the_dashboard_with_a_review_and_a_fence(dialect: Dia
         ("command", "echo changed-meanwhile"),
         ("retries", ""),
     ]);
-    let review = post(olga, "/jobs/made/edit", &change)
-        .await
-        .text()
-        .await
-        .unwrap();
-    let confirm = hidden_fields(&review, "name=\"confirm\"");
+    let confirm = reviewed(olga, "/jobs/made/edit", &change).await;
     store
         .execute_raw(
             "UPDATE cron_table SET env = '{\"LD_PRELOAD\":\"/tmp/x.so\"}' WHERE name = 'made'",
@@ -240,12 +242,7 @@ async fn jobs_are_edited_in_the_dashboard_with_a_review_and_a_fence(dialect: Dia
         ("command", "echo changed-meanwhile"),
         ("retries", ""),
     ]);
-    let review = post(olga, "/jobs/made/edit", &change)
-        .await
-        .text()
-        .await
-        .unwrap();
-    let confirm = hidden_fields(&review, "name=\"confirm\"");
+    let confirm = reviewed(olga, "/jobs/made/edit", &change).await;
     assert_eq!(
         post(olga, "/jobs/made/edit", &confirm).await.status(),
         StatusCode::SEE_OTHER
