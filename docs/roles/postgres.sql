@@ -29,18 +29,18 @@ GRANT USAGE ON SCHEMA public TO sqlcron_daemon, sqlcron_editor, sqlcron_locker, 
 
 -- The daemon: rows of every table, never their definition.
 GRANT SELECT, INSERT, UPDATE, DELETE ON cron_table, cron_runs, cron_nodes, cron_locks, cron_lock_waiters, cron_pools, cron_duties, cron_events, cron_watch, cron_placements, cron_audit, cron_web_sessions, cron_web_tokens, cron_calendars, cron_start_rate TO sqlcron_daemon;
-GRANT SELECT ON _sqlx_migrations TO sqlcron_daemon;
+GRANT SELECT ON _sqlx_migrations, cron_schema TO sqlcron_daemon;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO sqlcron_daemon;
 
 -- Editors: jobs; the triggers of cron_table write the audit trail and the placement list with
 -- the editor's rights, hence INSERT there.
-GRANT SELECT ON cron_table, cron_runs, cron_nodes, cron_locks, cron_pools, cron_duties, cron_events, cron_watch, cron_placements, cron_audit, cron_calendars, cron_start_rate, _sqlx_migrations TO sqlcron_editor;
+GRANT SELECT ON cron_table, cron_runs, cron_nodes, cron_locks, cron_pools, cron_duties, cron_events, cron_watch, cron_placements, cron_audit, cron_calendars, cron_start_rate, _sqlx_migrations, cron_schema TO sqlcron_editor;
 GRANT INSERT, UPDATE, DELETE ON cron_table, cron_calendars TO sqlcron_editor;
 GRANT INSERT ON cron_audit, cron_placements TO sqlcron_editor;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO sqlcron_editor;
 
 -- Scripts taking locks and semaphores.
-GRANT SELECT ON _sqlx_migrations, cron_nodes TO sqlcron_locker;
+GRANT SELECT ON _sqlx_migrations, cron_schema, cron_nodes TO sqlcron_locker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON cron_locks, cron_lock_waiters TO sqlcron_locker;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO sqlcron_locker;
 

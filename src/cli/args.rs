@@ -4,14 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-/// The version `sqlcron --version` prints: the package version and the git commit it was built
-/// from (`unknown` when built outside git).
-pub const LONG_VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("SQLCRON_GIT_COMMIT"),
-    ")"
-);
+/// The version `sqlcron --version` prints ([`crate::VERSION`]).
+pub const LONG_VERSION: &str = crate::VERSION;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -241,12 +241,31 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
         Ok((Some(applied), latest)) if applied == latest => {
             found.push(ok("schema", format!("current (migration {latest})")))
         }
-        Ok((Some(applied), latest)) if applied > latest => found.push(bad(
-            "schema",
-            Level::Error,
-            format!("migration {applied} applied, newer than this sqlcron knows ({latest})"),
-            "upgrade sqlcron on this node",
-        )),
+        Ok((Some(applied), latest)) if applied > latest => {
+            let needs = store.oldest_reader().await;
+            found.push(if needs > latest {
+                bad(
+                    "schema",
+                    Level::Error,
+                    crate::store::StoreError::SchemaTooNew {
+                        applied,
+                        needs,
+                        knows: latest,
+                    }
+                    .to_string(),
+                    "install the sqlcron release the other nodes run on this node",
+                )
+            } else {
+                bad(
+                    "schema",
+                    Level::Warn,
+                    format!(
+                        "migration {applied} applied, newer than this sqlcron knows ({latest}); usable as it is (its newer migrations only add)"
+                    ),
+                    "finish the upgrade on this node",
+                )
+            })
+        }
         Ok((applied, latest)) => found.push(bad(
             "schema",
             Level::Warn,
@@ -349,16 +368,39 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
             "start the service on at least one node (systemctl start sqlcron), then run doctor again",
         ));
     } else if versions.len() > 1 {
+        use super::upgrade_window::{UPGRADE_WINDOW_MS, mixed_since};
         let each: Vec<String> = alive
             .iter()
             .map(|n| format!("{} {}", n.name, n.version.as_deref().unwrap_or("?")))
             .collect();
-        found.push(bad(
-            "versions",
-            Level::Warn,
-            format!("live nodes run different versions: {}", each.join(", ")),
-            "finish the rolling upgrade",
+        let since = mixed_since(
+            alive
+                .iter()
+                .map(|n| (n.version.as_deref().unwrap_or("?"), n.started)),
+        )
+        .unwrap_or(db_now);
+        let lasted = crate::model::duration::format_duration(std::time::Duration::from_secs(
+            ((db_now - since).max(0) / 1000) as u64,
         ));
+        found.push(if db_now - since > UPGRADE_WINDOW_MS {
+            bad(
+                "versions",
+                Level::Warn,
+                format!(
+                    "live nodes have run different versions for {lasted}: {}",
+                    each.join(", ")
+                ),
+                "finish the rolling upgrade (sqlcron drain --wait, install, restart, sqlcron undrain on each remaining node)",
+            )
+        } else {
+            ok(
+                "versions",
+                format!(
+                    "a rolling upgrade for {lasted} (doctor warns after an hour): {}",
+                    each.join(", ")
+                ),
+            )
+        });
     } else {
         found.push(ok(
             "versions",

@@ -20,6 +20,7 @@ mod run_now;
 mod signing;
 mod status;
 mod terminal;
+mod upgrade_window;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -62,7 +63,24 @@ impl Failure {
             message: message.to_string(),
         }
     }
+
+    /// A migration that failed: exit status [`SCHEMA_TOO_NEW`] when only a newer sqlcron can use
+    /// the schema, 1 otherwise.
+    fn migration(e: crate::store::StoreError) -> Failure {
+        Failure {
+            code: if matches!(e, crate::store::StoreError::SchemaTooNew { .. }) {
+                SCHEMA_TOO_NEW
+            } else {
+                1
+            },
+            message: e.to_string(),
+        }
+    }
 }
+
+/// Exit status of a command (the daemon, `migrate`, `apply`) refused because the database's
+/// schema needs a newer sqlcron (docs/upgrades.md). The unit does not restart on it.
+pub const SCHEMA_TOO_NEW: u8 = 3;
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     // A command whose output goes to a pipe that closes (`sqlcron history | head`) ends quietly,
@@ -185,8 +203,17 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             Command::Migrate => {
                 let store = connect(&config).await?;
                 let before = store.migrations_applied().await;
-                store.migrate().await.map_err(Failure::runtime)?;
+                store.migrate().await.map_err(Failure::migration)?;
                 let after = store.migrations_applied().await;
+                if let Ok((Some(applied), knows)) = store.schema_version().await
+                    && applied > knows
+                {
+                    println!(
+                        "schema newer than this sqlcron ({}, migration {applied}; this one knows up to {knows}): used as it is, its newer migrations only add; upgrade this node",
+                        store.dialect().name()
+                    );
+                    return Ok(0);
+                }
                 match after - before {
                     0 => println!(
                         "schema up to date ({}, {after} migrations)",
@@ -202,7 +229,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             }
             Command::Apply { dry_run } => {
                 let store = connect(&config).await?;
-                store.migrate().await.map_err(Failure::runtime)?;
+                store.migrate().await.map_err(Failure::migration)?;
                 if !dry_run {
                     let calendars: Vec<(String, String)> = config
                         .calendars

@@ -157,6 +157,16 @@ pub(super) async fn run_daemon(
                      name would claim as one node; stop that one, or give this one another [node] name"
                 )));
             }
+            Some(Err(e @ crate::store::StoreError::SchemaTooNew { .. })) => {
+                // Waiting would not help: only a newer sqlcron can use this schema. Exit status 3
+                // is in the unit's RestartPreventExitStatus: no restart every few seconds.
+                tracing::error!(error = %e, "schema newer than this sqlcron can use: not started");
+                crate::exec::reaper::stop();
+                return Err(Failure {
+                    code: SCHEMA_TOO_NEW,
+                    message: e.to_string(),
+                });
+            }
             Some(Err(e)) => {
                 match super::database_file::unopenable(&url) {
                     // The cause SQLite's own message leaves out: who owns what it cannot open.

@@ -97,7 +97,7 @@ impl Store {
                 // Migrations may take longer than the daemon's statement timeout; this
                 // connection is closed afterwards instead of going back to the pool.
                 conn.close_on_drop();
-                if current_on(&mut conn, &MIGRATOR_POSTGRES).await {
+                if self.current_on(&mut conn, &MIGRATOR_POSTGRES).await? {
                     return Ok(());
                 }
                 sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
@@ -130,7 +130,7 @@ impl Store {
                     let said = super::galera::judge(g).map_err(StoreError::Galera)?;
                     tracing::info!("{said}");
                 }
-                if current_on(&mut conn, &MIGRATOR_MYSQL).await {
+                if self.current_on(&mut conn, &MIGRATOR_MYSQL).await? {
                     return Ok(());
                 }
                 if galera.is_some() {
@@ -160,7 +160,17 @@ impl Store {
                     ),
                     None => None,
                 };
-                let result = MIGRATOR_SQLITE.run(&self.db.pool).await.map_err(err);
+                let mut conn = self
+                    .db
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(sql_err!(self, "connect for migration"))?;
+                let result = match self.current_on(&mut conn, &MIGRATOR_SQLITE).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => MIGRATOR_SQLITE.run(&mut *conn).await.map_err(err),
+                    Err(e) => Err(e),
+                };
                 drop(lock);
                 result
             }
@@ -236,21 +246,65 @@ impl Store {
     }
 }
 
-/// Whether the schema on `conn` has every migration of `migrator` applied: then migrating
-/// would change nothing, and is skipped so that a daemon may run under a role that can only
-/// read and write the tables (docs/roles/). Checked on the migrating connection: no second
-/// connection attempt while the database is down.
-async fn current_on(
-    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
-    migrator: &sqlx::migrate::Migrator,
-) -> bool {
-    let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Option<i64> =
-        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE")
-            .fetch_one(&mut **conn)
-            .await
-            .unwrap_or(None);
-    applied.is_some_and(|a| a >= latest)
+impl Store {
+    /// Whether the schema on `conn` has every migration of `migrator` applied: then migrating
+    /// would change nothing, and is skipped so that a daemon may run under a role that can only
+    /// read and write the tables (docs/roles/). Checked on the migrating connection: no second
+    /// connection attempt while the database is down.
+    ///
+    /// A schema newer than this build is used as it is when its `oldest_reader` says this build
+    /// can (the newer migrations only added), and refused with [`StoreError::SchemaTooNew`]
+    /// when they removed or changed something this build reads (docs/upgrades.md).
+    async fn current_on(
+        &self,
+        conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+        migrator: &sqlx::migrate::Migrator,
+    ) -> Result<bool> {
+        let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE")
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap_or(None);
+        let Some(applied) = applied.filter(|a| *a >= latest) else {
+            return Ok(false);
+        };
+        if applied > latest {
+            let needs = oldest_reader(conn).await;
+            if needs > latest {
+                return Err(StoreError::SchemaTooNew {
+                    applied,
+                    needs,
+                    knows: latest,
+                });
+            }
+            tracing::info!(
+                applied,
+                knows = latest,
+                "the schema is newer than this sqlcron (a rolling upgrade); its newer migrations only add, so this node uses it as it is"
+            );
+        }
+        Ok(true)
+    }
+
+    /// The newest migration a sqlcron must know to use this database's schema (`cron_schema`),
+    /// 0 when the schema does not say (older than migration PostgreSQL 31, MySQL 28, SQLite 26).
+    pub async fn oldest_reader(&self) -> i64 {
+        match self.db.pool.acquire().await {
+            Ok(mut conn) => oldest_reader(&mut conn).await,
+            Err(_) => 0,
+        }
+    }
+}
+
+/// `cron_schema`'s `oldest_reader`; 0 when there is no such row or table.
+async fn oldest_reader(conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> i64 {
+    sqlx::query_scalar::<_, i64>("SELECT value FROM cron_schema WHERE name = 'oldest_reader'")
+        .fetch_optional(&mut **conn)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(0)
 }
 
 /// Creates the SQLite database file (and its directory) readable by its owner only, whatever

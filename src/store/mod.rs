@@ -54,6 +54,14 @@ pub enum StoreError {
     /// A batch written together that did not write what it locked (rolled back).
     #[error("writing a batch: {0}")]
     Batch(String),
+    /// The schema has migrations that remove or change what this build reads: a node older
+    /// than the schema's `oldest_reader` (docs/upgrades.md).
+    #[error(
+        "the database's schema is at migration {applied} and needs a sqlcron that knows migration \
+         {needs} or later; this sqlcron knows up to {knows}: upgrade sqlcron on this node (the \
+         schema cannot be taken back)"
+    )]
+    SchemaTooNew { applied: i64, needs: i64, knows: i64 },
 }
 
 impl StoreError {

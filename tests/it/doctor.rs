@@ -83,7 +83,8 @@ async fn doctor_names_each_problem(dialect: Dialect) {
     store
         .execute_raw(&format!(
             "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen, toml_jobs) \
-             VALUES ('n2', 'elsewhere', 1, '0.0.1', {now}, {now}, '{{\"fine\":\"0000\"}}')"
+             VALUES ('n2', 'elsewhere', 1, '0.0.1', {now} - 10800000, {now}, '{{\"fine\":\"0000\"}}'), \
+                    ('n3', 'elsewhere', 2, '0.0.2', {now} - 7200000, {now}, '{{\"fine\":\"0000\"}}')"
         ))
         .await
         .unwrap();
@@ -118,7 +119,7 @@ async fn doctor_names_each_problem(dialect: Dialect) {
         "broken:",
         "no live node can run gpu-only",
         "\"n2\" is the name of a live node on host elsewhere",
-        "different versions",
+        "have run different versions for 2h",
         "disagree on fine",
         "run sqlcron migrate",
         "in use by another program",

@@ -56,6 +56,7 @@ mod start_rate;
 mod stop;
 mod store;
 mod tick;
+mod upgrades;
 mod tls;
 mod util;
 mod wakeups;
