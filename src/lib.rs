@@ -27,16 +27,6 @@
 //! Reading order for a newcomer: this file, `model` (`job`, `policy`), `schedule`, `store`,
 //! `exec`, `daemon`, then `service` and `cli`.
 
-/// This build's version as nodes record it and `sqlcron --version` prints it: the package
-/// version and the git commit it was built from (`unknown` outside git). Two builds of one
-/// package version from different commits are told apart in `cron_nodes` (a rolling upgrade).
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("SQLCRON_GIT_COMMIT"),
-    ")"
-);
-
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-/// The version `sqlcron --version` prints ([`crate::VERSION`]).
-pub const LONG_VERSION: &str = crate::VERSION;
+/// The version `sqlcron --version` prints ([`crate::model::VERSION`]).
+pub const LONG_VERSION: &str = crate::model::VERSION;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -7,6 +7,7 @@ mod check;
 mod connect;
 mod database_file;
 mod doctor;
+mod doctor_certificate;
 mod drain;
 mod events;
 mod explain;

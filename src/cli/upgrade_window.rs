@@ -31,7 +31,10 @@ mod tests {
 
     #[test]
     fn one_version_is_not_mixed() {
-        assert_eq!(mixed_since([("0.1 (commit a)", Some(5)), ("0.1 (commit a)", Some(9))]), None);
+        assert_eq!(
+            mixed_since([("0.1 (commit a)", Some(5)), ("0.1 (commit a)", Some(9))]),
+            None
+        );
     }
 
     #[test]

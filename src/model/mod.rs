@@ -12,6 +12,16 @@
 //! No I/O: no database, no process, no clock (time comes in as a parameter). Imports only
 //! `schedule`.
 
+/// This build's version as nodes record it and `sqlcron --version` prints it: the package
+/// version and the git commit it was built from (`unknown` outside git). Two builds of one
+/// package version from different commits are told apart in `cron_nodes` (a rolling upgrade).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SQLCRON_GIT_COMMIT"),
+    ")"
+);
+
 pub mod access;
 pub mod actor;
 pub mod alerts;

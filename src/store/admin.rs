@@ -32,7 +32,7 @@ impl Store {
             .bind(name.to_string())
             .bind(host.to_string())
             .bind(i64::from(pid))
-            .bind(crate::VERSION.to_string())
+            .bind(crate::model::VERSION.to_string())
             .bind(toml_jobs.to_string())
             .bind(serde_json::to_string(tags).unwrap_or_default())
             .execute(&self.db)

@@ -61,7 +61,11 @@ pub enum StoreError {
          {needs} or later; this sqlcron knows up to {knows}: upgrade sqlcron on this node (the \
          schema cannot be taken back)"
     )]
-    SchemaTooNew { applied: i64, needs: i64, knows: i64 },
+    SchemaTooNew {
+        applied: i64,
+        needs: i64,
+        knows: i64,
+    },
 }
 
 impl StoreError {

@@ -107,9 +107,9 @@ async fn every_migration_keeps_what_the_one_before_wrote(dialect: Dialect) {
                     "migration {version} changes the type of {name}: {} -> {}",
                     was.kind, now.kind
                 )),
-                Some(now) if was.nullable && !now.nullable => problems.push(format!(
-                    "migration {version} makes {name} NOT NULL"
-                )),
+                Some(now) if was.nullable && !now.nullable => {
+                    problems.push(format!("migration {version} makes {name} NOT NULL"))
+                }
                 Some(_) => {}
             }
         }
@@ -192,13 +192,19 @@ async fn a_newer_schema_is_used_until_it_needs_a_newer_node(dialect: Dialect) {
         "{text}"
     );
     let n1 = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", jobs));
-    eventually(Duration::from_secs(30), "a run on the newer schema", || async {
-        let ran: Option<i64> = store
-            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'tick' AND outcome = 'ok'")
-            .await
-            .unwrap();
-        ran.filter(|n| *n >= 2).map(|_| ())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "a run on the newer schema",
+        || async {
+            let ran: Option<i64> = store
+                .scalar_i64(
+                    "SELECT COUNT(*) FROM cron_runs WHERE job_name = 'tick' AND outcome = 'ok'",
+                )
+                .await
+                .unwrap();
+            ran.filter(|n| *n >= 2).map(|_| ())
+        },
+    )
     .await;
     let (code, text, err) = cli(&["status"]);
     assert_eq!(code, Some(0), "{text}{err}");
