@@ -25,13 +25,15 @@ missing=()
 command -v rsync >/dev/null || missing+=(rsync)
 # The distribution's own SQLite command edits a live daemon's database in one test.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
+# A throwaway PostgreSQL whose clock steps back runs under libfaketime.
+compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || missing+=(faketime)
 # The dashboard's browser test drives Debian's Chromium through Debian's chromedriver.
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
 if [ ${#missing[@]} -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} (for the database topology, SQLite command, browser and service tests)" >&2
+    echo "test.sh: installing ${missing[*]} (for the database topology, SQLite command, clock, browser and service tests)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -179,7 +179,24 @@ pub(super) async fn run_daemon(
                         p.message
                     ),
                     None => {
-                        tracing::error!(error = %e, kind = e.kind(), "database not ready; retrying")
+                        // The pool says only that it timed out: ask the server why.
+                        let cause = match e.is_pool_timeout() {
+                            true => store.connect_error().await,
+                            false => None,
+                        };
+                        match cause {
+                            Some(cause) => tracing::error!(
+                                error = %e,
+                                kind = e.kind(),
+                                cause = %cause,
+                                "database not ready; retrying: {cause}"
+                            ),
+                            None => tracing::error!(
+                                error = %e,
+                                kind = e.kind(),
+                                "database not ready; retrying"
+                            ),
+                        }
                     }
                 }
                 let stop = tokio::select! {

@@ -186,7 +186,11 @@ pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Resul
         Some((user, Some(group))) => {
             match crate::exec::account::checked(&user, Some(&group), allowed) {
                 Err(crate::exec::account::Refused::NotAllowed(m)) => Err(m),
-                Ok(_) | Err(crate::exec::account::Refused::Lookup(_)) => Ok(()),
+                Ok(_)
+                | Err(
+                    crate::exec::account::Refused::Lookup(_)
+                    | crate::exec::account::Refused::Missing(_),
+                ) => Ok(()),
             }
         }
         None => Ok(()),
@@ -376,6 +380,25 @@ pub(super) fn run_spec(
     })
 }
 impl super::Shared {
+    /// The reason to park a claimed row before its run starts, when the account it runs as
+    /// does not exist on this node (deleted while the job was scheduled, or never created):
+    /// unlike a look-up that failed, it will not come back by itself, and failing every slot
+    /// would only repeat it. `None` for an HTTP job, and when the account exists or its
+    /// look-up fails for another reason (the run then fails with that reason, as before).
+    pub(super) fn missing_account(&self, row: &JobRow, config: &Config) -> Option<String> {
+        if row.http.is_some() {
+            return None;
+        }
+        let (user, group) = run_as(row, config, &self.host.account).ok()??;
+        match crate::exec::account::checked(&user, group.as_deref(), &config.daemon.allowed) {
+            Err(crate::exec::account::Refused::Missing(m)) => Some(format!(
+                "{m} on node {}: create the account (or change the job's user), then sqlcron pause {1} && sqlcron resume {1} puts the job back",
+                self.node, row.name
+            )),
+            _ => None,
+        }
+    }
+
     /// The account a run switches to and its `env_file`, looked up now (users and files change
     /// between runs).
     pub(super) fn resolve_process<'a>(

@@ -79,15 +79,27 @@ pub fn current() -> Result<Account, String> {
 /// The account named `user` (a name or a numeric uid), with `group` (a name or a numeric gid)
 /// as its primary group when given.
 pub fn lookup(user: &str, group: Option<&str>) -> Result<Account, String> {
+    find(user, group).map_err(Refused::message)
+}
+
+/// [`lookup`], telling an account or group this host does not have ([`Refused::Missing`]) from
+/// a look-up that failed ([`Refused::Lookup`]).
+fn find(user: &str, group: Option<&str>) -> Result<Account, Refused> {
     let key = match user.parse::<u32>() {
         Ok(uid) => Key::Uid(uid),
         Err(_) => Key::Name(user),
     };
-    let mut account = passwd(key)?.ok_or_else(|| format!("user \"{user}\" does not exist"))?;
+    let mut account = passwd(key)
+        .map_err(Refused::Lookup)?
+        .ok_or_else(|| Refused::Missing(format!("user \"{user}\" does not exist")))?;
     if let Some(g) = group {
-        account.gid = group_id(g)?;
+        account.gid = match group_id(g) {
+            Ok(Some(gid)) => gid,
+            Ok(None) => return Err(Refused::Missing(format!("group \"{g}\" does not exist"))),
+            Err(e) => return Err(Refused::Lookup(e)),
+        };
     }
-    account.groups = group_list(&account.name, account.gid)?;
+    account.groups = group_list(&account.name, account.gid).map_err(Refused::Lookup)?;
     Ok(account)
 }
 
@@ -147,13 +159,25 @@ pub enum Refused {
     NotAllowed(String),
     /// The account or group could not be looked up on this node (the run fails).
     Lookup(String),
+    /// This node has no such account or group: deleted, or never created here (the row is
+    /// parked; a failure that will not go away by itself is not retried every slot).
+    Missing(String),
 }
 
 impl Refused {
     /// The message, starting with the key it concerns (`user: `, `group: `).
     pub fn message(self) -> String {
         match self {
-            Refused::NotAllowed(m) | Refused::Lookup(m) => m,
+            Refused::NotAllowed(m) | Refused::Lookup(m) | Refused::Missing(m) => m,
+        }
+    }
+
+    /// The same refusal with `prefix` before its message.
+    fn prefixed(self, prefix: &str) -> Refused {
+        match self {
+            Refused::NotAllowed(m) => Refused::NotAllowed(format!("{prefix}{m}")),
+            Refused::Lookup(m) => Refused::Lookup(format!("{prefix}{m}")),
+            Refused::Missing(m) => Refused::Missing(format!("{prefix}{m}")),
         }
     }
 }
@@ -177,11 +201,9 @@ pub fn checked(user: &str, group: Option<&str>, allowed: &Allowed) -> Result<Acc
         Some(pair) => pair,
         // Looked up without the lock: a slow name service holds up no other lookup.
         None => {
-            let own = lookup(user, None).map_err(|e| Refused::Lookup(format!("user: {e}")))?;
+            let own = find(user, None).map_err(|e| e.prefixed("user: "))?;
             let account = match group {
-                Some(g) => {
-                    lookup(user, Some(g)).map_err(|e| Refused::Lookup(format!("group: {e}")))?
-                }
+                Some(g) => find(user, Some(g)).map_err(|e| e.prefixed("group: "))?,
                 None => own.clone(),
             };
             (own, account)
@@ -306,10 +328,10 @@ fn passwd(key: Key<'_>) -> Result<Option<Account>, String> {
     }))
 }
 
-/// A group's id from its name or number.
-fn group_id(group: &str) -> Result<u32, String> {
+/// A group's id from its name or number (`None`: no such group).
+fn group_id(group: &str) -> Result<Option<u32>, String> {
     if let Ok(gid) = group.parse::<u32>() {
-        return Ok(gid);
+        return Ok(Some(gid));
     }
     let c = CString::new(group).map_err(|_| format!("group \"{group}\" has a NUL byte"))?;
     let mut buf = vec![0 as libc::c_char; 64 * 1024];
@@ -333,9 +355,9 @@ fn group_id(group: &str) -> Result<u32, String> {
         ));
     }
     if result.is_null() {
-        return Err(format!("group \"{group}\" does not exist"));
+        return Ok(None);
     }
-    Ok(gr.gr_gid)
+    Ok(Some(gr.gr_gid))
 }
 
 /// The supplementary groups of `user`, with `gid` among them.

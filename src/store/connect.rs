@@ -315,4 +315,27 @@ impl Store {
         )
         .map(Some)
     }
+
+    /// Why a new connection to the server fails now, in the server's words (`None`: one
+    /// opened, or SQLite). A pool that cannot connect says only that it timed out; a node
+    /// waiting for its database logs this beside it ("too many clients already", a password
+    /// refused, a refused port).
+    pub async fn connect_error(&self) -> Option<String> {
+        use sqlx::ConnectOptions;
+        if self.dialect == Dialect::Sqlite {
+            return None;
+        }
+        let options = self.db.pool.connect_options();
+        match tokio::time::timeout(topology::HOST_CONNECT_TIMEOUT, options.connect()).await {
+            Err(_) => Some(format!(
+                "the server did not answer in {} s",
+                topology::HOST_CONNECT_TIMEOUT.as_secs()
+            )),
+            Ok(Err(e)) => Some(e.to_string()),
+            Ok(Ok(conn)) => {
+                let _ = sqlx::Connection::close(conn).await;
+                None
+            }
+        }
+    }
 }

@@ -140,6 +140,18 @@ impl StoreError {
         self.is_unique_violation() || self.kind() == "deadlock"
     }
 
+    /// No connection came from the pool in time: the pool does not say why
+    /// ([`Store::connect_error`] asks the server).
+    pub fn is_pool_timeout(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sql {
+                source: sqlx::Error::PoolTimedOut,
+                ..
+            }
+        )
+    }
+
     pub fn is_unique_violation(&self) -> bool {
         match self {
             StoreError::Sql {

@@ -21,6 +21,7 @@ mod cli_next;
 mod cluster;
 mod config_errors;
 mod doctor;
+mod environment_faults;
 mod explain;
 mod failover;
 mod faults;

@@ -14,6 +14,9 @@ pub struct ThrowawayPostgres {
     pub port: u16,
     /// More `-c name=value` settings for the server (TLS tests).
     pub settings: Vec<String>,
+    /// More variables in the server's environment (`LD_PRELOAD` of libfaketime, for a clock
+    /// that steps), from the server's next start.
+    pub env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
@@ -37,15 +40,27 @@ fn pg_bin() -> PathBuf {
 
 /// Runs a PostgreSQL tool as the `postgres` user when we are root (initdb refuses root).
 fn as_postgres(bin: &Path, tool: &str, args: &[&str]) -> std::process::Output {
+    as_postgres_with(bin, tool, args, &[])
+}
+
+/// [`as_postgres`] with more variables in the tool's environment (and the server's it starts).
+fn as_postgres_with(
+    bin: &Path,
+    tool: &str,
+    args: &[&str],
+    env: &[(String, String)],
+) -> std::process::Output {
     let path = bin.join(tool);
+    let env = env.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let out = if unsafe { libc::geteuid() } == 0 {
         Command::new("runuser")
             .args(["-u", "postgres", "--"])
             .arg(&path)
             .args(args)
+            .envs(env)
             .output()
     } else {
-        Command::new(&path).args(args).output()
+        Command::new(&path).args(args).envs(env).output()
     }
     .unwrap_or_else(|e| panic!("running {}: {e}", path.display()));
     assert!(
@@ -92,6 +107,7 @@ impl ThrowawayPostgres {
             data,
             port: free_port(),
             settings,
+            env: vec![],
             _dir: dir,
         };
         pg.up();
@@ -108,7 +124,7 @@ impl ThrowawayPostgres {
             opts.push_str(&format!(" -c {s}"));
         }
         let log = self.data.join("server.log");
-        as_postgres(
+        as_postgres_with(
             &self.bin,
             "pg_ctl",
             &[
@@ -121,6 +137,7 @@ impl ThrowawayPostgres {
                 "-w",
                 "start",
             ],
+            &self.env,
         );
     }
 
@@ -177,6 +194,7 @@ impl ThrowawayPostgres {
             data,
             port: free_port(),
             settings: self.settings.clone(),
+            env: self.env.clone(),
             _dir: dir,
         };
         pg.up();

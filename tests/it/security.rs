@@ -12,7 +12,7 @@ use sqlcron::store::{Dialect, Store};
 
 use crate::util::{DaemonProcess, TestDb, eventually, first_run, stderr, stdout};
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
@@ -216,13 +216,13 @@ for_each_dialect!(
 );
 
 /// A user and a group made for one test, removed after it.
-struct TestUser {
-    name: String,
-    group: String,
+pub(crate) struct TestUser {
+    pub name: String,
+    pub group: String,
 }
 
 impl TestUser {
-    fn create() -> TestUser {
+    pub fn create() -> TestUser {
         let n = rand::random::<u32>() % 1_000_000;
         let (name, group) = (format!("sqlct{n}"), format!("sqlcg{n}"));
         let run = |args: &[&str]| {
@@ -328,12 +328,18 @@ async fn run_as_switches_to_the_named_user() {
             .contains("must name the user it runs as"),
         "a root daemon ran a job without a user"
     );
-    let run = first_run(&store, "ghost").await;
-    assert_eq!(run.outcome, "failed");
-    assert!(
-        run.message
+    // An account this node does not have parks the row with the reason (issue 52, 10): it
+    // would fail every slot the same way.
+    let parked: String = eventually(Duration::from_secs(20), "ghost parked", || async {
+        store
+            .scalar("SELECT error FROM cron_table WHERE name = 'ghost'")
+            .await
             .unwrap()
-            .contains("\"no-such-user-x\" does not exist")
+    })
+    .await;
+    assert!(
+        parked.contains("user: user \"no-such-user-x\" does not exist on node n"),
+        "{parked}"
     );
     drop(node);
 
