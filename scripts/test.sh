@@ -55,6 +55,14 @@ trap 'kill "$clippy" ${package_test:+"$package_test"} ${service_test:+"$service_
 phase() { echo "test.sh: $1 done after ${SECONDS}s" >&2; }
 cargo test --all-targets --no-run
 phase "build"
+# SQLCRON_LONG=1: the long tests too (README). The rolling upgrade needs the previous release's
+# binary, built once under target/previous-release/ (a few minutes; before the tests start, so
+# that it does not compete with them).
+if [ "${SQLCRON_LONG:-}" = 1 ]; then
+    SQLCRON_PREVIOUS_BIN=$(scripts/previous-release.sh)
+    export SQLCRON_PREVIOUS_BIN
+    phase "the previous release's build"
+fi
 # The package test (docs/packaging.md): packs the binary the tests just built (stripped; the
 # release build that `scripts/package.sh` makes by default would cost the suite a second full
 # build), runs lintian, and installs, upgrades, removes and purges the .deb in a throwaway

@@ -170,7 +170,8 @@ pub fn run_as(
 /// Whether this node lets the row run as the account it names: a row refused here is parked
 /// with the reason. Judged by the names as written, and for a row naming a group by the
 /// accounts looked up (is it one of the user's groups); the look-up and every check come again
-/// before each run, where an account missing on this node fails the run instead.
+/// before each run, where an account missing on this node parks the row (`missing_account`)
+/// and a look-up that fails otherwise fails the run.
 pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Result<(), String> {
     if row.http.is_some() {
         return Ok(());

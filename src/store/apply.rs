@@ -34,7 +34,7 @@ impl Store {
         actor: &Actor,
     ) -> Result<ApplyReport> {
         let existing = sqlx::query(AssertSqlSafe(format!(
-            "SELECT name, source, toml_hash, {} FROM cron_table",
+            "SELECT name, source, toml_hash, changed_by, {} FROM cron_table",
             JOB_VALUE_COLUMNS.join(", ")
         )))
         .fetch_all(&self.db)
@@ -89,9 +89,14 @@ impl Store {
                             })
                             .collect::<Vec<_>>()
                             .join(", ");
+                        // Only the row as read: another node applying the same file at the
+                        // same time has changed `changed_by` (and `toml_hash`) first, and this
+                        // apply is made again from a fresh read, which finds nothing to do
+                        // (one update, one audit row, however many nodes apply it).
                         let text = self.dialect.render(&format!(
                             "UPDATE cron_table SET {sets}, toml_enabled = ?, toml_hash = ?, \
-                             changed_by = ? WHERE name = ? AND source = 'toml'"
+                             changed_by = ? WHERE name = ? AND source = 'toml' \
+                             AND COALESCE(toml_hash, '') = ? AND COALESCE(changed_by, '') = ?"
                         ));
                         let mut q = sqlx::query(AssertSqlSafe(text));
                         for (c, v) in JOB_VALUE_COLUMNS.iter().zip(&values) {
@@ -110,13 +115,26 @@ impl Store {
                             "apply_update"
                         };
                         let mark = self.mark(&mut tx, actor, action, Some(&detail)).await?;
-                        q.bind(i64::from(job.enabled))
+                        let read_by: Option<String> = stored
+                            .get(&job.name)
+                            .and_then(|r| r.try_get("changed_by").ok())
+                            .flatten();
+                        let done = q
+                            .bind(i64::from(job.enabled))
                             .bind(hash)
                             .bind(mark.clone())
                             .bind(job.name.clone())
+                            .bind(stored_hash.clone().unwrap_or_default())
+                            .bind(read_by.unwrap_or_default())
                             .execute(&mut *tx)
                             .await
                             .map_err(sql_err!(self, "update TOML job"))?;
+                        if done.rows_affected() == 0 {
+                            return Err(StoreError::Raced(format!(
+                                "job \"{}\" changed while this apply read it",
+                                job.name
+                            )));
+                        }
                         self.audited(&mut tx, actor, &mark, action, &job.name, Some(detail))
                             .await?;
                     }
@@ -163,13 +181,20 @@ impl Store {
                     .execute(&mut *tx)
                     .await
                     .map_err(sql_err!(self, "mark TOML job for removal"))?;
-                    sqlx::query(AssertSqlSafe(self.dialect.render(
-                        "DELETE FROM cron_table WHERE name = ? AND source = 'toml'",
-                    )))
+                    let done = sqlx::query(AssertSqlSafe(
+                        self.dialect
+                            .render("DELETE FROM cron_table WHERE name = ? AND source = 'toml'"),
+                    ))
                     .bind(name.clone())
                     .execute(&mut *tx)
                     .await
                     .map_err(sql_err!(self, "remove TOML job"))?;
+                    if done.rows_affected() == 0 {
+                        // Removed by another node applying the same file meanwhile.
+                        return Err(StoreError::Raced(format!(
+                            "job \"{name}\" was removed while this apply read it"
+                        )));
+                    }
                     self.audited(&mut tx, actor, &marker, "apply_remove", name, None)
                         .await?;
                 }

@@ -54,6 +54,10 @@ pub enum StoreError {
     /// A batch written together that did not write what it locked (rolled back).
     #[error("writing a batch: {0}")]
     Batch(String),
+    /// A write made only on the row as it was read found it changed by another writer: made
+    /// again from a fresh read ([`StoreError::lost_a_race`]).
+    #[error("{0}")]
+    Raced(String),
     /// The schema has migrations that remove or change what this build reads: a node older
     /// than the schema's `oldest_reader` (docs/upgrades.md).
     #[error(
@@ -137,7 +141,9 @@ impl StoreError {
     /// fresh read: a unique-key violation, or a deadlock (which is how Galera reports a
     /// certification conflict).
     pub fn lost_a_race(&self) -> bool {
-        self.is_unique_violation() || self.kind() == "deadlock"
+        matches!(self, StoreError::Raced(_))
+            || self.is_unique_violation()
+            || self.kind() == "deadlock"
     }
 
     /// No connection came from the pool in time: the pool does not say why

@@ -37,7 +37,7 @@ async fn ok_runs(store: &Store, job: &str) -> usize {
 /// Checks a per-second job's history: no slot run twice, none started before its slot (by the
 /// database's clock, which recorded both), and every second from the first slot to the last
 /// either run or recorded as skipped (nothing owed went unrecorded). Returns the runs' count.
-fn every_slot_once(rows: &[sqlcron::store::HistoryRow]) -> usize {
+pub(crate) fn every_slot_once(rows: &[sqlcron::store::HistoryRow]) -> usize {
     let mut covered = std::collections::BTreeMap::new();
     for r in rows {
         if r.outcome == "skipped" {

@@ -43,6 +43,7 @@ mod quickstart;
 mod read_commands;
 mod retention;
 mod roles;
+mod rolling_upgrade;
 mod run_record;
 mod run_search;
 mod run_wait;

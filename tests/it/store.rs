@@ -799,6 +799,62 @@ async fn nodes_applying_one_file_at_once_create_each_job_once(dialect: Dialect) 
             "round {round}: one audit row per creation"
         );
     }
+    // The same change of a file applied by three nodes at once: each job updated, or removed,
+    // and audited once (before, each node that read the old definition wrote its own update and
+    // audit row). Round 2's jobs (the ones left) change; then half of them go.
+    let actor = sqlcron::exec::account::this_process(None);
+    let file = |count: usize, schedule: &str| -> Vec<sqlcron::model::job::JobSpec> {
+        (0..count)
+            .map(|i| sqlcron::model::job::JobSpec {
+                name: format!("r2-job-{i}"),
+                schedule: schedule.into(),
+                command: Some("true".into()),
+                enabled: true,
+                ..Default::default()
+            })
+            .collect()
+    };
+    let audited = |log: &[sqlcron::store::AuditRow], action: &str| {
+        log.iter()
+            .filter(|r| {
+                r.action == action && r.job.as_deref().is_some_and(|j| j.starts_with("r2-"))
+            })
+            .count()
+    };
+    let changed = file(60, "@hourly");
+    let (a, b, c) = tokio::join!(
+        stores[0].apply_toml(&changed, false, &actor),
+        stores[1].apply_toml(&changed, false, &actor),
+        stores[2].apply_toml(&changed, false, &actor),
+    );
+    let updated: usize = [a, b, c]
+        .into_iter()
+        .map(|r| r.expect("an update beside others' succeeds").updated.len())
+        .sum();
+    assert_eq!(updated, 60, "each job updated once");
+    let log = stores[0].audit_log(None, 10_000).await.unwrap();
+    assert_eq!(
+        audited(&log, "apply_update"),
+        60,
+        "one audit row per update"
+    );
+    let fewer = file(30, "@hourly");
+    let (a, b, c) = tokio::join!(
+        stores[0].apply_toml(&fewer, false, &actor),
+        stores[1].apply_toml(&fewer, false, &actor),
+        stores[2].apply_toml(&fewer, false, &actor),
+    );
+    let removed: usize = [a, b, c]
+        .into_iter()
+        .map(|r| r.expect("a removal beside others' succeeds").removed.len())
+        .sum();
+    assert_eq!(removed, 30, "each job removed once");
+    let log = stores[0].audit_log(None, 10_000).await.unwrap();
+    assert_eq!(
+        audited(&log, "apply_remove"),
+        30,
+        "one audit row per removal"
+    );
     for s in stores {
         s.close().await;
     }

@@ -177,10 +177,34 @@ impl DaemonProcess {
         config: &str,
         env: &[(&str, &str)],
     ) -> DaemonProcess {
+        Self::spawn(&sqlcron_bin(), dir, name, config, env, false)
+    }
+
+    /// The same with another build of sqlcron (a rolling upgrade's previous release). The log
+    /// is appended to: a node restarted under the same name keeps one log.
+    pub fn start_binary(bin: &Path, dir: &Path, name: &str, config: &str) -> DaemonProcess {
+        Self::spawn(bin, dir, name, config, &[], true)
+    }
+
+    fn spawn(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+        append: bool,
+    ) -> DaemonProcess {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config).unwrap();
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new(sqlcron_bin())
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(bin)
             .arg("--config")
             .arg(&path)
             .arg("daemon")
@@ -196,7 +220,7 @@ impl DaemonProcess {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(log_file)
             .spawn()
             .expect("start sqlcron daemon");
         DaemonProcess {
