@@ -32,6 +32,12 @@ compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || missing+=(faketi
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
+# SQLCRON_LONG=1: the Patroni test's cluster (Debian's patroni and etcd; tests/patroni/up.sh).
+if [ "${SQLCRON_LONG:-}" = 1 ]; then
+    command -v patroni >/dev/null || missing+=(patroni)
+    command -v etcd >/dev/null || missing+=(etcd-server)
+    command -v etcdctl >/dev/null || missing+=(etcd-client)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "test.sh: installing ${missing[*]} (for the database topology, SQLite command, clock, browser and service tests)" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi

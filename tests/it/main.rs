@@ -35,6 +35,7 @@ mod mariadb_outage;
 mod metrics;
 mod node_name;
 mod outage;
+mod patroni;
 mod placement;
 mod pooler;
 mod proxied;
