@@ -187,10 +187,11 @@ async fn a_patroni_cluster_fails_over_without_a_run_lost_or_doubled() {
     let leader = loop {
         // The switchover's old leader rejoins as a replica: wait for two members again.
         let members = cluster.members();
-        if members.len() == 2 && members.iter().all(|(_, r)| !r.is_empty()) {
-            if let Some(l) = cluster.leader() {
-                break l;
-            }
+        if members.len() == 2
+            && members.iter().all(|(_, r)| !r.is_empty())
+            && let Some(l) = cluster.leader()
+        {
+            break l;
         }
         assert!(started.elapsed() < Duration::from_secs(120), "{members:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
