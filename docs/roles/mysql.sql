@@ -30,6 +30,7 @@ GRANT INSERT ON sqlcron.cron_audit TO 'sqlcron_editor'@'%';
 GRANT INSERT ON sqlcron.cron_placements TO 'sqlcron_editor'@'%';
 
 GRANT SELECT ON sqlcron._sqlx_migrations TO 'sqlcron_locker'@'%';
+GRANT SELECT ON sqlcron.cron_schema TO 'sqlcron_locker'@'%';
 GRANT SELECT ON sqlcron.cron_nodes TO 'sqlcron_locker'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON sqlcron.cron_locks TO 'sqlcron_locker'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON sqlcron.cron_lock_waiters TO 'sqlcron_locker'@'%';

@@ -244,9 +244,16 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
             found.push(ok("schema", format!("current (migration {latest})")))
         }
         Ok((Some(applied), latest)) if applied > latest => {
-            let needs = store.oldest_reader().await;
-            found.push(if needs > latest {
-                bad(
+            found.push(match store.oldest_reader().await {
+                Err(e) => bad(
+                    "schema",
+                    Level::Error,
+                    format!(
+                        "migration {applied} applied, newer than this sqlcron knows ({latest}), and which sqlcron may use it cannot be read: {e}"
+                    ),
+                    "grant SELECT on cron_schema to this role (docs/roles/), or upgrade sqlcron on this node",
+                ),
+                Ok(needs) if needs > latest => bad(
                     "schema",
                     Level::Error,
                     crate::store::StoreError::SchemaTooNew {
@@ -256,16 +263,15 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
                     }
                     .to_string(),
                     "install the sqlcron release the other nodes run on this node",
-                )
-            } else {
-                bad(
+                ),
+                Ok(_) => bad(
                     "schema",
                     Level::Warn,
                     format!(
                         "migration {applied} applied, newer than this sqlcron knows ({latest}); usable as it is (its newer migrations only add)"
                     ),
                     "finish the upgrade on this node",
-                )
+                ),
             })
         }
         Ok((applied, latest)) => found.push(bad(

@@ -31,7 +31,7 @@ pub(super) async fn guarded(
         .with_ansi(false)
         .try_init();
     let store = connect(config).await?;
-    store.migrate().await.map_err(Failure::migration)?;
+    store.migrate().await.map_err(Failure::runtime)?;
     // The command runs in its own process group under the reaper, as a job does: a SIGKILL or a
     // freeze of this holder must not leave its pipeline running once the lock could pass on.
     if let Err(e) = crate::exec::reaper::start() {

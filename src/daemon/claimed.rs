@@ -149,11 +149,6 @@ impl Shared {
             schedule: &schedule,
             config,
         };
-        if !started && let Some(message) = self.missing_account(&claim.row, config) {
-            // Before the start is recorded: the slot stays owed for when the job is put back.
-            self.park_claimed(&claim, &message).await;
-            return;
-        }
         if started || self.start(&run).await {
             self.supervise(run).await;
         }

@@ -170,8 +170,8 @@ pub fn run_as(
 /// Whether this node lets the row run as the account it names: a row refused here is parked
 /// with the reason. Judged by the names as written, and for a row naming a group by the
 /// accounts looked up (is it one of the user's groups); the look-up and every check come again
-/// before each run, where an account missing on this node parks the row (`missing_account`)
-/// and a look-up that fails otherwise fails the run.
+/// before each run, where an account missing on this node fails the run, naming the node (it
+/// may exist on the others: one node's accounts are not the cluster's).
 pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Result<(), String> {
     if row.http.is_some() {
         return Ok(());
@@ -381,25 +381,6 @@ pub(super) fn run_spec(
     })
 }
 impl super::Shared {
-    /// The reason to park a claimed row before its run starts, when the account it runs as
-    /// does not exist on this node (deleted while the job was scheduled, or never created):
-    /// unlike a look-up that failed, it will not come back by itself, and failing every slot
-    /// would only repeat it. `None` for an HTTP job, and when the account exists or its
-    /// look-up fails for another reason (the run then fails with that reason, as before).
-    pub(super) fn missing_account(&self, row: &JobRow, config: &Config) -> Option<String> {
-        if row.http.is_some() {
-            return None;
-        }
-        let (user, group) = run_as(row, config, &self.host.account).ok()??;
-        match crate::exec::account::checked(&user, group.as_deref(), &config.daemon.allowed) {
-            Err(crate::exec::account::Refused::Missing(m)) => Some(format!(
-                "{m} on node {}: create the account (or change the job's user), then sqlcron pause {1} && sqlcron resume {1} puts the job back",
-                self.node, row.name
-            )),
-            _ => None,
-        }
-    }
-
     /// The account a run switches to and its `env_file`, looked up now (users and files change
     /// between runs).
     pub(super) fn resolve_process<'a>(
@@ -428,7 +409,12 @@ impl super::Shared {
         let account = match run_as(row, config, &self.host.account)? {
             Some((user, group)) => Some(
                 crate::exec::account::checked(&user, group.as_deref(), &config.daemon.allowed)
-                    .map_err(crate::exec::account::Refused::message)?,
+                    .map_err(|r| match r {
+                        crate::exec::account::Refused::Missing(m) => {
+                            format!("{m} on node {}", self.node)
+                        }
+                        r => r.message(),
+                    })?,
             ),
             None => None,
         }

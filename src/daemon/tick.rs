@@ -204,7 +204,7 @@ impl Daemon {
             }
             ready.push((claim, resolved, route, permit));
         }
-        self.record_plain_starts(&mut ready, &config).await;
+        self.record_plain_starts(&mut ready).await;
         for (claim, resolved, route, permit) in ready {
             let shared = self.shared.clone();
             let config = config.clone();
@@ -219,25 +219,16 @@ impl Daemon {
 
     /// Records the run starts of the plain rows of one claim in one statement; the rows whose
     /// start it recorded go on as [`Route::Started`]. On any doubt (an error, a start not
-    /// recorded) a row stays [`Route::Plain`] and records its start itself, idempotently. A row
-    /// whose account this node does not have is left out: it is parked before any start.
-    async fn record_plain_starts(&self, ready: &mut [Ready], config: &Config) {
-        // Judged once per row: the second pass below must pair the same rows with the answers.
-        let together: Vec<bool> = ready
-            .iter()
-            .map(|(c, _, route, _)| {
-                matches!(route, Route::Plain { .. })
-                    // A row waiting for its turn from the start rate records its start when
-                    // it comes.
-                    && c.held_before.is_none()
-                    && self.shared.missing_account(&c.row, config).is_none()
-            })
-            .collect();
+    /// recorded) a row stays [`Route::Plain`] and records its start itself, idempotently.
+    async fn record_plain_starts(&self, ready: &mut [Ready]) {
         let starts: Vec<(i64, i64, &RunKey)> = ready
             .iter()
-            .zip(&together)
-            .filter_map(|((c, _, route, _), together)| match route {
-                Route::Plain { key, .. } if *together => Some((c.row.id, c.row.token, key)),
+            .filter_map(|(c, _, route, _)| match route {
+                // A row waiting for its turn from the start rate records its start when it
+                // comes.
+                Route::Plain { key, .. } if c.held_before.is_none() => {
+                    Some((c.row.id, c.row.token, key))
+                }
                 _ => None,
             })
             .collect();
@@ -258,9 +249,9 @@ impl Daemon {
             }
         };
         let mut started = started.into_iter();
-        for ((_, _, route, _), together) in ready.iter_mut().zip(together) {
+        for (c, _, route, _) in ready.iter_mut() {
             if let Route::Plain { key, manual } = route
-                && together
+                && c.held_before.is_none()
                 && started.next() == Some(true)
             {
                 *route = Route::Started {

@@ -159,8 +159,8 @@ pub enum Refused {
     NotAllowed(String),
     /// The account or group could not be looked up on this node (the run fails).
     Lookup(String),
-    /// This node has no such account or group: deleted, or never created here (the row is
-    /// parked; a failure that will not go away by itself is not retried every slot).
+    /// This node has no such account or group: deleted, or never created here (the run fails,
+    /// naming the node; other nodes may have it).
     Missing(String),
 }
 

@@ -32,7 +32,9 @@ impl Store {
             .bind(name.to_string())
             .bind(host.to_string())
             .bind(i64::from(pid))
-            .bind(crate::model::VERSION.to_string())
+            // MySQL's column is VARCHAR(64): a long package version with a full commit must
+            // not fail the registration.
+            .bind(crate::model::VERSION.chars().take(64).collect::<String>())
             .bind(toml_jobs.to_string())
             .bind(serde_json::to_string(tags).unwrap_or_default())
             .execute(&self.db)

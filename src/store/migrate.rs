@@ -261,16 +261,31 @@ impl Store {
         migrator: &sqlx::migrate::Migrator,
     ) -> Result<bool> {
         let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE")
-                .fetch_one(&mut **conn)
-                .await
-                .unwrap_or(None);
+        // A newer migration that failed half way (MySQL's DDL commits as it goes) counts as
+        // newer too: it may have removed something already.
+        let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap_or(None);
         let Some(applied) = applied.filter(|a| *a >= latest) else {
             return Ok(false);
         };
+        if applied == latest {
+            // Ours, but did it succeed? sqlx's own run says what to do with a failed one.
+            let done: Option<i64> = sqlx::query_scalar(
+                "SELECT MAX(version) FROM _sqlx_migrations WHERE success = TRUE",
+            )
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap_or(None);
+            return Ok(done == Some(latest));
+        }
         if applied > latest {
-            let needs = oldest_reader(conn).await;
+            // Unreadable here is an error, not "anyone may use it": this build knows the table.
+            let needs = oldest_reader(conn).await.map_err(sql_err!(
+                self,
+                "read cron_schema (the runtime role needs SELECT on it: docs/roles/)"
+            ))?;
             if needs > latest {
                 return Err(StoreError::SchemaTooNew {
                     applied,
@@ -287,24 +302,30 @@ impl Store {
         Ok(true)
     }
 
-    /// The newest migration a sqlcron must know to use this database's schema (`cron_schema`),
-    /// 0 when the schema does not say (older than migration PostgreSQL 31, MySQL 28, SQLite 26).
-    pub async fn oldest_reader(&self) -> i64 {
-        match self.db.pool.acquire().await {
-            Ok(mut conn) => oldest_reader(&mut conn).await,
-            Err(_) => 0,
-        }
+    /// The newest migration a sqlcron must know to use this database's schema (`cron_schema`;
+    /// 0 when it has no such row). An error when the table cannot be read: a schema older than
+    /// migration PostgreSQL 31, MySQL 28, SQLite 26, or a role without SELECT on it.
+    pub async fn oldest_reader(&self) -> Result<i64> {
+        let mut conn = self
+            .db
+            .pool
+            .acquire()
+            .await
+            .map_err(sql_err!(self, "connect"))?;
+        oldest_reader(&mut conn)
+            .await
+            .map_err(sql_err!(self, "read cron_schema"))
     }
 }
 
-/// `cron_schema`'s `oldest_reader`; 0 when there is no such row or table.
-async fn oldest_reader(conn: &mut sqlx::pool::PoolConnection<sqlx::Any>) -> i64 {
+/// `cron_schema`'s `oldest_reader` (0 when there is no such row).
+async fn oldest_reader(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+) -> std::result::Result<i64, sqlx::Error> {
     sqlx::query_scalar::<_, i64>("SELECT value FROM cron_schema WHERE name = 'oldest_reader'")
         .fetch_optional(&mut **conn)
         .await
-        .ok()
-        .flatten()
-        .unwrap_or(0)
+        .map(|v| v.unwrap_or(0))
 }
 
 /// Creates the SQLite database file (and its directory) readable by its owner only, whatever

@@ -31,6 +31,7 @@ mod http_server;
 mod job_search;
 mod live_output;
 mod locks;
+mod long_soak;
 mod mariadb_outage;
 mod metrics;
 mod node_name;

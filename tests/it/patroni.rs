@@ -187,8 +187,10 @@ async fn a_patroni_cluster_fails_over_without_a_run_lost_or_doubled() {
     let leader = loop {
         // The switchover's old leader rejoins as a replica: wait for two members again.
         let members = cluster.members();
+        // Synchronous mode: the replica must be the sync standby again, or the kill would
+        // find no member Patroni may promote.
         if members.len() == 2
-            && members.iter().all(|(_, r)| !r.is_empty())
+            && members.iter().any(|(_, r)| r == "Sync Standby")
             && let Some(l) = cluster.leader()
         {
             break l;

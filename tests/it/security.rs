@@ -328,18 +328,14 @@ async fn run_as_switches_to_the_named_user() {
             .contains("must name the user it runs as"),
         "a root daemon ran a job without a user"
     );
-    // An account this node does not have parks the row with the reason (issue 52, 10): it
-    // would fail every slot the same way.
-    let parked: String = eventually(Duration::from_secs(20), "ghost parked", || async {
-        store
-            .scalar("SELECT error FROM cron_table WHERE name = 'ghost'")
-            .await
-            .unwrap()
-    })
-    .await;
+    let run = first_run(&store, "ghost").await;
+    assert_eq!(run.outcome, "failed");
     assert!(
-        parked.contains("user: user \"no-such-user-x\" does not exist on node n"),
-        "{parked}"
+        run.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("user: user \"no-such-user-x\" does not exist on node n"),
+        "{run:?}"
     );
     drop(node);
 

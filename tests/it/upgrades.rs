@@ -138,7 +138,7 @@ async fn every_migration_keeps_what_the_one_before_wrote(dialect: Dialect) {
     );
     // The schema says who may use it: the newest migration but one (this release only adds).
     let newest = migrator.iter().map(|m| m.version).max().unwrap();
-    let oldest_reader = store.oldest_reader().await;
+    let oldest_reader = store.oldest_reader().await.unwrap();
     assert!(
         (1..=newest).contains(&oldest_reader),
         "oldest_reader {oldest_reader}, newest migration {newest}"
