@@ -94,11 +94,15 @@ impl Store {
         let mut report = CalendarReport::default();
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         for (name, entries) in defs {
-            let text = match stored.iter().find(|r| &r.name == name) {
+            let found = stored.iter().find(|r| &r.name == name);
+            // An update only of the row as read: another node applying the same file at the
+            // same time wrote it first, and this apply is made again from a fresh read (one
+            // write and one audit row per change, however many nodes apply it).
+            let text = match found {
                 Some(r) if &r.entries == entries && r.from_toml => continue,
                 Some(_) => {
                     "UPDATE cron_calendars SET entries = ?, from_toml = 1, changed_by = ? \
-                     WHERE name = ?"
+                     WHERE name = ? AND entries = ? AND from_toml = ?"
                 }
                 None => {
                     "INSERT INTO cron_calendars (entries, from_toml, changed_by, name) \
@@ -106,13 +110,22 @@ impl Store {
                 }
             };
             let mark = self.mark(&mut tx, actor, "calendar_write", None).await?;
-            sqlx::query(AssertSqlSafe(self.dialect.render(text)))
+            let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(text)))
                 .bind(entries.clone())
                 .bind(mark.clone())
-                .bind(name.clone())
+                .bind(name.clone());
+            if let Some(r) = found {
+                q = q.bind(r.entries.clone()).bind(i64::from(r.from_toml));
+            }
+            let done = q
                 .execute(&mut *tx)
                 .await
                 .map_err(sql_err!(self, "write calendar"))?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::Raced(format!(
+                    "calendar \"{name}\" changed while this apply read it"
+                )));
+            }
             self.audited(&mut tx, actor, &mark, "calendar_write", name, None)
                 .await?;
             report.written.push(name.clone());
@@ -131,13 +144,21 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(sql_err!(self, "mark calendar for removal"))?;
-            sqlx::query(AssertSqlSafe(self.dialect.render(
-                "DELETE FROM cron_calendars WHERE name = ? AND from_toml = 1",
-            )))
+            let done = sqlx::query(AssertSqlSafe(
+                self.dialect
+                    .render("DELETE FROM cron_calendars WHERE name = ? AND from_toml = 1"),
+            ))
             .bind(gone.name.clone())
             .execute(&mut *tx)
             .await
             .map_err(sql_err!(self, "remove calendar"))?;
+            if done.rows_affected() == 0 {
+                // Removed by another node applying the same file meanwhile.
+                return Err(StoreError::Raced(format!(
+                    "calendar \"{}\" was removed while this apply read it",
+                    gone.name
+                )));
+            }
             self.audited(&mut tx, actor, &marker, "calendar_remove", &gone.name, None)
                 .await?;
             report.removed.push(gone.name.clone());

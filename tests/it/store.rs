@@ -838,6 +838,39 @@ async fn nodes_applying_one_file_at_once_create_each_job_once(dialect: Dialect) 
         60,
         "one audit row per update"
     );
+    // The same for a changed calendar (round 2's, the ones left).
+    let cals: Vec<(String, String)> = (0..20)
+        .map(|i| (format!("r2-cal-{i}"), "2026-12-26 Boxing Day".to_string()))
+        .collect();
+    let before = stores[0]
+        .audit_log(None, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.action == "calendar_write")
+        .count();
+    let (a, b, c) = tokio::join!(
+        stores[0].apply_calendars(&cals, &actor),
+        stores[1].apply_calendars(&cals, &actor),
+        stores[2].apply_calendars(&cals, &actor),
+    );
+    let written: usize = [a, b, c]
+        .into_iter()
+        .map(|r| {
+            r.expect("a calendar change beside others' succeeds")
+                .written
+                .len()
+        })
+        .sum();
+    assert_eq!(written, 20, "each calendar written once");
+    let after = stores[0]
+        .audit_log(None, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.action == "calendar_write")
+        .count();
+    assert_eq!(after - before, 20, "one audit row per calendar change");
     let fewer = file(30, "@hourly");
     let (a, b, c) = tokio::join!(
         stores[0].apply_toml(&fewer, false, &actor),
