@@ -88,12 +88,7 @@ impl Store {
         }
         match self.dialect {
             Dialect::Postgres => {
-                let mut conn = self
-                    .db
-                    .pool
-                    .acquire()
-                    .await
-                    .map_err(sql_err!(self, "connect for migration"))?;
+                let mut conn = self.migration_connection().await?;
                 // Migrations may take longer than the daemon's statement timeout; this
                 // connection is closed afterwards instead of going back to the pool.
                 conn.close_on_drop();
@@ -107,12 +102,7 @@ impl Store {
                 MIGRATOR_POSTGRES.run(&mut *conn).await.map_err(err)
             }
             Dialect::Mysql => {
-                let mut conn = self
-                    .db
-                    .pool
-                    .acquire()
-                    .await
-                    .map_err(sql_err!(self, "connect for migration"))?;
+                let mut conn = self.migration_connection().await?;
                 conn.close_on_drop();
                 for reset in [
                     "SET SESSION max_statement_time = 0",
@@ -160,12 +150,7 @@ impl Store {
                     ),
                     None => None,
                 };
-                let mut conn = self
-                    .db
-                    .pool
-                    .acquire()
-                    .await
-                    .map_err(sql_err!(self, "connect for migration"))?;
+                let mut conn = self.migration_connection().await?;
                 let result = match self.current_on(&mut conn, &MIGRATOR_SQLITE).await {
                     Ok(true) => Ok(()),
                     Ok(false) => MIGRATOR_SQLITE.run(&mut *conn).await.map_err(err),
@@ -247,6 +232,15 @@ impl Store {
 }
 
 impl Store {
+    /// A connection of the pool for a migration and its checks.
+    async fn migration_connection(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Any>> {
+        self.db
+            .pool
+            .acquire()
+            .await
+            .map_err(sql_err!(self, "connect for migration"))
+    }
+
     /// Whether the schema on `conn` has every migration of `migrator` applied: then migrating
     /// would change nothing, and is skipped so that a daemon may run under a role that can only
     /// read and write the tables (docs/roles/). Checked on the migrating connection: no second
