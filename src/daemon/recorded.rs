@@ -82,6 +82,33 @@ pub fn lost(run: &Recorded, node: &str, records: &[HistoryRow]) -> Option<String
     })
 }
 
+/// The event that records a run the database lost (kind `lost_record`, no hook: the metric
+/// `sqlcron_lost_run_records_total` is what alerts). Its key names the run and the token, so
+/// read-backs that find it again make one event.
+pub fn lost_event(run: &Recorded, node: &str, why: &str) -> crate::store::NewEvent {
+    let slot = super::fmt_ms(run.key.slot);
+    crate::store::NewEvent {
+        dedupe: format!(
+            "lost_record:{}:{}:{}:{}:{node}",
+            run.key.job, run.key.slot, run.key.attempt, run.token
+        ),
+        job: run.key.job.clone(),
+        kind: "lost_record".into(),
+        run_id: None,
+        hook: String::new(),
+        payload: serde_json::json!({
+            "event": "lost_record",
+            "job": run.key.job,
+            "slot": slot,
+            "attempt": run.key.attempt,
+            "token": run.token,
+            "node": node,
+            "why": why,
+        })
+        .to_string(),
+    }
+}
+
 impl super::Daemon {
     /// One pass of the poll loop ([`super::Daemon::tick`]), after the read-back an error that
     /// may mean a failover asks for. A broken connection or a server that took no writes, met
@@ -157,23 +184,35 @@ impl super::Shared {
                 }
             }
         }
-        let mut lost_count = 0;
-        for run in &runs {
-            let Some(records) = history.get(run.key.job.as_str()) else {
-                continue;
-            };
-            if let Some(why) = lost(run, &self.node, records) {
-                lost_count += 1;
-                tracing::error!(
-                    job = %run.key.job,
-                    slot = %super::fmt_ms(run.key.slot),
-                    attempt = run.key.attempt,
-                    token = run.token,
-                    why,
-                    "a run this node recorded is not in the database after the outage: its last \
-                     commits were lost (a failover to an asynchronous standby?); the slot may run again"
-                );
+        let lost_runs: Vec<(&Recorded, String)> = runs
+            .iter()
+            .filter_map(|run| {
+                let records = history.get(run.key.job.as_str())?;
+                lost(run, &self.node, records).map(|why| (run, why))
+            })
+            .collect();
+        // Each is recorded as an event (`sqlcron events`), once whatever the read-backs: a
+        // write the server refuses again makes the whole read-back due again.
+        for (run, why) in &lost_runs {
+            match self.store.event_create(&lost_event(run, &self.node, why)).await {
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), "unreachable" | "read-only") => return Err(e),
+                Err(e) => {
+                    tracing::error!(job = %run.key.job, error = %e, "could not record the lost run as an event");
+                }
             }
+        }
+        let lost_count = lost_runs.len() as u64;
+        for (run, why) in &lost_runs {
+            tracing::error!(
+                job = %run.key.job,
+                slot = %super::fmt_ms(run.key.slot),
+                attempt = run.key.attempt,
+                token = run.token,
+                why = %why,
+                "a run this node recorded is not in the database after the outage: its last \
+                 commits were lost (a failover to an asynchronous standby?); the slot may run again"
+            );
         }
         if lost_count > 0 {
             self.metrics.lost_records(lost_count);

@@ -339,3 +339,12 @@ impl Store {
         }
     }
 }
+
+/// The bytes SQLite's allocator holds in this process now (its page caches, prepared
+/// statements and parsed schemas): what the SQLite connections cost beyond the daemon's own
+/// memory. 0 before any SQLite connection.
+pub fn sqlite_heap_bytes() -> i64 {
+    // SAFETY: sqlite3_memory_used takes no argument and only reads SQLite's memory counter
+    // (thread-safe in the threadsafe build sqlx links).
+    unsafe { libsqlite3_sys::sqlite3_memory_used() }
+}

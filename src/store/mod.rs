@@ -396,6 +396,7 @@ pub mod wake;
 pub mod web;
 
 use crate::model::actor::Actor;
+pub use connect::sqlite_heap_bytes;
 pub use admin::RunAsk;
 pub use apply::job_hash;
 pub use audit::AuditRow;

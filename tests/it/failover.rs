@@ -244,6 +244,15 @@ async fn a_failover_to_an_asynchronous_standby_reports_the_runs_it_lost() {
     };
     let reported = log.matches(report).count();
     assert!(node.stop().success(), "{log}");
+    // Each is an event too, for `sqlcron events` on the new primary.
+    let store = Store::connect(&crate::util::db_url(&standby.url()), 1).unwrap();
+    let events = store.events(Some("every1"), 100).await.unwrap();
+    let lost_events = events.iter().filter(|e| e.kind == "lost_record").count();
+    store.close().await;
+    assert_eq!(
+        lost_events, reported,
+        "one lost_record event per run reported: {events:?}\n{log}"
+    );
     // At least one run recorded after the cut is gone from the promoted standby and reported.
     // Not all three every time: a standby whose replication was cut may still hold WAL that was
     // on its way (seen on a loaded machine: one of three lost, and reported).

@@ -106,6 +106,11 @@ fn jobs(cli: &std::path::Path) -> String {
 struct Sample {
     minute: u64,
     rss_kib: Vec<u64>,
+    /// Of the RSS: anonymous memory (the heap), and shared memory (SQLite's WAL index).
+    anon_kib: Vec<u64>,
+    shmem_kib: Vec<u64>,
+    /// SQLite's own heap (`sqlcron_sqlite_heap_bytes`), in KiB.
+    sqlite_heap_kib: Vec<u64>,
     fds: Vec<u64>,
     threads: Vec<u64>,
     connections: i64,
@@ -122,6 +127,22 @@ fn proc_status(pid: i32, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// `sqlcron_sqlite_heap_bytes` from a node's /metrics, in KiB (0 when unread).
+async fn sqlite_heap_kib(client: &reqwest::Client, metrics_port: u16) -> u64 {
+    let Ok(r) = client
+        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .send()
+        .await
+    else {
+        return 0;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with("sqlcron_sqlite_heap_bytes"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map_or(0, |b| (b / 1024.0) as u64)
 }
 
 fn fds(pid: i32) -> u64 {
@@ -291,8 +312,12 @@ async fn long_soak(dialect: Dialect) {
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/long-soak");
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut table = String::from(
-        "minute\trss_kib_max\tfds_max\tthreads_max\tdb_connections\tschema_bytes\thistory_rows\tp99_lateness_ms\tscrapes_failed\n",
+        "minute\trss_kib_max\tanon_kib_max\tshmem_kib_max\tsqlite_heap_kib_max\tfds_max\tthreads_max\tdb_connections\tschema_bytes\thistory_rows\tp99_lateness_ms\tscrapes_failed\n",
     );
+    let sampler = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let start = Instant::now();
     let mut samples: Vec<Sample> = Vec::new();
     for minute in 1..=minutes {
@@ -311,6 +336,15 @@ async fn long_soak(dialect: Dialect) {
         let s = Sample {
             minute,
             rss_kib: pids.iter().map(|p| proc_status(*p, "VmRSS:")).collect(),
+            anon_kib: pids.iter().map(|p| proc_status(*p, "RssAnon:")).collect(),
+            shmem_kib: pids.iter().map(|p| proc_status(*p, "RssShmem:")).collect(),
+            sqlite_heap_kib: {
+                let mut v = Vec::new();
+                for (metrics, _) in &ports {
+                    v.push(sqlite_heap_kib(&sampler, *metrics).await);
+                }
+                v
+            },
             fds: pids.iter().map(|p| fds(*p)).collect(),
             threads: pids.iter().map(|p| proc_status(*p, "Threads:")).collect(),
             connections: connections(&store, dialect).await,
@@ -325,9 +359,12 @@ async fn long_soak(dialect: Dialect) {
             scrapes_failed: failed.load(std::sync::atomic::Ordering::Relaxed),
         };
         let line = format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             s.minute,
             s.rss_kib.iter().max().unwrap_or(&0),
+            s.anon_kib.iter().max().unwrap_or(&0),
+            s.shmem_kib.iter().max().unwrap_or(&0),
+            s.sqlite_heap_kib.iter().max().unwrap_or(&0),
             s.fds.iter().max().unwrap_or(&0),
             s.threads.iter().max().unwrap_or(&0),
             s.connections,
