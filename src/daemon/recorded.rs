@@ -194,7 +194,11 @@ impl super::Shared {
         // Each is recorded as an event (`sqlcron events`), once whatever the read-backs: a
         // write the server refuses again makes the whole read-back due again.
         for (run, why) in &lost_runs {
-            match self.store.event_create(&lost_event(run, &self.node, why)).await {
+            match self
+                .store
+                .event_create(&lost_event(run, &self.node, why))
+                .await
+            {
                 Ok(_) => {}
                 Err(e) if matches!(e.kind(), "unreachable" | "read-only") => return Err(e),
                 Err(e) => {

@@ -396,10 +396,10 @@ pub mod wake;
 pub mod web;
 
 use crate::model::actor::Actor;
-pub use connect::sqlite_heap_bytes;
 pub use admin::RunAsk;
 pub use apply::job_hash;
 pub use audit::AuditRow;
+pub use connect::sqlite_heap_bytes;
 pub use drift::{Drift, drift};
 pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
 pub use locks::{LockRow, LockState};

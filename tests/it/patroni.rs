@@ -107,6 +107,17 @@ impl Cluster {
         }
     }
 
+    /// The WAL sender's pid of `member` (the leader).
+    fn wal_sender(&self, member: &str) -> i32 {
+        children(self.postmaster(member))
+            .into_iter()
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("walsender"))
+            })
+            .unwrap_or_else(|| panic!("{member} has no WAL sender"))
+    }
+
     /// Waits for two running members, one of them the leader; returns the leader. With
     /// synchronous mode the other must be the sync standby again.
     async fn settled(&self, sync: bool) -> String {
@@ -232,14 +243,14 @@ fn long_tests() -> bool {
     on
 }
 
-/// Three nodes on `cluster` through its faults; returns the gap each fault cost. `freeze`
-/// adds the leader frozen past its ttl and resumed.
+/// Three nodes on `cluster` through its faults; returns the gap each fault cost. Asynchronous
+/// (`!sync`): the leader is killed while its replica lags, and a leader is also frozen past its
+/// ttl and resumed.
 async fn through_the_faults(
     cluster: &Cluster,
     store: &Store,
     sync: bool,
-    freeze: bool,
-) -> Vec<(&'static str, Duration)> {
+) -> Vec<(&'static str, Duration, usize)> {
     runs_after(store, 0, 5, "five runs before any fault").await;
     let mut gaps = Vec::new();
 
@@ -263,20 +274,41 @@ async fn through_the_faults(
         String::from_utf8_lossy(&out.stderr)
     );
     runs_after(store, t, 5, "runs after the switchover").await;
-    gaps.push(("switchover", longest_gap(store, t).await));
+    gaps.push((
+        "switchover",
+        longest_gap(store, t).await,
+        lost_slots(cluster.var("PG_URL")).len(),
+    ));
 
     // The leader's postmaster killed: the replica is promoted (primary_start_timeout 0). The
     // switchover's old leader must have rejoined first (in synchronous mode as the sync
     // standby, or the kill would find no member Patroni may promote).
     let leader = cluster.settled(sync).await;
+    // Asynchronous: the leader's WAL sender is frozen for the last runs before the kill, and
+    // killed with it, so that their records are on the leader only (as on a standby that
+    // lags), and lost.
+    let sender = (!sync).then(|| cluster.wal_sender(&leader));
+    if let Some(pid) = sender {
+        unsafe {
+            libc::kill(pid, libc::SIGSTOP);
+        }
+        runs_after(store, wall_ms(), 3, "runs the replica does not receive").await;
+    }
     let t = wall_ms();
     unsafe {
         libc::kill(cluster.postmaster(&leader), libc::SIGKILL);
+        if let Some(pid) = sender {
+            libc::kill(pid, libc::SIGKILL);
+        }
     }
     runs_after(store, t, 5, "runs after the leader was killed").await;
-    gaps.push(("leader's postmaster killed", longest_gap(store, t).await));
+    gaps.push((
+        "leader's postmaster killed",
+        longest_gap(store, t).await,
+        lost_slots(cluster.var("PG_URL")).len(),
+    ));
 
-    if freeze {
+    if !sync {
         // The leader's host frozen past its ttl (10 s), then resumed.
         let leader = cluster.settled(sync).await;
         let t = wall_ms();
@@ -285,7 +317,11 @@ async fn through_the_faults(
         tokio::time::sleep(Duration::from_secs(20)).await;
         cluster.signal_member(&leader, libc::SIGCONT);
         runs_after(store, wall_ms(), 5, "runs after the frozen leader resumed").await;
-        gaps.push(("leader frozen for 20 s", longest_gap(store, t).await));
+        gaps.push((
+            "leader frozen for 20 s",
+            longest_gap(store, t).await,
+            lost_slots(cluster.var("PG_URL")).len(),
+        ));
     }
 
     // etcd stopped for 30 s: without failsafe_mode the leader demotes itself after its ttl,
@@ -307,7 +343,11 @@ async fn through_the_faults(
         .unwrap();
     assert!(restarted.status.success());
     runs_after(store, wall_ms(), 5, "runs after etcd came back").await;
-    gaps.push(("etcd stopped for 30 s", longest_gap(store, t).await));
+    gaps.push((
+        "etcd stopped for 30 s",
+        longest_gap(store, t).await,
+        lost_slots(cluster.var("PG_URL")).len(),
+    ));
     gaps
 }
 
@@ -338,12 +378,15 @@ async fn a_patroni_cluster_fails_over_without_a_run_lost_or_doubled() {
     let out = dir.path().join("slots.txt");
     let nodes = start_nodes(&url, dir.path(), &out);
     let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
-    let gaps = through_the_faults(&cluster, &store, true, false).await;
+    let gaps = through_the_faults(&cluster, &store, true).await;
     let rows = store.history(Some("tick"), 100_000).await.unwrap();
     let runs = crate::environment_faults::every_slot_once(&rows);
-    let twice: Vec<_> = slots_run(&out).into_iter().filter(|(_, n)| *n > 1).collect();
+    let twice: Vec<_> = slots_run(&out)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
     assert!(twice.is_empty(), "slots the job ran twice: {twice:?}");
-    for (fault, gap) in &gaps {
+    for (fault, gap, _) in &gaps {
         eprintln!(
             "patroni (synchronous): {fault}: {:.1} s without a run start",
             gap.as_secs_f64()
@@ -366,16 +409,16 @@ async fn an_asynchronous_patroni_cluster_reports_every_run_a_failover_lost() {
     let out = dir.path().join("slots.txt");
     let nodes = start_nodes(&url, dir.path(), &out);
     let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
-    let gaps = through_the_faults(&cluster, &store, false, true).await;
+    let gaps = through_the_faults(&cluster, &store, false).await;
     // The read-backs after the last fault have had their chance (each node reads back before
     // its next claim, and runs_after saw claims go on).
     let rows = store.history(Some("tick"), 100_000).await.unwrap();
     let events = store.events(Some("tick"), 100_000).await.unwrap();
     let reported = lost_slots(&url);
     let verdict = verdict(&rows, &slots_run(&out));
-    for (fault, gap) in &gaps {
+    for (fault, gap, lost) in &gaps {
         eprintln!(
-            "patroni (asynchronous): {fault}: {:.1} s without a run start",
+            "patroni (asynchronous): {fault}: {:.1} s without a run start; {lost} lost runs reported so far",
             gap.as_secs_f64()
         );
     }
@@ -393,6 +436,10 @@ async fn an_asynchronous_patroni_cluster_reports_every_run_a_failover_lost() {
         .chain(&verdict.unaccounted)
         .filter(|s| !reported.contains(s))
         .collect();
+    assert!(
+        !reported.is_empty(),
+        "the runs the lagging replica did not receive were lost and reported"
+    );
     assert!(
         unreported.is_empty(),
         "slots run twice or left without a record, with no lost_record event: {unreported:?}\n\
@@ -437,10 +484,7 @@ struct Verdict {
 
 /// Slots the job ran twice, and slots between the first and the last record that have no
 /// record of a run or a skip.
-fn verdict(
-    rows: &[sqlcron::store::HistoryRow],
-    ran: &BTreeMap<i64, usize>,
-) -> Verdict {
+fn verdict(rows: &[sqlcron::store::HistoryRow], ran: &BTreeMap<i64, usize>) -> Verdict {
     let mut covered = BTreeSet::new();
     for r in rows.iter().filter(|r| r.outcome != "running") {
         let last = if r.outcome == "skipped" {
@@ -454,7 +498,11 @@ fn verdict(
             s += 1000;
         }
     }
-    let twice = ran.iter().filter(|(_, n)| **n > 1).map(|(s, _)| *s).collect();
+    let twice = ran
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(s, _)| *s)
+        .collect();
     let unaccounted = match (covered.first(), covered.last()) {
         (Some(first), Some(last)) => (0..=(last - first) / 1000)
             .map(|i| first + i * 1000)
