@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness dashboard retention[-sqlite|-postgres|-mysql] burst burst-systemd ratio rss locks http-burst
+//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness dashboard retention[-sqlite|-postgres|-mysql] burst burst-systemd ratio fleet rss locks http-burst
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -18,6 +18,8 @@ use sqlcron::store::{Dialect, Release, Store};
 
 #[path = "daemon/dashboard.rs"]
 mod dashboard;
+#[path = "daemon/fleet.rs"]
+mod fleet;
 #[path = "daemon/ratio.rs"]
 mod ratio;
 
@@ -31,7 +33,16 @@ fn pg_url(database: &str) -> String {
 fn pg_admin() -> String {
     pg_url("postgres")
 }
-const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306/mysql";
+/// The MariaDB server the benchmarks use: 127.0.0.1:3306, or the port in `SQLCRON_BENCH_MY_PORT`
+/// (`scripts/bench-fleet.sh` starts a server of its own there).
+fn my_url(database: &str) -> String {
+    let port = std::env::var("SQLCRON_BENCH_MY_PORT").unwrap_or_else(|_| "3306".into());
+    format!("mysql://root@127.0.0.1:{port}/{database}")
+}
+
+fn my_admin() -> String {
+    my_url("mysql")
+}
 /// 2100-01-01: "not due" for the filler rows.
 const FAR: i64 = 4_102_444_800_000;
 
@@ -46,7 +57,7 @@ async fn admin(dialect: Dialect, sql: &str) {
     let url = if dialect == Dialect::Postgres {
         pg_admin()
     } else {
-        MY_ADMIN.to_string()
+        my_admin()
     };
     let s = Store::connect(&db_url(&url), 1).unwrap();
     s.execute_raw(sql).await.unwrap();
@@ -83,7 +94,7 @@ impl Db {
                 admin(dialect, &format!("CREATE DATABASE {name}")).await;
                 Db {
                     dialect,
-                    url: format!("mysql://root@127.0.0.1:3306/{name}"),
+                    url: my_url(&name),
                     name,
                     _dir: None,
                 }
@@ -1179,6 +1190,9 @@ async fn main() {
     }
     if on("http-burst") {
         http_burst().await;
+    }
+    if on("fleet") {
+        fleet::fleet(&all).await;
     }
     if on("rss") {
         rss(Dialect::Sqlite).await;

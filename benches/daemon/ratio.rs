@@ -28,15 +28,15 @@ use std::time::{Duration, Instant};
 use sqlcron::store::{Dialect, Store};
 
 use super::{
-    Daemon, Db, MY_ADMIN, commits, cpu_seconds, db_url, percentile, postmaster_pid, start_daemon,
+    Daemon, Db, commits, cpu_seconds, db_url, my_admin, percentile, postmaster_pid, start_daemon,
     stop, wait_ready,
 };
 
 /// The body every start runs: its name (argument or `SQLCRON_JOB`) and the time it started.
-const BODY: &str = "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
+pub(super) const BODY: &str = "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
 
 /// Start times (ms since the epoch) the body wrote to `out`, one per line.
-fn starts(out: &Path) -> Vec<f64> {
+pub(super) fn starts(out: &Path) -> Vec<f64> {
     std::fs::read_to_string(out)
         .unwrap_or_default()
         .lines()
@@ -47,7 +47,7 @@ fn starts(out: &Path) -> Vec<f64> {
 
 /// CPU seconds the server has used so far: its own process, its children that exited and those
 /// still running (PostgreSQL's backends), so that a backend that has not exited yet counts too.
-fn server_cpu_seconds(pid: u32) -> f64 {
+pub(super) fn server_cpu_seconds(pid: u32) -> f64 {
     let (own, reaped) = cpu_seconds(pid);
     let living: f64 = std::fs::read_dir("/proc")
         .map(|d| {
@@ -73,7 +73,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 
 /// The CPU seconds of the job reaper a daemon started (`sqlcron-reaper`, its child): part of
 /// what the scheduler costs, in a process of its own.
-fn reaper_cpu_seconds(daemon: u32) -> f64 {
+pub(super) fn reaper_cpu_seconds(daemon: u32) -> f64 {
     std::fs::read_dir("/proc")
         .map(|d| {
             d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -89,17 +89,17 @@ fn reaper_cpu_seconds(daemon: u32) -> f64 {
 }
 
 /// What one way of starting N bodies measured.
-struct Drain {
+pub(super) struct Drain {
     /// First start to last start, seconds.
-    drain: f64,
+    pub(super) drain: f64,
     /// p99 of start minus the moment they were all due, seconds.
-    p99: f64,
-    started: usize,
+    pub(super) p99: f64,
+    pub(super) started: usize,
     /// CPU seconds of the starter itself (`xargs`), its bodies not counted.
-    starter_cpu: f64,
+    pub(super) starter_cpu: f64,
 }
 
-fn drain_of(mut t: Vec<f64>, due_ms: f64) -> Drain {
+pub(super) fn drain_of(mut t: Vec<f64>, due_ms: f64) -> Drain {
     t.sort_by(|a, b| a.total_cmp(b));
     let late: Vec<f64> = t.iter().map(|s| (s - due_ms) / 1000.0).collect();
     Drain {
@@ -116,7 +116,7 @@ fn drain_of(mut t: Vec<f64>, due_ms: f64) -> Drain {
 /// The bodies alone: `seq N | xargs -P16 -n1 body`. Also measures what `xargs` itself spends
 /// starting and reaping them: its own CPU, read from `/proc` once it has exited and before it
 /// is reaped (the bodies' CPU is in its children's fields, not counted).
-fn xargs(dir: &Path, body: &Path, n: usize) -> Drain {
+pub(super) fn xargs(dir: &Path, body: &Path, n: usize) -> Drain {
     use std::io::Write;
     let out = dir.join(format!("xargs-{n}.txt"));
     let _ = std::fs::remove_file(&out);
@@ -160,8 +160,8 @@ fn now_ms() -> f64 {
 }
 
 /// The MariaDB server's process, found by its pid file.
-async fn mariadbd_pid() -> Option<u32> {
-    let admin = Store::connect(&db_url(MY_ADMIN), 1).ok()?;
+pub(super) async fn mariadbd_pid() -> Option<u32> {
+    let admin = Store::connect(&db_url(&my_admin()), 1).ok()?;
     let file = admin
         .scalar::<String>("SELECT @@pid_file")
         .await
@@ -173,7 +173,7 @@ async fn mariadbd_pid() -> Option<u32> {
 
 /// The server's counters: (transactions, statements) so far, where the server keeps them.
 /// `store` is connected to the bench's database, where `pg_stat_statements` was created.
-async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Option<i64>) {
+pub(super) async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Option<i64>) {
     match db.dialect {
         Dialect::Postgres => {
             let tx = commits(db, true).await;
@@ -188,7 +188,7 @@ async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Option<i64>) {
             (Some(tx), statements)
         }
         Dialect::Mysql => {
-            let admin = Store::connect(&db_url(MY_ADMIN), 1).unwrap();
+            let admin = Store::connect(&db_url(&my_admin()), 1).unwrap();
             let read = |name: &str| {
                 format!(
                     "SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS \
@@ -209,7 +209,7 @@ async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Option<i64>) {
 }
 
 /// The statement that inserts `n` jobs named `prefix1`.. due at `slot`, each running `body`.
-fn insert_sql(dialect: Dialect, prefix: &str, n: usize, slot: i64, body: &Path) -> String {
+pub(super) fn insert_sql(dialect: Dialect, prefix: &str, n: usize, slot: i64, body: &Path) -> String {
     match dialect {
         Dialect::Postgres => format!(
             "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
@@ -231,7 +231,7 @@ fn insert_sql(dialect: Dialect, prefix: &str, n: usize, slot: i64, body: &Path) 
 }
 
 /// Waits (at most a minute) until no row is held: the runs of a burst all released.
-async fn wait_released(store: &Store) {
+pub(super) async fn wait_released(store: &Store) {
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until {
         let running = store

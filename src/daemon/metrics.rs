@@ -68,6 +68,9 @@ pub struct Metrics {
     running: Gauge,
     /// One claim statement (claim of all due rows in one tick).
     claim_seconds: Histogram,
+    /// Claim statements that took nothing although a row looked due: another node took it
+    /// first (a race lost), or it was not this node's to take.
+    claims_empty: Counter,
     /// One release (history and row), retries included.
     release_seconds: Histogram,
     /// Database errors by kind (`timeout`, `deadlock`, `unreachable`, `refused`, `other`).
@@ -141,6 +144,7 @@ impl Metrics {
             retries: Family::default(),
             running: Gauge::default(),
             claim_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            claims_empty: Counter::default(),
             release_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             db_errors: Family::default(),
             lost_records: Counter::default(),
@@ -218,6 +222,11 @@ impl Metrics {
             "One claim statement",
             Unit::Seconds,
             m.claim_seconds.clone(),
+        );
+        r.register(
+            "claims_empty",
+            "Claim statements that took no row although one looked due (a race another node won)",
+            m.claims_empty.clone(),
         );
         r.register_with_unit(
             "release_duration",
@@ -324,8 +333,11 @@ impl Metrics {
         self.retries.get_or_create(&job_label(job)).inc();
     }
 
-    pub fn claim_took(&self, d: Duration) {
+    pub fn claim_took(&self, d: Duration, rows: usize) {
         self.claim_seconds.observe(d.as_secs_f64());
+        if rows == 0 {
+            self.claims_empty.inc();
+        }
     }
 
     pub fn release_took(&self, d: Duration) {
@@ -511,6 +523,23 @@ mod tests {
 
     /// Issue 25 (10): a job name with a quote and a newline cannot forge a series of another
     /// job, nor break the scrape.
+    #[test]
+    fn empty_claims_and_sqlite_memory_are_reported() {
+        let m = Metrics::new("web-1", Duration::from_secs(10));
+        m.claim_took(Duration::from_millis(2), 0);
+        m.claim_took(Duration::from_millis(2), 5);
+        let text = m.encode();
+        assert!(
+            text.contains("sqlcron_claims_empty_total{node=\"web-1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sqlcron_claim_duration_seconds_count{node=\"web-1\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("sqlcron_sqlite_heap_bytes{node=\"web-1\"} "), "{text}");
+    }
+
     #[test]
     fn label_values_are_escaped() {
         let m = Metrics::new("web-1", Duration::from_secs(10));

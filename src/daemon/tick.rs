@@ -144,7 +144,7 @@ impl Daemon {
                 placement.matching(),
             )
             .await?;
-        shared.metrics.claim_took(claim_started.elapsed());
+        shared.metrics.claim_took(claim_started.elapsed(), rows.len());
         report.claimed = rows.len();
         report.saturated = rows.len() == limit;
         shared.claim_filled(report.saturated && budgets.is_none());

@@ -18,6 +18,16 @@ pub(super) struct Opened {
     pub(super) pooled: bool,
 }
 
+/// A pooled connection unused this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A pooled connection is closed when it is given back this long after it was opened, and a new
+/// one is opened only when one is wanted. The pool hands out its idle connections in turn, so
+/// a connection a burst (or a daemon's start) opened is seldom idle for [`IDLE_TIMEOUT`] while
+/// the node polls: this is what brings an idle node back to the one or two connections its
+/// loops use at once (docs/fleet.md). It costs one reconnection per connection every two
+/// minutes.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(120);
+
 impl Store {
     /// Connects (lazily: the first statement opens the first connection, so a daemon can start
     /// while the database is down), with no statement timeout: for the command line and tests.
@@ -187,6 +197,9 @@ impl Store {
             .max_connections(max_connections)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(5))
+            // An idle node gives back what a busy minute opened (see the constants).
+            .idle_timeout(IDLE_TIMEOUT)
+            .max_lifetime(MAX_LIFETIME)
             .after_connect(move |conn, _meta| {
                 let ports = ports.clone();
                 let chooser = chooser.clone();

@@ -1,0 +1,299 @@
+//! A fleet on one database (`cargo bench --bench daemon -- fleet`, or `scripts/bench-fleet.sh`,
+//! which starts servers of its own that allow a thousand connections): N daemons on this
+//! machine, each its own node (`f0`..), for N = 3, 50 and 200 (`SQLCRON_BENCH_FLEET=3,50`
+//! to choose; SQLite at N = 3 only), with the jobs a fleet has: 10,000 cluster jobs, one
+//! `run_on = "every_node"` job (each node's copy) and 20 jobs pinned to each node.
+//!
+//! **Idle**: none due. After the daemons are ready and have settled (`SQLCRON_BENCH_FLEET_SETTLE`
+//! seconds, 150 by default: longer than a pooled connection's life, so that what a node's start
+//! opened is given back), a window of `SQLCRON_BENCH_FLEET_IDLE` seconds (60) measures the
+//! server's CPU (% of one core, from `/proc`), its transactions and statements per second, the
+//! connections open to the database at the window's end, and the daemons' CPU and largest RSS.
+//!
+//! **Midnight**: the 10,000 cluster jobs and every node's copy due in the same second, the
+//! body of the `ratio` benchmark (one line with its start time); the drain (first to last start)
+//! against `xargs -P16` of as many bodies in the same run, the empty claims per job
+//! (`sqlcron_claims_empty_total`: claim statements that took nothing, summed over the nodes),
+//! slots started twice, and the scheduler's CPU per job (daemons and server) as a multiple of
+//! `xargs`'s own per body.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sqlcron::store::{Dialect, Store};
+
+use super::ratio::{
+    BODY, drain_of, insert_sql, mariadbd_pid, reaper_cpu_seconds, server_counts,
+    server_cpu_seconds, starts, wait_released, xargs,
+};
+use super::{Daemon, Db, FAR, cpu_seconds, fill, postmaster_pid, start_daemon, wait_ready};
+
+const CLUSTER_JOBS: usize = 10_000;
+const LOCAL_PER_NODE: usize = 20;
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Connections open to the bench's database now (SQLite: none).
+async fn connections(store: &Store, dialect: Dialect) -> i64 {
+    let sql = match dialect {
+        Dialect::Postgres => {
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
+        }
+        Dialect::Mysql => {
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
+        }
+        Dialect::Sqlite => return 0,
+    };
+    // Less this store's own connection.
+    store.scalar_i64(sql).await.ok().flatten().unwrap_or(0) - 1
+}
+
+/// A node's `sqlcron_claims_empty_total` (0 when unread).
+async fn empty_claims(client: &reqwest::Client, port: u16) -> f64 {
+    let Ok(r) = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+    else {
+        return 0.0;
+    };
+    r.text()
+        .await
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("sqlcron_claims_empty_total"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn all_empty_claims(client: &reqwest::Client, ports: &[u16]) -> f64 {
+    let mut sum = 0.0;
+    for p in ports {
+        sum += empty_claims(client, *p).await;
+    }
+    sum
+}
+
+fn daemons_cpu(daemons: &[Daemon]) -> f64 {
+    daemons
+        .iter()
+        .map(|d| cpu_seconds(d.child.id()).0 + reaper_cpu_seconds(d.child.id()))
+        .sum()
+}
+
+pub async fn fleet(dialects: &[Dialect]) {
+    let sizes: Vec<usize> = std::env::var("SQLCRON_BENCH_FLEET")
+        .unwrap_or_else(|_| "3,50,200".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.sh");
+    std::fs::write(&body, BODY).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&body, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for &n in &sizes {
+        for &d in dialects {
+            if d == Dialect::Sqlite && n > 3 {
+                continue;
+            }
+            one_fleet(d, n, &body).await;
+        }
+    }
+}
+
+async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
+    let db = Db::new(dialect).await;
+    let store = db.store().await;
+    if dialect == Dialect::Postgres {
+        let _ = store
+            .execute_raw("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await;
+    }
+    fill(&store, dialect, "cluster", CLUSTER_JOBS as i64, FAR, 1000, "true").await;
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, run_on, slot, next_exec) \
+             VALUES ('everywhere', '0 0 1 1 *', '{}', 'every_node', {FAR}, {FAR})",
+            body.display()
+        ))
+        .await
+        .unwrap();
+    for i in 0..n {
+        let prefix = format!("local-f{i}-");
+        fill(&store, dialect, &prefix, LOCAL_PER_NODE as i64, FAR, 1000, "true").await;
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET placement = '{{\"nodes\":[\"f{i}\"]}}' \
+                 WHERE name LIKE '{prefix}%'"
+            ))
+            .await
+            .unwrap();
+    }
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("starts.txt");
+    let me = sqlcron::exec::account::current().expect("the bench user's account");
+    // SAFETY: set before the daemons start, read by them through inherit_env.
+    unsafe { std::env::set_var("RATIO_OUT", &out) };
+    let mut ports = Vec::new();
+    let started_at = Instant::now();
+    let mut daemons: Vec<Daemon> = (0..n)
+        .map(|i| {
+            let port = free_port();
+            ports.push(port);
+            let extra = format!(
+                "[daemon]\nmax_parallel = 16\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n\
+                 inherit_env = [\"RATIO_OUT\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+                me.name
+            );
+            start_daemon(work.path(), &format!("f{i}"), &db.url, &extra, "info")
+        })
+        .collect();
+    for d in &daemons {
+        wait_ready(d).await;
+    }
+    let ready = started_at.elapsed();
+    // Every node's copy of the every_node job exists before the window.
+    let copies_deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let copies = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE name LIKE 'everywhere@%'")
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if copies as usize >= n || Instant::now() > copies_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let settle = Duration::from_secs(env_number("SQLCRON_BENCH_FLEET_SETTLE", 150));
+    tokio::time::sleep(settle).await;
+
+    // Idle.
+    let server = match dialect {
+        Dialect::Postgres => postmaster_pid().await,
+        Dialect::Mysql => mariadbd_pid().await,
+        Dialect::Sqlite => None,
+    };
+    let window = Duration::from_secs(env_number("SQLCRON_BENCH_FLEET_IDLE", 60));
+    let (tx0, st0) = server_counts(&db, &store).await;
+    let server0 = server.map(server_cpu_seconds);
+    let daemons0 = daemons_cpu(&daemons);
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let secs = t0.elapsed().as_secs_f64();
+    let daemons1 = daemons_cpu(&daemons);
+    let server1 = server.map(server_cpu_seconds);
+    let open = connections(&store, dialect).await;
+    let (tx1, st1) = server_counts(&db, &store).await;
+    let rss_max = daemons.iter().map(|d| rss_kib(d.child.id())).max().unwrap_or(0);
+    let rate = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.1}", (a - b) as f64 / secs),
+        _ => "n/a".into(),
+    };
+    let server_pct = match (server1, server0) {
+        (Some(a), Some(b)) => format!("{:.1} %", (a - b) * 100.0 / secs),
+        _ => "n/a (in the daemons)".into(),
+    };
+    println!(
+        "fleet      {:<8} N={n:<4} idle: server {server_pct} of a core; {} transactions/s, {} statements/s; \
+         {open} connections ({:.2} per node); daemons {:.2} % of a core together ({:.3} % each), \
+         RSS max {:.1} MiB; ready in {:.1} s",
+        dialect.name(),
+        rate(tx1, tx0),
+        rate(st1, st0),
+        open as f64 / n as f64,
+        (daemons1 - daemons0) * 100.0 / secs,
+        (daemons1 - daemons0) * 100.0 / secs / n as f64,
+        rss_max as f64 / 1024.0,
+        ready.as_secs_f64()
+    );
+
+    // Midnight.
+    let jobs = CLUSTER_JOBS + n;
+    let alone = xargs(work.path(), body, jobs);
+    let _ = std::fs::remove_file(&out);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let empty0 = all_empty_claims(&client, &ports).await;
+    let now = store.now().await.unwrap();
+    let slot = now - now.rem_euclid(1000) + 5_000;
+    let server0 = server.map(server_cpu_seconds);
+    let daemons0 = daemons_cpu(&daemons);
+    store
+        .execute_raw(&insert_sql(dialect, "midnight", CLUSTER_JOBS, slot, body))
+        .await
+        .unwrap();
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET slot = {slot}, next_exec = {slot} WHERE name LIKE 'everywhere@%'"
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while starts(&out).len() < jobs && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_released(&store).await;
+    let daemons1 = daemons_cpu(&daemons);
+    let server1 = server.map(server_cpu_seconds);
+    let empty1 = all_empty_claims(&client, &ports).await;
+    let mut by_job: BTreeMap<String, usize> = BTreeMap::new();
+    for l in std::fs::read_to_string(&out).unwrap_or_default().lines() {
+        if let Some(name) = l.split_whitespace().next() {
+            *by_job.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    let twice = by_job.values().filter(|c| **c > 1).count();
+    let drain = drain_of(starts(&out), slot as f64);
+    let server_ms = server1
+        .zip(server0)
+        .map_or(0.0, |(a, b)| (a - b) * 1000.0 / jobs as f64);
+    let daemons_ms = (daemons1 - daemons0) * 1000.0 / jobs as f64;
+    let xargs_ms = alone.starter_cpu * 1000.0 / jobs as f64;
+    println!(
+        "fleet      {:<8} N={n:<4} midnight: {jobs} jobs, drain {:.2} s vs xargs -P16 {:.2} s = {:.2}x; \
+         p99 lateness {:.2} s; started {}/{jobs}, {twice} twice; {:.3} empty claims per job; \
+         CPU per job: daemons {daemons_ms:.2} ms, server {server_ms:.2} ms = {:.1}x xargs's own ({xargs_ms:.2} ms)",
+        dialect.name(),
+        drain.drain,
+        alone.drain,
+        drain.drain / alone.drain,
+        drain.p99,
+        drain.started,
+        (empty1 - empty0) / jobs as f64,
+        (daemons_ms + server_ms) / xargs_ms,
+    );
+    for d in &mut daemons {
+        super::stop(d);
+    }
+    drop(daemons);
+    store.close().await;
+    db.drop_db().await;
+}
