@@ -193,13 +193,15 @@ impl Store {
         } else {
             max_connections
         };
+        let in_memory = dialect == Dialect::Sqlite && configured.sqlite_path().is_none();
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(5))
-            // An idle node gives back what a busy minute opened (see the constants).
-            .idle_timeout(IDLE_TIMEOUT)
-            .max_lifetime(MAX_LIFETIME)
+            // An idle node gives back what a busy minute opened (see the constants); an
+            // in-memory SQLite database lives only as long as its connections.
+            .idle_timeout((!in_memory).then_some(IDLE_TIMEOUT))
+            .max_lifetime((!in_memory).then_some(MAX_LIFETIME))
             .after_connect(move |conn, _meta| {
                 let ports = ports.clone();
                 let chooser = chooser.clone();
