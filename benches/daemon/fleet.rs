@@ -134,7 +134,16 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
             .execute_raw("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             .await;
     }
-    fill(&store, dialect, "cluster", CLUSTER_JOBS as i64, FAR, 1000, "true").await;
+    fill(
+        &store,
+        dialect,
+        "cluster",
+        CLUSTER_JOBS as i64,
+        FAR,
+        1000,
+        "true",
+    )
+    .await;
     store
         .execute_raw(&format!(
             "INSERT INTO cron_table (name, schedule, command, run_on, slot, next_exec) \
@@ -145,7 +154,16 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         .unwrap();
     for i in 0..n {
         let prefix = format!("local-f{i}-");
-        fill(&store, dialect, &prefix, LOCAL_PER_NODE as i64, FAR, 1000, "true").await;
+        fill(
+            &store,
+            dialect,
+            &prefix,
+            LOCAL_PER_NODE as i64,
+            FAR,
+            1000,
+            "true",
+        )
+        .await;
         store
             .execute_raw(&format!(
                 "UPDATE cron_table SET placement = '{{\"nodes\":[\"f{i}\"]}}' \
@@ -210,7 +228,11 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     let server1 = server.map(server_cpu_seconds);
     let open = connections(&store, dialect).await;
     let (tx1, st1) = server_counts(&db, &store).await;
-    let rss_max = daemons.iter().map(|d| rss_kib(d.child.id())).max().unwrap_or(0);
+    let rss_max = daemons
+        .iter()
+        .map(|d| rss_kib(d.child.id()))
+        .max()
+        .unwrap_or(0);
     let rate = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (Some(a), Some(b)) => format!("{:.1}", (a - b) as f64 / secs),
         _ => "n/a".into(),

@@ -33,7 +33,8 @@ use super::{
 };
 
 /// The body every start runs: its name (argument or `SQLCRON_JOB`) and the time it started.
-pub(super) const BODY: &str = "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
+pub(super) const BODY: &str =
+    "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
 
 /// Start times (ms since the epoch) the body wrote to `out`, one per line.
 pub(super) fn starts(out: &Path) -> Vec<f64> {
@@ -209,7 +210,13 @@ pub(super) async fn server_counts(db: &Db, store: &Store) -> (Option<i64>, Optio
 }
 
 /// The statement that inserts `n` jobs named `prefix1`.. due at `slot`, each running `body`.
-pub(super) fn insert_sql(dialect: Dialect, prefix: &str, n: usize, slot: i64, body: &Path) -> String {
+pub(super) fn insert_sql(
+    dialect: Dialect,
+    prefix: &str,
+    n: usize,
+    slot: i64,
+    body: &Path,
+) -> String {
     match dialect {
         Dialect::Postgres => format!(
             "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \

@@ -537,7 +537,10 @@ mod tests {
             text.contains("sqlcron_claim_duration_seconds_count{node=\"web-1\"} 2"),
             "{text}"
         );
-        assert!(text.contains("sqlcron_sqlite_heap_bytes{node=\"web-1\"} "), "{text}");
+        assert!(
+            text.contains("sqlcron_sqlite_heap_bytes{node=\"web-1\"} "),
+            "{text}"
+        );
     }
 
     #[test]

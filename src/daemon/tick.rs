@@ -144,7 +144,9 @@ impl Daemon {
                 placement.matching(),
             )
             .await?;
-        shared.metrics.claim_took(claim_started.elapsed(), rows.len());
+        shared
+            .metrics
+            .claim_took(claim_started.elapsed(), rows.len());
         report.claimed = rows.len();
         report.saturated = rows.len() == limit;
         shared.claim_filled(report.saturated && budgets.is_none());
