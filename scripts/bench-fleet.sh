@@ -8,6 +8,9 @@
 #   scripts/bench-fleet.sh                                  # N = 3, 50, 200; PostgreSQL, MariaDB, SQLite (N = 3)
 #   SQLCRON_BENCH_FLEET=3,50 SQLCRON_BENCH_DIALECTS=postgres scripts/bench-fleet.sh
 #   FLEET_MAX_CONNECTIONS=100 SQLCRON_BENCH_FLEET=50 scripts/bench-fleet.sh   # a default server's limit
+#   FLEET_MAX_CONNECTIONS=100 FLEET_PGBOUNCER=20 SQLCRON_BENCH_FLEET_WAKEUPS=false \
+#       SQLCRON_BENCH_DIALECTS=postgres scripts/bench-fleet.sh  # through PgBouncer (transaction
+#       # pooling, 20 server connections); LISTEN needs the server itself, hence no wake-ups
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +64,38 @@ for _ in $(seq 300); do
     (exec 3<>"/dev/tcp/127.0.0.1/$my_port") 2>/dev/null && break
     sleep 0.1
 done
+
+if [ -n "${FLEET_PGBOUNCER:-}" ]; then
+    bouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+    bouncer_port=$(free_port)
+    mkdir "$dir/bouncer"
+    echo '"postgres" ""' > "$dir/bouncer/users.txt"
+    cat > "$dir/bouncer/pgbouncer.ini" <<EOF
+[databases]
+* = host=127.0.0.1 port=$pg_port
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/bouncer/users.txt
+pool_mode = transaction
+default_pool_size = $FLEET_PGBOUNCER
+max_client_conn = 5000
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/bouncer/pgbouncer.log
+EOF
+    as_user=()
+    if [ "$(id -u)" = 0 ]; then chown -R postgres "$dir/bouncer"; as_user=(-u postgres); fi
+    "$bouncer" "${as_user[@]}" "$dir/bouncer/pgbouncer.ini" </dev/null >/dev/null 2>&1 &
+    bouncer_pid=$!
+    trap 'kill $bouncer_pid 2>/dev/null; stop' EXIT
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null && break
+        sleep 0.1
+    done
+    export SQLCRON_BENCH_PG_POOLER_PORT=$bouncer_port
+fi
 
 export SQLCRON_BENCH_PG_PORT=$pg_port SQLCRON_BENCH_MY_PORT=$my_port
 cargo bench --bench daemon -- fleet

@@ -177,6 +177,19 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     let me = sqlcron::exec::account::current().expect("the bench user's account");
     // SAFETY: set before the daemons start, read by them through inherit_env.
     unsafe { std::env::set_var("RATIO_OUT", &out) };
+    // `SQLCRON_BENCH_FLEET_WAKEUPS=false`: polling only. `SQLCRON_BENCH_PG_POOLER_PORT`: the
+    // nodes reach PostgreSQL through the pooler there (its `direct_url` the server itself).
+    let wakeups = match std::env::var("SQLCRON_BENCH_FLEET_WAKEUPS").as_deref() {
+        Ok("false") => "wakeups = false\n",
+        _ => "",
+    };
+    let url = match std::env::var("SQLCRON_BENCH_PG_POOLER_PORT") {
+        Ok(port) if dialect == Dialect::Postgres => format!(
+            "postgres://postgres@127.0.0.1:{port}/{}\"\ndirect_url = \"{}",
+            db.name, db.url
+        ),
+        _ => db.url.clone(),
+    };
     let mut ports = Vec::new();
     let started_at = Instant::now();
     let mut daemons: Vec<Daemon> = (0..n)
@@ -185,10 +198,10 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
             ports.push(port);
             let extra = format!(
                 "[daemon]\nmax_parallel = 16\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n\
-                 inherit_env = [\"RATIO_OUT\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+                 inherit_env = [\"RATIO_OUT\"]\n{wakeups}[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
                 me.name
             );
-            start_daemon(work.path(), &format!("f{i}"), &db.url, &extra, "info")
+            start_daemon(work.path(), &format!("f{i}"), &url, &extra, "info")
         })
         .collect();
     for d in &daemons {
