@@ -19,17 +19,18 @@ pub async fn run(store: &Store, job: Option<&str>, limit: i64, json: bool) -> Re
         return Ok(0);
     }
     println!(
-        "{:>8} {:<21} {:<24} {:<9} {:<9} {:>5} {:<16} DETAIL",
+        "{:>8} {:<21} {:<24} {:<11} {:<9} {:>5} {:<16} DETAIL",
         "ID", "CREATED", "JOB", "EVENT", "STATE", "TRIES", "NODE"
     );
     for r in rows {
         let detail = match (&r.error, r.sent) {
+            _ if r.detail.is_some() => r.detail.clone().unwrap_or_default(),
             (Some(e), _) => e.clone(),
             (None, Some(t)) => format!("delivered {}", daemon::fmt_ms(t)),
             (None, None) => String::new(),
         };
         println!(
-            "{:>8} {:<21} {:<24} {:<9} {:<9} {:>5} {:<16} {}",
+            "{:>8} {:<21} {:<24} {:<11} {:<9} {:>5} {:<16} {}",
             r.id,
             daemon::fmt_ms(r.created),
             shown(&r.job),

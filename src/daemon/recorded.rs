@@ -31,26 +31,39 @@ pub struct Recorded {
 
 #[derive(Default)]
 pub struct RecentRuns {
-    runs: Mutex<VecDeque<(Instant, Recorded)>>,
+    /// When each was recorded, the run, and whether it was reported lost already.
+    runs: Mutex<VecDeque<(Instant, Recorded, bool)>>,
 }
 
 impl RecentRuns {
     /// Remembers a run whose end was written (`now`: when).
     pub fn remember(&self, run: Recorded, now: Instant) {
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.push_back((now, run));
-        while runs.len() > MAX || runs.front().is_some_and(|(t, _)| now - *t > KEEP) {
+        runs.push_back((now, run, false));
+        while runs.len() > MAX || runs.front().is_some_and(|(t, _, _)| now - *t > KEEP) {
             runs.pop_front();
         }
     }
 
-    /// The runs remembered that were recorded at `since` or later, oldest first.
+    /// The runs remembered that were recorded at `since` or later and not yet reported lost,
+    /// oldest first.
     pub fn recorded_since(&self, since: Instant) -> Vec<Recorded> {
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         runs.iter()
-            .filter(|(t, _)| *t >= since)
-            .map(|(_, r)| r.clone())
+            .filter(|(t, _, reported)| *t >= since && !reported)
+            .map(|(_, r, _)| r.clone())
             .collect()
+    }
+
+    /// Marks `run` as reported lost: later read-backs (another loop's error after the same
+    /// failover) neither check nor report it again.
+    pub fn reported(&self, run: &Recorded) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, r, reported) in runs.iter_mut() {
+            if r == run {
+                *reported = true;
+            }
+        }
     }
 }
 
@@ -88,10 +101,17 @@ pub fn lost(run: &Recorded, node: &str, records: &[HistoryRow]) -> Option<String
 pub fn lost_event(run: &Recorded, node: &str, why: &str) -> crate::store::NewEvent {
     let slot = super::fmt_ms(run.key.slot);
     crate::store::NewEvent {
-        dedupe: format!(
-            "lost_record:{}:{}:{}:{}:{node}",
-            run.key.job, run.key.slot, run.key.attempt, run.token
-        ),
+        // Hashed: a job's and a node's names may each be as long as MySQL's dedupe column.
+        dedupe: {
+            use sha2::Digest;
+            let key = format!(
+                "{}\n{}\n{}\n{}\n{node}",
+                run.key.job, run.key.slot, run.key.attempt, run.token
+            );
+            let digest = sha2::Sha256::digest(key.as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            format!("lost_record:{hex}")
+        },
         job: run.key.job.clone(),
         kind: "lost_record".into(),
         run_id: None,
@@ -191,8 +211,10 @@ impl super::Shared {
                 lost(run, &self.node, records).map(|why| (run, why))
             })
             .collect();
-        // Each is recorded as an event (`sqlcron events`), once whatever the read-backs: a
-        // write the server refuses again makes the whole read-back due again.
+        // Each is recorded as an event (`sqlcron events`), logged and counted, then marked so
+        // that a later read-back does not report it again. A write the server refuses again
+        // makes the read-back due again, for the runs not yet reported.
+        let lost_count = lost_runs.len() as u64;
         for (run, why) in &lost_runs {
             match self
                 .store
@@ -205,9 +227,6 @@ impl super::Shared {
                     tracing::error!(job = %run.key.job, error = %e, "could not record the lost run as an event");
                 }
             }
-        }
-        let lost_count = lost_runs.len() as u64;
-        for (run, why) in &lost_runs {
             tracing::error!(
                 job = %run.key.job,
                 slot = %super::fmt_ms(run.key.slot),
@@ -217,9 +236,10 @@ impl super::Shared {
                 "a run this node recorded is not in the database after the outage: its last \
                  commits were lost (a failover to an asynchronous standby?); the slot may run again"
             );
+            self.metrics.lost_records(1);
+            self.recent_runs.reported(run);
         }
         if lost_count > 0 {
-            self.metrics.lost_records(lost_count);
             tracing::warn!(
                 checked = runs.len(),
                 lost = lost_count,
@@ -313,5 +333,31 @@ mod tests {
             recent.remember(run(1, t), t0 + KEEP * 2);
         }
         assert_eq!(recent.recorded_since(t0).len(), MAX);
+    }
+
+    #[test]
+    fn a_run_reported_lost_is_not_read_back_again() {
+        let recent = RecentRuns::default();
+        let t0 = Instant::now();
+        recent.remember(run(1, 1), t0);
+        recent.remember(run(1, 2), t0);
+        recent.reported(&run(1, 1));
+        assert_eq!(recent.recorded_since(t0), vec![run(1, 2)]);
+    }
+
+    #[test]
+    fn the_lost_event_is_keyed_by_the_run_and_short() {
+        let long = "j".repeat(191);
+        let a = lost_event(&run(1, 7), &long, "its record is missing");
+        let b = lost_event(&run(1, 7), &format!("{long}x"), "its record is missing");
+        assert_ne!(a.dedupe, b.dedupe, "another node's report is another event");
+        assert_eq!(
+            a.dedupe,
+            lost_event(&run(1, 7), &long, "other words").dedupe
+        );
+        assert!(a.dedupe.len() < 100, "{}", a.dedupe);
+        let payload: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+        assert_eq!(payload["token"], 7);
+        assert_eq!(payload["why"], "its record is missing");
     }
 }

@@ -28,6 +28,12 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// minutes.
 pub const MAX_LIFETIME: Duration = Duration::from_secs(120);
 
+/// [`MAX_LIFETIME`] give or take a sixth, drawn per pool: connections a burst opened on many
+/// nodes at once do not all end, and reconnect, at the same moment.
+fn max_lifetime() -> Duration {
+    MAX_LIFETIME.mul_f64(rand::random_range(5.0 / 6.0..7.0 / 6.0))
+}
+
 impl Store {
     /// Connects (lazily: the first statement opens the first connection, so a daemon can start
     /// while the database is down), with no statement timeout: for the command line and tests.
@@ -108,11 +114,13 @@ impl Store {
             default_target,
             pooled,
             None,
+            false,
         )
     }
 
     /// [`Store::open`], on the hosts' choice of `shared` when given (PostgreSQL): the new pool
-    /// points where that choice points, and follows it when it changes.
+    /// points where that choice points, and follows it when it changes. With `keep`, its
+    /// connections are kept however long idle (a pool that must never wait to connect).
     fn open_on(
         configured: &DatabaseUrl,
         max_connections: u32,
@@ -120,6 +128,7 @@ impl Store {
         default_target: topology::Target,
         pooled: bool,
         shared: Option<std::sync::Arc<topology::Topology>>,
+        keep: bool,
     ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
@@ -193,15 +202,16 @@ impl Store {
         } else {
             max_connections
         };
+        // An in-memory SQLite database lives only as long as its connections.
         let in_memory = dialect == Dialect::Sqlite && configured.sqlite_path().is_none();
+        let recycled = !(keep || in_memory);
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(5))
-            // An idle node gives back what a busy minute opened (see the constants); an
-            // in-memory SQLite database lives only as long as its connections.
-            .idle_timeout((!in_memory).then_some(IDLE_TIMEOUT))
-            .max_lifetime((!in_memory).then_some(MAX_LIFETIME))
+            // An idle node gives back what a busy minute opened (see the constants).
+            .idle_timeout(recycled.then_some(IDLE_TIMEOUT))
+            .max_lifetime(recycled.then(max_lifetime))
             .after_connect(move |conn, _meta| {
                 let ports = ports.clone();
                 let chooser = chooser.clone();
@@ -305,7 +315,8 @@ impl Store {
     }
 
     /// The same database with a pool of its own of at most `max_connections`, opened with the
-    /// same settings (statement timeout, pooler, hosts): for work that must not wait for this
+    /// same settings (statement timeout, pooler, hosts) but kept however long idle (no new
+    /// connection to wait for when a run needs its first extension): for work that must not wait for this
     /// pool's connections, nor be driven by the runtime that drives them (the daemon's lease
     /// extension, `daemon/lease_thread.rs`). Its connections are opened by the runtime this is
     /// called on, when first used. On PostgreSQL with several hosts both pools share one choice
@@ -327,6 +338,7 @@ impl Store {
             self.opened.target,
             self.opened.pooled,
             self.topology.clone(),
+            true,
         )
         .map(Some)
     }

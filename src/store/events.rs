@@ -71,6 +71,25 @@ pub struct EventRow {
     #[serde(serialize_with = "crate::model::json_time::opt_instant")]
     pub sent: Option<i64>,
     pub error: Option<String>,
+    /// What the event says beyond its kind (a `lost_record`: the run and why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A `lost_record` event's payload as (the node that reported it, what it says).
+fn lost_detail(payload: &str) -> Option<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
+    let text = |k: &str| v[k].as_str().map(str::to_string).unwrap_or_default();
+    Some((
+        text("node"),
+        format!(
+            "slot {} attempt {} token {}: {}",
+            text("slot"),
+            v["attempt"],
+            v["token"],
+            text("why")
+        ),
+    ))
 }
 
 /// One row of `cron_watch`.
@@ -333,7 +352,8 @@ impl Store {
             ""
         };
         let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT id, job_name, kind, run_id, created, state, tries, node, sent, error \
+            "SELECT id, job_name, kind, run_id, created, state, tries, node, sent, error, \
+             CASE WHEN kind = 'lost_record' THEN payload END AS lost \
              FROM cron_events {filter} ORDER BY id DESC LIMIT ?"
         ))));
         if let Some(j) = job {
@@ -346,6 +366,9 @@ impl Store {
             .map_err(sql_err!(self, "read events"))?;
         rows.iter()
             .map(|r| {
+                let lost: Option<String> = r.try_get("lost")?;
+                let lost = lost.as_deref().and_then(lost_detail);
+                let node: Option<String> = r.try_get("node")?;
                 Ok(EventRow {
                     id: r.try_get("id")?,
                     job: r.try_get("job_name")?,
@@ -354,9 +377,10 @@ impl Store {
                     created: r.try_get("created")?,
                     state: r.try_get("state")?,
                     tries: r.try_get("tries")?,
-                    node: r.try_get("node")?,
+                    node: node.or_else(|| lost.as_ref().map(|l| l.0.clone())),
                     sent: r.try_get("sent")?,
                     error: r.try_get("error")?,
+                    detail: lost.map(|l| l.1),
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()

@@ -248,6 +248,15 @@ async fn a_failover_to_an_asynchronous_standby_reports_the_runs_it_lost() {
     let store = Store::connect(&crate::util::db_url(&standby.url()), 1).unwrap();
     let events = store.events(Some("every1"), 100).await.unwrap();
     let lost_events = events.iter().filter(|e| e.kind == "lost_record").count();
+    for e in events.iter().filter(|e| e.kind == "lost_record") {
+        assert_eq!(e.node.as_deref(), Some("a"), "{e:?}");
+        assert!(
+            e.detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with("slot ") && d.contains("token")),
+            "{e:?}"
+        );
+    }
     store.close().await;
     assert_eq!(
         lost_events, reported,
