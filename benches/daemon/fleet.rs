@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use sqlcron::store::{Dialect, Store};
 
 use super::ratio::{
-    BODY, drain_of, insert_sql, mariadbd_pid, reaper_cpu_seconds, server_counts,
-    server_cpu_seconds, starts, wait_released, xargs,
+    drain_of, insert_sql, mariadbd_pid, reaper_cpu_seconds, server_counts, server_cpu_seconds,
+    starts, wait_released, write_body, xargs,
 };
 use super::{Daemon, Db, FAR, cpu_seconds, fill, postmaster_pid, start_daemon, wait_ready};
 
@@ -111,11 +111,7 @@ pub async fn fleet(dialects: &[Dialect]) {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    let body = dir.path().join("body.sh");
-    std::fs::write(&body, BODY).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&body, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let body = write_body(dir.path());
     for &n in &sizes {
         for &d in dialects {
             if d == Dialect::Sqlite && n > 3 {

@@ -33,8 +33,17 @@ use super::{
 };
 
 /// The body every start runs: its name (argument or `SQLCRON_JOB`) and the time it started.
-pub(super) const BODY: &str =
-    "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
+const BODY: &str = "#!/bin/bash\necho \"${1:-$SQLCRON_JOB} $EPOCHREALTIME\" >> \"$RATIO_OUT\"\n";
+
+/// Writes [`BODY`] to `dir` (made world-readable: the job user must reach it); its path.
+pub(super) fn write_body(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let body = dir.join("body.sh");
+    std::fs::write(&body, BODY).unwrap();
+    std::fs::set_permissions(&body, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    body
+}
 
 /// Start times (ms since the epoch) the body wrote to `out`, one per line.
 pub(super) fn starts(out: &Path) -> Vec<f64> {
@@ -516,12 +525,7 @@ pub async fn ratio(dialects: &[Dialect]) {
         .unwrap_or(3)
         .max(1);
     let dir = tempfile::tempdir().unwrap();
-    let body = dir.path().join("body.sh");
-    std::fs::write(&body, BODY).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&body, std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The job user must reach the body: a world-readable directory.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let body = write_body(dir.path());
     for &n in &sizes {
         // The bodies alone, three times: the median drain is the yardstick (one run of 5,000
         // varies by 15 % on a 2-core machine).

@@ -351,19 +351,56 @@ async fn through_the_faults(
     gaps
 }
 
-fn start_nodes(url: &str, dir: &Path, out: &Path) -> Vec<DaemonProcess> {
-    ["n1", "n2", "n3"]
-        .iter()
-        .map(|n| DaemonProcess::start(dir, n, &node_config(url, n, &tick(out))))
-        .collect()
+/// A cluster with three nodes on it, running the per-second job.
+struct Lab {
+    cluster: Cluster,
+    url: String,
+    _dir: tempfile::TempDir,
+    out: PathBuf,
+    nodes: Vec<DaemonProcess>,
+    store: Store,
 }
 
-fn stop_nodes(nodes: Vec<DaemonProcess>) {
-    for n in &nodes {
-        assert!(alive(n.pid()), "{} died:\n{}", n.name, n.log_text());
+impl Lab {
+    fn up(sync: bool) -> Lab {
+        let cluster = Cluster::up(sync);
+        let url = cluster.var("PG_URL").to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("slots.txt");
+        let nodes = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| DaemonProcess::start(dir.path(), n, &node_config(&url, n, &tick(&out))))
+            .collect();
+        let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
+        Lab {
+            cluster,
+            url,
+            _dir: dir,
+            out,
+            nodes,
+            store,
+        }
     }
-    for n in nodes {
-        n.stop();
+
+    /// Every node still alive, then all stopped, the cluster torn down.
+    async fn down(self) {
+        for n in &self.nodes {
+            assert!(alive(n.pid()), "{} died:\n{}", n.name, n.log_text());
+        }
+        self.store.close().await;
+        for n in self.nodes {
+            n.stop();
+        }
+        drop(self.cluster);
+    }
+}
+
+fn print_gaps(mode: &str, gaps: &[(&str, Duration, usize)]) {
+    for (fault, gap, lost) in gaps {
+        eprintln!(
+            "patroni ({mode}): {fault}: {:.1} s without a run start; {lost} lost runs reported so far",
+            gap.as_secs_f64()
+        );
     }
 }
 
@@ -372,30 +409,18 @@ async fn a_patroni_cluster_fails_over_without_a_run_lost_or_doubled() {
     if !long_tests() {
         return;
     }
-    let cluster = Cluster::up(true);
-    let url = cluster.var("PG_URL").to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("slots.txt");
-    let nodes = start_nodes(&url, dir.path(), &out);
-    let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
-    let gaps = through_the_faults(&cluster, &store, true).await;
-    let rows = store.history(Some("tick"), 100_000).await.unwrap();
+    let lab = Lab::up(true);
+    let gaps = through_the_faults(&lab.cluster, &lab.store, true).await;
+    let rows = lab.store.history(Some("tick"), 100_000).await.unwrap();
     let runs = crate::environment_faults::every_slot_once(&rows);
-    let twice: Vec<_> = slots_run(&out)
+    let twice: Vec<_> = slots_run(&lab.out)
         .into_iter()
         .filter(|(_, n)| *n > 1)
         .collect();
     assert!(twice.is_empty(), "slots the job ran twice: {twice:?}");
-    for (fault, gap, _) in &gaps {
-        eprintln!(
-            "patroni (synchronous): {fault}: {:.1} s without a run start",
-            gap.as_secs_f64()
-        );
-    }
+    print_gaps("synchronous", &gaps);
     eprintln!("patroni (synchronous): {runs} slots run, none twice, none unaccounted");
-    store.close().await;
-    stop_nodes(nodes);
-    drop(cluster);
+    lab.down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,25 +428,15 @@ async fn an_asynchronous_patroni_cluster_reports_every_run_a_failover_lost() {
     if !long_tests() {
         return;
     }
-    let cluster = Cluster::up(false);
-    let url = cluster.var("PG_URL").to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("slots.txt");
-    let nodes = start_nodes(&url, dir.path(), &out);
-    let store = Store::connect(&crate::util::db_url(&url), 2).unwrap();
-    let gaps = through_the_faults(&cluster, &store, false).await;
+    let lab = Lab::up(false);
+    let gaps = through_the_faults(&lab.cluster, &lab.store, false).await;
     // The read-backs after the last fault have had their chance (each node reads back before
     // its next claim, and runs_after saw claims go on).
-    let rows = store.history(Some("tick"), 100_000).await.unwrap();
-    let events = store.events(Some("tick"), 100_000).await.unwrap();
-    let reported = lost_slots(&url);
-    let verdict = verdict(&rows, &slots_run(&out));
-    for (fault, gap, lost) in &gaps {
-        eprintln!(
-            "patroni (asynchronous): {fault}: {:.1} s without a run start; {lost} lost runs reported so far",
-            gap.as_secs_f64()
-        );
-    }
+    let rows = lab.store.history(Some("tick"), 100_000).await.unwrap();
+    let events = lab.store.events(Some("tick"), 100_000).await.unwrap();
+    let reported = lost_slots(&lab.url);
+    let verdict = verdict(&rows, &slots_run(&lab.out));
+    print_gaps("asynchronous", &gaps);
     eprintln!(
         "patroni (asynchronous): {} slots, {} run twice, {} without a record, {} lost runs reported ({} events)",
         verdict.slots,
@@ -447,9 +462,7 @@ async fn an_asynchronous_patroni_cluster_reports_every_run_a_failover_lost() {
         verdict.twice,
         verdict.unaccounted
     );
-    store.close().await;
-    stop_nodes(nodes);
-    drop(cluster);
+    lab.down().await;
 }
 
 /// The slots of the `lost_record` events (their payload's `slot`).
