@@ -202,9 +202,10 @@ impl Store {
         } else {
             max_connections
         };
-        // An in-memory SQLite database lives only as long as its connections.
-        let in_memory = dialect == Dialect::Sqlite && configured.sqlite_path().is_none();
-        let recycled = !(keep || in_memory);
+        // A SQLite database's connections cost no server anything: they are kept (an in-memory
+        // database lives only as long as its connections; a file's page caches would be built
+        // anew with every new connection, and its memory churned, for nothing).
+        let recycled = !(keep || dialect == Dialect::Sqlite);
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .min_connections(0)

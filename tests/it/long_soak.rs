@@ -20,6 +20,10 @@ use sqlcron::store::{Dialect, Store};
 
 use crate::util::{DaemonProcess, TestDb, alive, free_port, node_config};
 
+/// `[history] keep` and `prune_interval`, in seconds.
+const KEEP_S: i64 = 300;
+const PRUNE_INTERVAL_S: i64 = 60;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite() {
     long_soak(Dialect::Sqlite).await
@@ -115,7 +119,15 @@ struct Sample {
     threads: Vec<u64>,
     connections: i64,
     schema_bytes: i64,
+    /// Of the schema: `cron_runs` and `cron_table` with their indexes (-1 on SQLite).
+    runs_bytes: i64,
+    jobs_bytes: i64,
     runs: i64,
+    /// Seconds since the oldest run in the history ended: pruning keeps up while this stays
+    /// within `keep` plus `prune_interval`.
+    oldest_run_s: i64,
+    events: i64,
+    audit: i64,
     p99_ms: i64,
     scrapes_failed: u64,
 }
@@ -179,6 +191,23 @@ async fn schema_bytes(store: &Store, dialect: Dialect) -> i64 {
             "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
         }
     };
+    store.scalar_i64(sql).await.ok().flatten().unwrap_or(-1)
+}
+
+/// One table's size with its indexes (-1 where not read: SQLite).
+async fn table_bytes(store: &Store, dialect: Dialect, table: &str) -> i64 {
+    let sql = match dialect {
+        Dialect::Postgres => format!("SELECT CAST(pg_total_relation_size('{table}') AS BIGINT)"),
+        Dialect::Mysql => format!(
+            "SELECT CAST(data_length + index_length AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = '{table}'"
+        ),
+        Dialect::Sqlite => return -1,
+    };
+    store.scalar_i64(&sql).await.ok().flatten().unwrap_or(-1)
+}
+
+async fn count(store: &Store, sql: &str) -> i64 {
     store.scalar_i64(sql).await.ok().flatten().unwrap_or(-1)
 }
 
@@ -250,7 +279,7 @@ async fn long_soak(dialect: Dialect) {
             let extra = format!(
                 "[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
                  [web]\nlisten = \"127.0.0.1:{web}\"\nbase_path = \"/cron/\"\nusers_file = \"{}\"\n\
-                 [history]\nkeep = \"5m\"\nprune_interval = \"1m\"\n{file}",
+                 [history]\nkeep = \"{KEEP_S}s\"\nprune_interval = \"{PRUNE_INTERVAL_S}s\"\n{file}",
                 users.display()
             );
             DaemonProcess::start(dir.path(), n, &node_config(&url, n, &extra))
@@ -312,7 +341,7 @@ async fn long_soak(dialect: Dialect) {
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/long-soak");
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut table = String::from(
-        "minute\trss_kib_max\tanon_kib_max\tshmem_kib_max\tsqlite_heap_kib_max\tfds_max\tthreads_max\tdb_connections\tschema_bytes\thistory_rows\tp99_lateness_ms\tscrapes_failed\n",
+        "minute\trss_kib_max\tanon_kib_max\tshmem_kib_max\tsqlite_heap_kib_max\tfds_max\tthreads_max\tdb_connections\tschema_bytes\truns_bytes\tjobs_bytes\thistory_rows\toldest_run_s\tevents\taudit\tp99_lateness_ms\tscrapes_failed\n",
     );
     let sampler = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -349,17 +378,20 @@ async fn long_soak(dialect: Dialect) {
             threads: pids.iter().map(|p| proc_status(*p, "Threads:")).collect(),
             connections: connections(&store, dialect).await,
             schema_bytes: schema_bytes(&store, dialect).await,
-            runs: store
-                .scalar_i64("SELECT COUNT(*) FROM cron_runs")
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or(-1),
+            runs_bytes: table_bytes(&store, dialect, "cron_runs").await,
+            jobs_bytes: table_bytes(&store, dialect, "cron_table").await,
+            runs: count(&store, "SELECT COUNT(*) FROM cron_runs").await,
+            oldest_run_s: match count(&store, "SELECT MIN(ended) FROM cron_runs").await {
+                -1 => -1,
+                oldest => (now - oldest) / 1000,
+            },
+            events: count(&store, "SELECT COUNT(*) FROM cron_events").await,
+            audit: count(&store, "SELECT COUNT(*) FROM cron_audit").await,
             p99_ms: p99_lateness(&store, now - 60_000, now).await,
             scrapes_failed: failed.load(std::sync::atomic::Ordering::Relaxed),
         };
         let line = format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             s.minute,
             s.rss_kib.iter().max().unwrap_or(&0),
             s.anon_kib.iter().max().unwrap_or(&0),
@@ -369,7 +401,12 @@ async fn long_soak(dialect: Dialect) {
             s.threads.iter().max().unwrap_or(&0),
             s.connections,
             s.schema_bytes,
+            s.runs_bytes,
+            s.jobs_bytes,
             s.runs,
+            s.oldest_run_s,
+            s.events,
+            s.audit,
             s.p99_ms,
             s.scrapes_failed
         );
@@ -440,13 +477,31 @@ async fn long_soak(dialect: Dialect) {
             0,
             &mut problems,
         );
+        // The history's rows swing between `keep` and `keep` plus `prune_interval` of runs with
+        // each pruning round: the last sample against the most of a steady window, and the
+        // oldest run's age against what the settings keep.
+        let steady_rows = samples
+            .iter()
+            .filter(|s| (6..=15).contains(&s.minute))
+            .map(|s| s.runs.max(0) as u64)
+            .max()
+            .unwrap_or(0);
         grew(
-            "history rows",
-            kept.runs.max(0) as u64,
+            "history rows (against the most of minutes 6-15)",
+            steady_rows,
             last.runs.max(0) as u64,
             0,
             &mut problems,
         );
+        if let Some(s) = samples
+            .iter()
+            .find(|s| s.minute >= 10 && s.oldest_run_s > KEEP_S + PRUNE_INTERVAL_S + 60)
+        {
+            problems.push(format!(
+                "pruning fell behind: the oldest run had ended {} s before minute {}",
+                s.oldest_run_s, s.minute
+            ));
+        }
         let p99 = |range: std::ops::RangeInclusive<u64>| {
             samples
                 .iter()
