@@ -256,9 +256,13 @@ pub(super) enum Command {
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff) to stdout.
+    /// Print sqlcron(8) (roff) to stdout, or with --out write every page into DIR:
+    /// sqlcron(8), sqlcron-COMMAND(1) for each command and sqlcron.toml(5).
     #[command(hide = true)]
-    Man,
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// The daemon's job reaper (started by `sqlcron daemon` outside systemd).
     #[command(name = crate::exec::reaper::SUBCOMMAND, hide = true)]
     Reaper,

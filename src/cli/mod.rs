@@ -14,6 +14,7 @@ mod explain;
 mod history;
 mod import;
 mod lock;
+pub mod man_pages;
 mod next;
 mod pausing;
 mod run_daemon;
@@ -105,11 +106,19 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Keygen { out } => return signing::keygen(out),
         Command::WebUser { name, role } => return web_user(name, role),
-        Command::Man => {
-            use clap::CommandFactory;
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut std::io::stdout())
-                .map_err(Failure::runtime)?;
+        Command::Man { out } => {
+            match out {
+                Some(dir) => {
+                    man_pages::write_all(dir).map_err(Failure::runtime)?;
+                }
+                None => {
+                    use std::io::Write;
+                    let page = man_pages::main_page().map_err(Failure::runtime)?;
+                    std::io::stdout()
+                        .write_all(&page)
+                        .map_err(Failure::runtime)?;
+                }
+            }
             return Ok(0);
         }
         _ => {}
@@ -434,7 +443,7 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
             | Command::Next { .. }
             | Command::Import(_)
             | Command::Completions { .. }
-            | Command::Man
+            | Command::Man { .. }
             | Command::Keygen { .. }
             | Command::WebUser { .. }
             | Command::Reaper => {

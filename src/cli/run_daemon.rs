@@ -317,22 +317,7 @@ pub(super) fn harden_process() {
     unsafe {
         std::env::remove_var("SQLCRON_DATABASE_URL");
     }
-    bound_malloc_arenas();
 }
-
-/// glibc gives each thread that allocates at once an arena of its own, up to eight per core, and
-/// keeps what each arena once held: the daemon's threads (the runtime, the lease thread, SQLite's
-/// connection threads, the readers of jobs' output) then grow its memory in steps over an hour
-/// (docs/benchmarks.md, "The third hour"). Two arenas are enough for a daemon whose run path is
-/// one thread. Set before any other thread starts.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn bound_malloc_arenas() {
-    // SAFETY: mallopt takes two integers; called before any other thread runs.
-    let _ = unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn bound_malloc_arenas() {}
 
 #[cfg(test)]
 mod tests {
