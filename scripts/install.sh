@@ -29,9 +29,15 @@ if [ ! -e "$DESTDIR/etc/sqlcron/sqlcron.toml" ]; then
         > "$DESTDIR/etc/sqlcron/sqlcron.toml"
     chmod 0640 "$DESTDIR/etc/sqlcron/sqlcron.toml"
 fi
-install -d "$DESTDIR/usr/share/man/man1" "$DESTDIR/usr/share/bash-completion/completions" \
+install -d "$DESTDIR/usr/share/man/man1" "$DESTDIR/usr/share/man/man5" "$DESTDIR/usr/share/man/man8" "$DESTDIR/usr/share/bash-completion/completions" \
     "$DESTDIR/usr/share/zsh/vendor-completions" "$DESTDIR/usr/share/fish/vendor_completions.d"
-"$BIN" man | gzip -9n > "$DESTDIR/usr/share/man/man1/sqlcron.1.gz"
+pages=$(mktemp -d)
+"$BIN" man --out "$pages"
+for page in "$pages"/*; do
+    section=${page##*.}
+    gzip -9n < "$page" > "$DESTDIR/usr/share/man/man$section/$(basename "$page").gz"
+done
+rm -r "$pages"
 "$BIN" completions bash > "$DESTDIR/usr/share/bash-completion/completions/sqlcron"
 "$BIN" completions zsh > "$DESTDIR/usr/share/zsh/vendor-completions/_sqlcron"
 "$BIN" completions fish > "$DESTDIR/usr/share/fish/vendor_completions.d/sqlcron.fish"

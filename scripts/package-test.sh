@@ -9,7 +9,7 @@
 #      and configuration gone);
 #   4. the RPM: `rpm -qlp` and `rpm -qp --scripts`, then `rpm --root <tmp> -i --nodeps`;
 #   5. a fresh copy of the root booted with systemd-nspawn: install (started), stop, upgrade
-#      (stays stopped), start, upgrade (restarted: a new MainPID), reload, README's "Install as a
+#      (stays stopped), start, upgrade (restarted: a new MainPID), reload, the manual's "Install as a
 #      service" commands as written (as root, the sqlcron user and an operator in its group,
 #      on a PostgreSQL database of the run's own), reload of a broken file (fails, the service
 #      runs on) and of the repaired one, remove (stopped), purge.
@@ -57,7 +57,9 @@ step "the RPM's files and scriptlets"
 files=$(rpm -qlp "$rpm_file")
 for f in /usr/bin/sqlcron /usr/lib/systemd/system/sqlcron.service /etc/sqlcron/sqlcron.toml \
     /usr/lib/sysusers.d/sqlcron.conf /usr/lib/tmpfiles.d/sqlcron.conf \
-    /usr/share/man/man1/sqlcron.1.gz /usr/share/bash-completion/completions/sqlcron \
+    /usr/share/man/man8/sqlcron.8.gz /usr/share/man/man8/sqlcron-daemon.8.gz \
+    /usr/share/man/man1/sqlcron-status.1.gz /usr/share/man/man5/sqlcron.toml.5.gz \
+    /usr/share/bash-completion/completions/sqlcron \
     /usr/share/sqlcron/run-as-users.conf; do
     grep -qx "$f" <<<"$files" || fail "the RPM lacks $f"
 done
@@ -185,7 +187,9 @@ as_sqlcron sqlcron history hello
 
 step "systemd-analyze verify of the installed unit"
 # Its Documentation= names the man page: checked here as a file, not by the host's `man`.
-[ -f "$root/usr/share/man/man1/sqlcron.1.gz" ] || fail "no man page installed"
+for page in man8/sqlcron.8.gz man5/sqlcron.toml.5.gz man1/sqlcron-status.1.gz man1/sqlcron-import-crontab.1.gz; do
+    [ -f "$root/usr/share/man/$page" ] || fail "no man page $page installed"
+done
 systemd-analyze verify --man=no --root="$root" /usr/lib/systemd/system/sqlcron.service 2>&1 | tee "$work/verify" \
     || fail "systemd-analyze verify"
 if grep -v -e 'Failed to .* environment' -e '^$' "$work/verify" | grep -qi 'sqlcron.service'; then
@@ -296,7 +300,7 @@ after=$(inside systemctl show -p MainPID --value sqlcron.service)
 inside systemctl reload sqlcron.service || fail "systemctl reload under a booted systemd"
 until_state active "after a reload"
 
-step "README's 'Install as a service', as written, under a booted systemd (root, sqlcron, an operator)"
+step "the manual's 'Install as a service' (docs/src/how-to/install.md), as written, under a booted systemd (root, sqlcron, an operator)"
 # The edit README shows (its [database] url and [node] name into the installed file's tables,
 # its [[job]] appended), the one change being the database: this machine's PostgreSQL (the
 # booted root shares the host's network), a database of this run's own.
@@ -305,7 +309,7 @@ readme_block() { # the first block of kind $1 after the line matching $2
         index($0, after) { found = 1 }
         found && !inside && $0 == "```" kind { inside = 1; next }
         inside && $0 == "```" { exit }
-        inside { print }' README.md
+        inside { print }' docs/src/how-to/install.md
 }
 pgdb=sqlcron_pkgtest_$$
 psql -q -h 127.0.0.1 -U postgres -d postgres -c "CREATE DATABASE $pgdb" \

@@ -40,7 +40,16 @@ mkdir -p "$stage" target/packages
 install -m 0755 "$BIN" "$stage/sqlcron"
 # A binary given in SQLCRON_BIN (the test build) carries its line tables: the package ships none.
 strip --strip-unneeded "$stage/sqlcron"
-"$BIN" man | gzip -9n > "$stage/sqlcron.1.gz"
+# The man pages, by section: sqlcron(8), sqlcron-COMMAND(1), sqlcron-daemon(8), sqlcron.toml(5).
+"$BIN" man --out "$stage/man"
+for section in 1 5 8; do
+    mkdir -p "$stage/man$section"
+    for page in "$stage"/man/*."$section"; do
+        gzip -9n < "$page" > "$stage/man$section/$(basename "$page").gz"
+    done
+    touch -d "@$SOURCE_DATE_EPOCH" "$stage/man$section"/*
+done
+rm -r "$stage/man"
 "$BIN" completions bash > "$stage/sqlcron.bash"
 "$BIN" completions zsh > "$stage/_sqlcron"
 "$BIN" completions fish > "$stage/sqlcron.fish"

@@ -61,6 +61,22 @@ trap 'kill "$clippy" ${package_test:+"$package_test"} ${service_test:+"$service_
 phase() { echo "test.sh: $1 done after ${SECONDS}s" >&2; }
 cargo test --all-targets --no-run
 phase "build"
+# The manual (docs/, an mdBook) is built into target/book/; its links, anchors and examples are
+# checked by tests/it/manual.rs and tests/it/manual_examples.rs. Debian has no mdBook package:
+# it comes from crates.io, built once into cargo's bin directory.
+mdbook=$(command -v mdbook || echo "${CARGO_HOME:-$HOME/.cargo}/bin/mdbook")
+if [ ! -x "$mdbook" ]; then
+    echo "test.sh: installing mdbook (cargo install, once)" >&2
+    cargo install mdbook --locked --version '^0.4' --quiet
+fi
+book_log=$(mktemp)
+if ! "$mdbook" build docs >"$book_log" 2>&1 || grep -E '(ERROR|WARN)' "$book_log"; then
+    cat "$book_log" >&2
+    echo "test.sh: mdbook build docs failed or warned" >&2
+    exit 1
+fi
+rm -f "$book_log"
+phase "the manual's build"
 # SQLCRON_LONG=1: the long tests too (README). The rolling upgrade needs the previous release's
 # binary, built once under target/previous-release/ (a few minutes; before the tests start, so
 # that it does not compete with them).

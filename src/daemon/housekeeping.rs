@@ -108,7 +108,7 @@ async fn prune(
             for (job, boundary) in &page {
                 let Some(boundary) = *boundary else { continue };
                 loop {
-                    if store.claimed_jobs().await?.contains(job) {
+                    if store.claimed_jobs().await?.contains_key(job) {
                         break;
                     }
                     let ids = store.runs_up_to(job, boundary, BATCH).await?;
@@ -135,7 +135,7 @@ async fn prune(
         };
         loop {
             let candidates = store.prune_candidates_by_age(table, cut, BATCH).await?;
-            let ids: Vec<i64> = candidates.iter().map(|(id, _)| *id).collect();
+            let ids: Vec<i64> = candidates.iter().map(|(id, _, _)| *id).collect();
             let n = delete(shared, duty, lease_ms, table, &ids).await?;
             match table {
                 Table::Events => pruned.events += n,

@@ -1,7 +1,7 @@
 //! How long history is kept (`[history]`), and the pure decisions of a pruning round: which
 //! instant is too old, and which of the candidate rows may go.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Runs kept by age unless `[history] keep` says otherwise.
@@ -58,13 +58,22 @@ pub fn cutoff(now: i64, keep: Option<Duration>) -> Option<i64> {
     keep.map(|k| now.saturating_sub(i64::try_from(k.as_millis()).unwrap_or(i64::MAX)))
 }
 
-/// The candidate rows that may be deleted: all but the runs of a job whose row is claimed now
-/// (a node taking over an unreleased claim reads that job's newest run).
-pub fn deletable(candidates: &[(i64, Option<String>)], claimed: &HashSet<String>) -> Vec<i64> {
+/// A row that pruning may delete: its id, and for a run its job and slot.
+pub type Candidate = (i64, Option<String>, Option<i64>);
+
+/// The candidate rows that may be deleted: all but the runs of a claimed job's current slot
+/// (`claimed`: each claimed job's slot). A node taking over an unreleased claim reads the
+/// records of the slot the row serves; the job's runs of earlier slots are history like any
+/// other, so a job claimed at every pruning round (a per-second job) still has them pruned.
+pub fn deletable(candidates: &[Candidate], claimed: &HashMap<String, i64>) -> Vec<i64> {
     candidates
         .iter()
-        .filter(|(_, job)| job.as_ref().is_none_or(|j| !claimed.contains(j)))
-        .map(|(id, _)| *id)
+        .filter(|(_, job, slot)| match (job, slot) {
+            (Some(j), Some(slot)) => claimed.get(j).is_none_or(|serving| slot < serving),
+            (Some(j), None) => !claimed.contains_key(j),
+            (None, _) => true,
+        })
+        .map(|(id, _, _)| *id)
         .collect()
 }
 
@@ -130,13 +139,18 @@ mod tests {
     }
 
     #[test]
-    fn runs_of_claimed_jobs_stay() {
-        let claimed: HashSet<String> = ["busy".to_string()].into();
+    fn the_runs_of_a_claimed_jobs_current_slot_stay() {
+        let claimed: HashMap<String, i64> = [("busy".to_string(), 5_000)].into();
+        let busy = Some("busy".to_string());
         let candidates = vec![
-            (1, Some("busy".to_string())),
-            (2, Some("idle".to_string())),
-            (3, None),
+            (1, busy.clone(), Some(5_000)),
+            (2, Some("idle".to_string()), Some(5_000)),
+            (3, None, None),
+            // An earlier slot of the claimed job: history like any other.
+            (4, busy.clone(), Some(4_000)),
+            // A run whose slot is not known: kept while its job is claimed.
+            (5, busy, None),
         ];
-        assert_eq!(deletable(&candidates, &claimed), vec![2, 3]);
+        assert_eq!(deletable(&candidates, &claimed), vec![2, 3, 4]);
     }
 }

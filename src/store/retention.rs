@@ -149,27 +149,35 @@ impl Store {
             .map_err(sql_err!(self, "read duties"))
     }
 
-    /// Names of the jobs whose row is claimed now (their runs are not pruned).
-    pub async fn claimed_jobs(&self) -> Result<std::collections::HashSet<String>> {
-        let names: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM cron_table WHERE exec_by IS NOT NULL")
-                .fetch_all(&self.db)
-                .await
-                .map_err(sql_err!(self, "read claimed jobs"))?;
-        Ok(names.into_iter().collect())
+    /// The jobs whose row is claimed now, each with the slot it serves (the runs of that slot
+    /// are not pruned).
+    pub async fn claimed_jobs(&self) -> Result<std::collections::HashMap<String, i64>> {
+        let rows = sqlx::query("SELECT name, slot FROM cron_table WHERE exec_by IS NOT NULL")
+            .fetch_all(&self.db)
+            .await
+            .map_err(sql_err!(self, "read claimed jobs"))?;
+        rows.iter()
+            .map(|r| {
+                let slot: Option<i64> = r.try_get("slot")?;
+                Ok((r.try_get("name")?, slot.unwrap_or(i64::MIN)))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read claimed jobs"))
     }
 
     /// Up to `limit` of the oldest rows of `table` that ended (runs), were written (audit) or
-    /// were made and delivered (events) before `cutoff`: `(id, job)` pairs, oldest first.
+    /// were made and delivered (events) before `cutoff`: `(id, job, slot)`, oldest first (the
+    /// slot for runs only).
     pub async fn prune_candidates_by_age(
         &self,
         table: Pruned,
         cutoff: i64,
         limit: i64,
-    ) -> Result<Vec<(i64, Option<String>)>> {
+    ) -> Result<Vec<(i64, Option<String>, Option<i64>)>> {
         let text = match table {
             Pruned::Runs => {
-                "SELECT id, job_name AS job FROM cron_runs WHERE ended < ? ORDER BY ended LIMIT ?"
+                "SELECT id, job_name AS job, slot FROM cron_runs WHERE ended < ? \
+                 ORDER BY ended LIMIT ?"
             }
             Pruned::Audit => "SELECT id, job FROM cron_audit WHERE at < ? ORDER BY at LIMIT ?",
             // Only events whose delivery ended (sent, given up, or only recorded).
@@ -185,7 +193,13 @@ impl Store {
             .await
             .map_err(sql_err!(self, "find old rows"))?;
         rows.iter()
-            .map(|r| Ok((r.try_get("id")?, r.try_get("job")?)))
+            .map(|r| {
+                let slot = match table {
+                    Pruned::Runs => r.try_get("slot")?,
+                    _ => None,
+                };
+                Ok((r.try_get("id")?, r.try_get("job")?, slot))
+            })
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(sql_err!(self, "find old rows"))
     }

@@ -32,6 +32,8 @@ mod job_search;
 mod live_output;
 mod locks;
 mod long_soak;
+mod manual;
+mod manual_examples;
 mod mariadb_outage;
 mod metrics;
 mod node_name;

@@ -16,6 +16,125 @@ fn quickstart_block() -> String {
     section[start..end].to_string()
 }
 
+/// The output the README shows for the quickstart: the lines of the `console` block after it
+/// that are not commands (`$ ...`).
+fn shown_output() -> Vec<String> {
+    let readme = include_str!("../../README.md");
+    let section = &readme[readme.find("## Quickstart").expect("a Quickstart section")..];
+    let start = section.find("```console\n").expect("a console block") + "```console\n".len();
+    let end = start + section[start..].find("```").expect("the block's end");
+    section[start..end]
+        .lines()
+        .filter(|l| !l.starts_with("$ ") && !l.trim().is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A printed line with what differs from run to run made alike: instants (`T`), durations
+/// (`D`, however many units), numbers (`N`), paths (`P`), and the HOST column of node rows.
+fn shape(line: &str, node_row: bool) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for (i, token) in line.split_whitespace().enumerate() {
+        let is_instant =
+            token.len() >= 20 && token.as_bytes()[4] == b'-' && token.as_bytes()[10] == b'T';
+        let digits = token.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let unit = &token[digits.len()..];
+        let is_duration = !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit())
+            && ["ms", "s", "min", "h", "d"].contains(&unit);
+        let shaped = if node_row && i == 1 {
+            "HOST"
+        } else if is_instant {
+            "T"
+        } else if is_duration {
+            "D"
+        } else if token.chars().all(|c| c.is_ascii_digit()) {
+            "N"
+        } else if token.contains('/') && !token.starts_with('*') {
+            "P"
+        } else {
+            token
+        };
+        if !(shaped == "D" && out.last() == Some(&"D")) {
+            out.push(shaped);
+        }
+    }
+    out.join(" ")
+}
+
+/// The shapes of `lines`, node rows (those after a `NODE HOST` header) told apart.
+fn shapes(lines: &[String]) -> Vec<String> {
+    let mut nodes = false;
+    lines
+        .iter()
+        .map(|l| {
+            if l.trim().is_empty() || l.starts_with("JOB ") || l.starts_with("RUN ") {
+                nodes = false;
+            }
+            let s = shape(l, nodes && !l.starts_with("NODE "));
+            if l.starts_with("NODE ") {
+                nodes = true;
+            }
+            s
+        })
+        .collect()
+}
+
+/// Issue 54 (1): every line the README shows the quickstart printing is printed, in its shape
+/// (times, durations, numbers, paths and the host aside).
+fn prints_what_the_readme_shows(printed: &str) {
+    let printed: Vec<String> = printed.lines().map(str::to_string).collect();
+    let printed = shapes(&printed);
+    let missing: Vec<String> = shapes(&shown_output())
+        .into_iter()
+        .filter(|s| !printed.contains(s))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README shows lines the quickstart did not print (in shape):\n{}\nprinted:\n{}",
+        missing.join("\n"),
+        printed.join("\n")
+    );
+}
+
+#[test]
+fn the_shapes_tell_lines_apart() {
+    assert_eq!(
+        shape(
+            "hello  2026-12-03T21:40:20Z  9s  2026-12-03T21:40:10.013Z  0s ago  ok  idle  */10 * * * * * (UTC)",
+            false
+        ),
+        "hello T D T D ago ok idle */10 * * * * * (UTC)"
+    );
+    assert_eq!(
+        shape(
+            "rotate-reports  2026-12-03T21:45:00Z  4min 49s  -  -  -  idle  */15 * * * * (UTC)",
+            false
+        ),
+        shape(
+            "rotate-reports  2026-12-03T21:45:00Z  49s  -  -  -  idle  */15 * * * * (UTC)",
+            false
+        )
+    );
+    assert_ne!(
+        shape(
+            "3    hello  2026-12-03T21:40:10Z  1    ok       web-1  2026-12-03T21:40:10.012Z  exit 0",
+            false
+        ),
+        shape(
+            "3    hello  2026-12-03T21:40:10Z  1    failed   web-1  2026-12-03T21:40:10.012Z  exit 1",
+            false
+        )
+    );
+    assert_eq!(
+        shape(
+            "web-1  vm  30485  yes  -  0 running  2026-12-03T21:40:05.257Z",
+            true
+        ),
+        "web-1 HOST N yes - N running T"
+    );
+}
+
 /// A directory anyone may read holding what the quickstart expects of a clone (its `config/`)
 /// and `bin/sqlcron`, the binary under test.
 fn checkout() -> tempfile::TempDir {
@@ -73,6 +192,7 @@ fn run(dir: &Path, user: Option<&str>) -> String {
         f.get(1) == Some(&"hello") && f.get(4) == Some(&"ok")
     });
     assert!(hello_ok, "no ok run of hello:\n{text}\n{}", stderr(&out));
+    prints_what_the_readme_shows(&text);
     // Issue 26 (9): `status` tells when next and in how long, when last and how long ago.
     assert!(
         text.lines()

@@ -54,7 +54,7 @@ async fn the_duty_is_held_by_one_node_and_fences_deletions(dialect: Dialect) {
         .await
         .unwrap()
         .into_iter()
-        .map(|(id, _)| id)
+        .map(|(id, _, _)| id)
         .collect();
     assert_eq!(ids.len(), 10);
 
