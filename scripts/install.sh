@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs sqlcron as a systemd service: the binary, the unit, an example configuration (kept if
-# one exists), the man page, shell completions and the `sqlcron` system user.
+# one exists), the man pages, shell completions and the `sqlcron` system user.
 #
 #   scripts/install.sh                 # build (release) and install under /
 #   DESTDIR=/tmp/stage scripts/install.sh   # stage the files only (no user, no systemctl)

@@ -462,6 +462,14 @@ impl Store {
 
     /// Runs a query returning one integer per row (tests and benchmarks).
     pub async fn scalars_i64(&self, sql: &str) -> Result<Vec<i64>> {
+        self.scalars(sql).await
+    }
+
+    /// Runs a query returning one value per row, of any type the driver decodes (tests).
+    pub async fn scalars<T>(&self, sql: &str) -> Result<Vec<T>>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any> + Send + Unpin,
+    {
         sqlx::query_scalar(AssertSqlSafe(sql.to_string()))
             .fetch_all(&self.db)
             .await

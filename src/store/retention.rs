@@ -255,7 +255,12 @@ impl Store {
              WHERE name = ? AND node = ? AND token = ? AND lease_until > {{now}})",
             table.table()
         );
-        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
+        // Not kept in the connection's statement cache: each batch's length makes a statement
+        // of its own (up to 500), and cached they would fill each connection's cache with
+        // statements of hundreds of parameters, one more per round; on SQLite the prepared
+        // statements live in the daemon's own memory (the fourth hour's soak,
+        // docs/benchmarks.md). Preparing it once a batch costs nothing that matters.
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text))).persistent(false);
         for id in ids {
             q = q.bind(*id);
         }

@@ -275,13 +275,15 @@ fn links(line: &str) -> Vec<String> {
     out
 }
 
-fn book_pages() -> Vec<PathBuf> {
+/// Every page of the book (`docs/src`), sorted; with `with_design_notes` false, not the pages
+/// that include the design notes.
+pub(crate) fn book_pages_of(with_design_notes: bool) -> Vec<PathBuf> {
     let mut pages = Vec::new();
     let mut dirs = vec![root().join("docs/src")];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.is_dir() {
+            if path.is_dir() && (with_design_notes || !path.ends_with("design")) {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "md") {
                 pages.push(path);
@@ -290,6 +292,10 @@ fn book_pages() -> Vec<PathBuf> {
     }
     pages.sort();
     pages
+}
+
+fn book_pages() -> Vec<PathBuf> {
+    book_pages_of(true)
 }
 
 /// Broken links of `page` (shown as `shown_as` in messages).
@@ -374,3 +380,36 @@ fn the_link_check_finds_a_broken_link_and_a_missing_heading() {
     );
     assert_eq!(slug(" `[daemon]` keys"), "daemon-keys");
 }
+
+/// Every column of `cron_table`, as each database has it after the migrations, is in the
+/// manual's table of columns (docs/src/reference/cron-table.md).
+async fn every_column_of_cron_table_is_documented(dialect: sqlcron::store::Dialect) {
+    use sqlcron::store::Dialect;
+    let db = crate::util::TestDb::new(dialect).await;
+    let store = db.store().await;
+    let sql = match dialect {
+        Dialect::Sqlite => "SELECT name FROM pragma_table_info('cron_table')",
+        Dialect::Postgres => {
+            "SELECT CAST(column_name AS TEXT) FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = 'cron_table'"
+        }
+        Dialect::Mysql => {
+            "SELECT CAST(column_name AS CHAR) FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = 'cron_table'"
+        }
+    };
+    let columns: Vec<String> = store.scalars(sql).await.unwrap();
+    assert!(columns.len() > 40, "{columns:?}");
+    let page = std::fs::read_to_string(root().join("docs/src/reference/cron-table.md")).unwrap();
+    let missing: Vec<&String> = columns
+        .iter()
+        .filter(|c| !page.contains(&format!("`{c}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{dialect:?}: columns of cron_table not in docs/src/reference/cron-table.md: {missing:?}"
+    );
+    store.close().await;
+}
+
+for_each_dialect!(every_column_of_cron_table_is_documented);

@@ -32,18 +32,7 @@ struct Block {
 /// The README and the book's own pages (the design notes it includes are not examples).
 fn pages() -> Vec<PathBuf> {
     let mut pages = vec![root().join("README.md")];
-    let mut dirs = vec![root().join("docs/src")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() && !path.ends_with("design") {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages.sort();
+    pages.extend(crate::manual::book_pages_of(false));
     pages
 }
 

@@ -136,6 +136,25 @@ async fn metrics_match_the_history(dialect: Dialect) {
     );
     assert_eq!(get(port, "/healthz").map(|r| r.0), Some(200));
     assert_eq!(get(port, "/nothing").map(|r| r.0), Some(404));
+    // Issue 54: every metric family the node serves is in the manual's metrics reference.
+    let (_, body) = get(port, "/metrics").expect("/metrics answers");
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/src/reference/metrics.md"
+    ))
+    .unwrap();
+    let families: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() >= 5, "{body}");
+    for family in families {
+        assert!(
+            page.contains(&format!("`{family}")),
+            "{family} is served but docs/src/reference/metrics.md does not list it"
+        );
+    }
     node.stop();
     store.close().await;
 }
