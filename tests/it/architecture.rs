@@ -50,7 +50,7 @@ struct Import {
 }
 
 /// The `.rs` files of a folder, recursively, as paths relative to `root`.
-fn rust_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())

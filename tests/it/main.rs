@@ -29,6 +29,7 @@ mod galera;
 mod http_jobs;
 mod http_server;
 mod job_search;
+mod journal_fields;
 mod live_output;
 mod locks;
 mod long_soak;
