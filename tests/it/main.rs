@@ -19,6 +19,7 @@ mod chains;
 mod cli_import;
 mod cli_next;
 mod cluster;
+mod command_reference;
 mod config_errors;
 mod doctor;
 mod environment_faults;
