@@ -39,6 +39,9 @@ pub(super) async fn housekeeping_loop(shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
+        // Every node, duty or not: what a round of runs (outputs of up to a MiB, on several
+        // threads' arenas) left free in the allocator goes back to the system.
+        let _ = tokio::task::spawn_blocking(super::heap::trim).await;
         let config = shared.config();
         wait = config.history.prune_interval;
         let lease_ms = config.daemon.lease.as_millis() as i64;

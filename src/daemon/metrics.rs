@@ -87,6 +87,8 @@ pub struct Metrics {
     /// The bytes SQLite's allocator holds in this process (its page caches, prepared
     /// statements and schemas; 0 on PostgreSQL and MySQL), read at each scrape.
     sqlite_heap: Gauge,
+    malloc_in_use: Gauge,
+    malloc_free: Gauge,
     /// History rows this node deleted under the retention limits, by table.
     pruned: Family<TableLabel, Counter>,
     /// Alert events this node recorded, by job and event (`missed` with `overdue` for the
@@ -152,6 +154,8 @@ impl Metrics {
             nodes_alive: Gauge::default(),
             clock_offset: Gauge::default(),
             sqlite_heap: Gauge::default(),
+            malloc_in_use: Gauge::default(),
+            malloc_free: Gauge::default(),
             pruned: Family::default(),
             alerts: Family::default(),
             deliveries: Family::default(),
@@ -266,6 +270,18 @@ impl Metrics {
             "Memory SQLite's allocator holds in this process (page caches, statements)",
             Unit::Bytes,
             m.sqlite_heap.clone(),
+        );
+        r.register_with_unit(
+            "malloc_in_use",
+            "Heap this process's allocator has handed out and not had back",
+            Unit::Bytes,
+            m.malloc_in_use.clone(),
+        );
+        r.register_with_unit(
+            "malloc_free",
+            "Heap this process's allocator holds free without giving it back to the system",
+            Unit::Bytes,
+            m.malloc_free.clone(),
         );
         r.register(
             "history_pruned_rows",
@@ -470,6 +486,9 @@ impl Metrics {
     pub fn encode(&self) -> String {
         // A counter of this process's, not a database read.
         self.sqlite_heap.set(crate::store::sqlite_heap_bytes());
+        let (in_use, free) = super::heap::malloc_bytes();
+        self.malloc_in_use.set(in_use as i64);
+        self.malloc_free.set(free as i64);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -539,6 +558,16 @@ mod tests {
         );
         assert!(
             text.contains("sqlcron_sqlite_heap_bytes{node=\"web-1\"} "),
+            "{text}"
+        );
+        // The allocator's heap: a test process has handed out something.
+        let in_use = text
+            .lines()
+            .find_map(|l| l.strip_prefix("sqlcron_malloc_in_use_bytes{node=\"web-1\"} "))
+            .and_then(|v| v.parse::<i64>().ok());
+        assert!(in_use.is_some_and(|b| b > 0), "{text}");
+        assert!(
+            text.contains("sqlcron_malloc_free_bytes{node=\"web-1\"} "),
             "{text}"
         );
     }

@@ -16,6 +16,7 @@ mod claimed;
 pub mod decode;
 mod delivery;
 mod every_node;
+pub mod heap;
 pub mod generations;
 pub mod guard;
 mod housekeeping;
@@ -282,10 +283,7 @@ impl Daemon {
         drop(config);
         // Parsing and applying a large TOML leaves freed heap behind; give it back to the system
         // so a long-running node's footprint reflects what it really holds.
-        // SAFETY: malloc_trim only releases free memory of glibc's allocator.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        heap::trim();
         registered
     }
 

@@ -115,6 +115,10 @@ struct Sample {
     shmem_kib: Vec<u64>,
     /// SQLite's own heap (`sqlcron_sqlite_heap_bytes`), in KiB.
     sqlite_heap_kib: Vec<u64>,
+    /// The allocator's heap in use and held free (`sqlcron_malloc_*_bytes`), in KiB: RSS that
+    /// grows with "in use" flat is fragmentation, not a leak.
+    malloc_in_use_kib: Vec<u64>,
+    malloc_free_kib: Vec<u64>,
     fds: Vec<u64>,
     threads: Vec<u64>,
     connections: i64,
@@ -141,8 +145,9 @@ fn proc_status(pid: i32, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `sqlcron_sqlite_heap_bytes` from a node's /metrics, in KiB (0 when unread).
-async fn sqlite_heap_kib(client: &reqwest::Client, metrics_port: u16) -> u64 {
+/// A gauge in bytes (`sqlcron_sqlite_heap_bytes`, ...) from a node's /metrics, in KiB (0 when
+/// unread).
+async fn gauge_kib(client: &reqwest::Client, metrics_port: u16, gauge: &str) -> u64 {
     let Ok(r) = client
         .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
         .send()
@@ -152,9 +157,18 @@ async fn sqlite_heap_kib(client: &reqwest::Client, metrics_port: u16) -> u64 {
     };
     let text = r.text().await.unwrap_or_default();
     text.lines()
-        .find(|l| l.starts_with("sqlcron_sqlite_heap_bytes"))
+        .find(|l| l.starts_with(gauge))
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map_or(0, |b| (b / 1024.0) as u64)
+}
+
+/// One gauge of every node, in KiB.
+async fn gauges(client: &reqwest::Client, ports: &[(u16, u16)], gauge: &str) -> Vec<u64> {
+    let mut v = Vec::new();
+    for (metrics, _) in ports {
+        v.push(gauge_kib(client, *metrics, gauge).await);
+    }
+    v
 }
 
 fn fds(pid: i32) -> u64 {
@@ -341,7 +355,7 @@ async fn long_soak(dialect: Dialect) {
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/long-soak");
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut table = String::from(
-        "minute\trss_kib_max\tanon_kib_max\tshmem_kib_max\tsqlite_heap_kib_max\tfds_max\tthreads_max\tdb_connections\tschema_bytes\truns_bytes\tjobs_bytes\thistory_rows\toldest_run_s\tevents\taudit\tp99_lateness_ms\tscrapes_failed\n",
+        "minute\trss_kib_max\tanon_kib_max\tshmem_kib_max\tsqlite_heap_kib_max\tmalloc_in_use_kib_max\tmalloc_free_kib_max\tfds_max\tthreads_max\tdb_connections\tschema_bytes\truns_bytes\tjobs_bytes\thistory_rows\toldest_run_s\tevents\taudit\tp99_lateness_ms\tscrapes_failed\n",
     );
     let sampler = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -367,13 +381,9 @@ async fn long_soak(dialect: Dialect) {
             rss_kib: pids.iter().map(|p| proc_status(*p, "VmRSS:")).collect(),
             anon_kib: pids.iter().map(|p| proc_status(*p, "RssAnon:")).collect(),
             shmem_kib: pids.iter().map(|p| proc_status(*p, "RssShmem:")).collect(),
-            sqlite_heap_kib: {
-                let mut v = Vec::new();
-                for (metrics, _) in &ports {
-                    v.push(sqlite_heap_kib(&sampler, *metrics).await);
-                }
-                v
-            },
+            sqlite_heap_kib: gauges(&sampler, &ports, "sqlcron_sqlite_heap_bytes").await,
+            malloc_in_use_kib: gauges(&sampler, &ports, "sqlcron_malloc_in_use_bytes").await,
+            malloc_free_kib: gauges(&sampler, &ports, "sqlcron_malloc_free_bytes").await,
             fds: pids.iter().map(|p| fds(*p)).collect(),
             threads: pids.iter().map(|p| proc_status(*p, "Threads:")).collect(),
             connections: connections(&store, dialect).await,
@@ -391,12 +401,14 @@ async fn long_soak(dialect: Dialect) {
             scrapes_failed: failed.load(std::sync::atomic::Ordering::Relaxed),
         };
         let line = format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             s.minute,
             s.rss_kib.iter().max().unwrap_or(&0),
             s.anon_kib.iter().max().unwrap_or(&0),
             s.shmem_kib.iter().max().unwrap_or(&0),
             s.sqlite_heap_kib.iter().max().unwrap_or(&0),
+            s.malloc_in_use_kib.iter().max().unwrap_or(&0),
+            s.malloc_free_kib.iter().max().unwrap_or(&0),
             s.fds.iter().max().unwrap_or(&0),
             s.threads.iter().max().unwrap_or(&0),
             s.connections,
