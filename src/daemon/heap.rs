@@ -11,10 +11,7 @@ pub fn malloc_bytes() -> (u64, u64) {
         // SAFETY: mallinfo2 takes no argument and returns a struct by value; it reads the
         // allocator's counters under its own locks.
         let info = unsafe { libc::mallinfo2() };
-        (
-            (info.uordblks + info.hblkhd) as u64,
-            info.fordblks as u64,
-        )
+        ((info.uordblks + info.hblkhd) as u64, info.fordblks as u64)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
