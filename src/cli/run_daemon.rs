@@ -317,6 +317,7 @@ pub(super) fn harden_process() {
     unsafe {
         std::env::remove_var("SQLCRON_DATABASE_URL");
     }
+    crate::daemon::heap::limit_arenas();
 }
 
 #[cfg(test)]

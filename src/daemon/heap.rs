@@ -3,6 +3,29 @@
 //! part back. A node's resident memory that grows while "in use" stays flat is the allocator's
 //! fragmentation, not a leak (docs/benchmarks.md, the long soak).
 
+/// How many malloc arenas the daemon's threads share, unless `MALLOC_ARENA_MAX` or
+/// `GLIBC_TUNABLES` says otherwise. glibc gives each new thread an arena of its own up to eight
+/// per core; SQLite's connections each run on a worker thread, and each arena kept its own
+/// freed fragments, so a SQLite node's resident memory crept up for an hour while the memory
+/// in use stayed flat (docs/benchmarks.md, "The sixth hour"). Two arenas keep the tokio thread
+/// and the lease thread from contending with the pools' workers, which is all a node needs.
+pub const ARENAS: i32 = 2;
+
+/// Caps the allocator's arenas at [`ARENAS`]; called once at the daemon's start, before any
+/// thread but the main one exists.
+pub fn limit_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some()
+        || std::env::var_os("GLIBC_TUNABLES").is_some()
+    {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes two integers and changes only how later arenas are created.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+    }
+}
+
 /// Bytes in use and bytes held free by the allocator, summed over its arenas (0, 0 where the
 /// C library is not glibc).
 pub fn malloc_bytes() -> (u64, u64) {
