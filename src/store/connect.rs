@@ -206,9 +206,14 @@ impl Store {
         // database lives only as long as its connections; a file's page caches would be built
         // anew with every new connection, and its memory churned, for nothing).
         let recycled = !(keep || dialect == Dialect::Sqlite);
+        // And a daemon's SQLite pools (the ones with a statement timeout; a command's pool
+        // stays lazy) open all of them at once: a node's descriptors and page caches are then
+        // what they will be for as long as it runs, rather than filling to the same bound
+        // whenever a busy minute first needs a third connection (the long soak's verdict).
+        let eager = dialect == Dialect::Sqlite && statement_timeout.is_some();
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
-            .min_connections(0)
+            .min_connections(if eager { max_connections } else { 0 })
             .acquire_timeout(Duration::from_secs(5))
             // An idle node gives back what a busy minute opened (see the constants).
             .idle_timeout(recycled.then_some(IDLE_TIMEOUT))
