@@ -452,15 +452,7 @@ async fn long_soak(dialect: Dialect) {
             // a sample also counts the pipes and pidfd of the jobs running at that instant
             // (46 → 73 → 46 on one node within a second) and tokio's blocking threads, which
             // come and go; one sample taken during a run proves no growth.
-            let median = |of: &dyn Fn(&Sample) -> u64, range: std::ops::RangeInclusive<u64>| {
-                let mut v: Vec<u64> = samples
-                    .iter()
-                    .filter(|s| range.contains(&s.minute))
-                    .map(of)
-                    .collect();
-                v.sort_unstable();
-                v.get(v.len() / 2).copied().unwrap_or(0)
-            };
+            let median = |of: &dyn Fn(&Sample) -> u64, range| median_of(&samples, of, range);
             grew(
                 &format!("n{} descriptors (median of ten minutes)", i + 1),
                 median(&|s: &Sample| s.fds[i], 6..=15),
@@ -478,15 +470,8 @@ async fn long_soak(dialect: Dialect) {
         }
         // The median of ten samples: a sample also counts the connections of the `sqlcron
         // lock` and `sem` commands the jobs run, which come and go.
-        let median_connections = |range: std::ops::RangeInclusive<u64>| {
-            let mut v: Vec<u64> = samples
-                .iter()
-                .filter(|s| range.contains(&s.minute))
-                .map(|s| s.connections.max(0) as u64)
-                .collect();
-            v.sort_unstable();
-            v.get(v.len() / 2).copied().unwrap_or(0)
-        };
+        let median_connections =
+            |range| median_of(&samples, &|s: &Sample| s.connections.max(0) as u64, range);
         grew(
             "database connections (median of ten minutes)",
             median_connections(6..=15),
@@ -563,4 +548,19 @@ async fn long_soak(dialect: Dialect) {
         "long soak on {name}:\n{}",
         problems.join("\n")
     );
+}
+
+/// The median of `of` over the samples of the minutes in `range` (0 when there are none).
+fn median_of(
+    samples: &[Sample],
+    of: &dyn Fn(&Sample) -> u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> u64 {
+    let mut v: Vec<u64> = samples
+        .iter()
+        .filter(|s| range.contains(&s.minute))
+        .map(of)
+        .collect();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
 }
