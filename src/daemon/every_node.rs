@@ -43,6 +43,10 @@ fn wanted(placement: Option<&str>, node: &str, tags: &[String]) -> bool {
     }
 }
 
+/// How often a node looks for copies whose template is gone while the templates' names stay
+/// the same (a copy made in a race with its template's removal).
+const ORPHAN_SWEEP: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl Shared {
     /// Brings this node's copies in line with the templates.
     pub(super) async fn sync_copies(&self, config: &Config) -> Result<(), StoreError> {
@@ -53,12 +57,34 @@ impl Shared {
         {
             return Ok(());
         }
-        let (templates, copies) = self.store.every_node_rows().await?;
+        let templates = self.store.every_node_templates().await?;
+        let names: Vec<String> = templates.iter().map(|t| t.name.clone()).collect();
+        let mine: Vec<String> = names.iter().map(|t| copy_name(t, &self.node)).collect();
+        let copies = self.store.copies_named(&mine).await?;
+        // Copies of templates that are gone, whichever node they belong to (nothing would ever
+        // remove those of a node that is gone): looked for when the templates' names change,
+        // at the first sync, while no template exists and every ten minutes, not with each
+        // heartbeat (the look reads every node's copies).
+        let now = std::time::Instant::now();
+        let sweep = {
+            let swept = self.copies_swept.lock().unwrap_or_else(|e| e.into_inner());
+            names.is_empty()
+                || swept.as_ref().is_none_or(|(seen, at)| {
+                    *seen != names || now.duration_since(*at) >= ORPHAN_SWEEP
+                })
+        };
+        let orphans = if sweep {
+            let found = self.store.orphan_copies().await?;
+            *self.copies_swept.lock().unwrap_or_else(|e| e.into_inner()) = Some((names, now));
+            found
+        } else {
+            vec![]
+        };
         self.copies_seen.store(
-            !templates.is_empty() || !copies.is_empty(),
+            !templates.is_empty() || !orphans.is_empty(),
             Ordering::Relaxed,
         );
-        if templates.is_empty() && copies.is_empty() {
+        if templates.is_empty() && orphans.is_empty() {
             return Ok(());
         }
         let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
@@ -85,14 +111,12 @@ impl Shared {
                 _ => {}
             }
         }
-        // Copies of templates that no longer exist (or are no longer every_node), whichever
-        // node they belong to: nothing would ever remove those of a node that is gone.
-        for c in &copies {
-            let template = c.template.as_deref().unwrap_or_default();
-            if !templates.iter().any(|t| t.name == template)
-                && self.store.remove_copy(&c.name, &actor).await?
-            {
-                tracing::info!(job = %c.name, template, "host-local copy removed: its job is gone");
+        for (copy, template) in &orphans {
+            if self.store.remove_copy(copy, &actor).await? {
+                tracing::info!(job = %copy, template, "host-local copy removed: its job is gone");
+            } else {
+                // Held by a run now: looked for again at the next sync.
+                *self.copies_swept.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
         }
         Ok(())

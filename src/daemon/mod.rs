@@ -129,6 +129,8 @@ struct Shared {
     /// any template or copy (true at start): a node syncs its copies only while either is so.
     templates: std::sync::atomic::AtomicI64,
     copies_seen: std::sync::atomic::AtomicBool,
+    /// The templates' names at the last look for orphaned copies, and when (`every_node.rs`).
+    copies_swept: Mutex<Option<(Vec<String>, Instant)>>,
     /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
     recent_runs: recorded::RecentRuns,
     /// Jobs some row names in `after`, as of the last look (see `chains.rs`), and the wake of
@@ -180,6 +182,7 @@ impl Daemon {
                 drained: false.into(),
                 templates: 0.into(),
                 copies_seen: true.into(),
+                copies_swept: Mutex::new(None),
                 recent_runs: recorded::RecentRuns::default(),
                 upstreams: Mutex::new(Default::default()),
                 chains_wake: Notify::new(),

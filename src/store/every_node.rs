@@ -3,7 +3,7 @@
 //! with its own slots, lease and history. Copies are written here; which ones a node needs is
 //! decided by the daemon (`daemon/every_node.rs`).
 
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row};
 
 use super::claim::decode_rows;
 
@@ -25,22 +25,53 @@ fn definition() -> impl Iterator<Item = &'static str> {
 const REMOVING: &str = "removing (every_node copy)";
 
 impl Store {
-    /// Templates (`run_on = 'every_node'`) and copies (`template` set), by name.
-    pub async fn every_node_rows(&self) -> Result<(Vec<JobRow>, Vec<JobRow>)> {
-        let mut read = vec![];
-        // Two statements, each on its own index (an OR of the two would scan the table).
-        for condition in ["run_on = 'every_node'", "template IS NOT NULL"] {
-            let rows = sqlx::query(AssertSqlSafe(format!(
-                "SELECT {JOB_COLUMNS} FROM cron_table WHERE {condition} ORDER BY name"
-            )))
+    /// The templates (`run_on = 'every_node'`), by name.
+    pub async fn every_node_templates(&self) -> Result<Vec<JobRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE run_on = 'every_node' ORDER BY name"
+        )))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read every_node templates"))?;
+        Ok(decode_rows(&rows))
+    }
+
+    /// The copies named `names` that exist: one node's own. Each node reads only its own, so
+    /// that a fleet's syncs cost the server a row per template and node, not the fleet's
+    /// every copy for each node (docs/fleet.md).
+    pub async fn copies_named(&self, names: &[String]) -> Result<Vec<JobRow>> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let marks = vec!["?"; names.len()].join(", ");
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {JOB_COLUMNS} FROM cron_table WHERE template IS NOT NULL AND name IN ({marks})"
+        ))));
+        for n in names {
+            q = q.bind(n.clone());
+        }
+        let rows = q
             .fetch_all(&self.db)
             .await
-            .map_err(sql_err!(self, "read every_node jobs"))?;
-            read.push(decode_rows(&rows));
-        }
-        let copies = read.pop().unwrap_or_default();
-        let templates = read.pop().unwrap_or_default();
-        Ok((templates, copies))
+            .map_err(sql_err!(self, "read every_node copies"))?;
+        Ok(decode_rows(&rows))
+    }
+
+    /// Copies whose template no longer exists or is no longer `every_node`, whichever node
+    /// they belong to: (name, template).
+    pub async fn orphan_copies(&self) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(AssertSqlSafe(
+            "SELECT c.name, c.template FROM cron_table c WHERE c.template IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM cron_table t \
+             WHERE t.name = c.template AND t.run_on = 'every_node') ORDER BY c.name",
+        ))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read every_node copies"))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("name")?, r.try_get("template")?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "read every_node copies"))
     }
 
     /// Creates `copy`, a copy of `template` pinned by `placement`. False when it exists.

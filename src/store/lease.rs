@@ -25,14 +25,15 @@ impl Store {
         if extended == held.len() {
             return Ok(Extended::default());
         }
-        // Some claims are gone, or asked to stop: find which.
-        let ids = vec!["?"; held.len()].join(", ");
+        // Some claims are gone, or asked to stop: find which. The list is padded (with id -1,
+        // no row's) to a power of two, as the extension's pairs are below.
+        let ids = vec!["?"; held.len().next_power_of_two()].join(", ");
         let text = self.dialect.render(&format!(
             "SELECT id, token, exec_by, stop_token FROM cron_table WHERE id IN ({ids})"
         ));
         let mut q = sqlx::query(AssertSqlSafe(text));
-        for (id, _) in held {
-            q = q.bind(*id);
+        for (id, _) in padded(held) {
+            q = q.bind(id);
         }
         let rows = q
             .fetch_all(&self.db)
@@ -79,7 +80,11 @@ impl Store {
         lease: Duration,
         unless_stopping: bool,
     ) -> Result<usize> {
-        let pairs = vec!["(id = ? AND token = ?)"; held.len()].join(" OR ");
+        // Padded to a power of two with (-1, -1), no row's: each length is a statement of its
+        // own in every connection's statement cache, and on SQLite the prepared statements live
+        // in the daemon's memory for as long as the connection, which is the daemon's life.
+        // Sixteen held runs make five texts rather than sixteen.
+        let pairs = vec!["(id = ? AND token = ?)"; held.len().next_power_of_two()].join(" OR ");
         let stop = if unless_stopping {
             " AND (stop_token IS NULL OR stop_token <> token)"
         } else {
@@ -95,8 +100,8 @@ impl Store {
                 .bind(lease_ms)
                 .bind(lease_ms)
                 .bind(node.to_string());
-            for (id, token) in held {
-                q = q.bind(*id).bind(*token);
+            for (id, token) in padded(held) {
+                q = q.bind(id).bind(token);
             }
             q
         };
@@ -138,4 +143,12 @@ impl Store {
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
+}
+
+/// `held`, then (-1, -1) (no row's id and token) up to the next power of two.
+fn padded(held: &[(i64, i64)]) -> impl Iterator<Item = (i64, i64)> + '_ {
+    let len = held.len().next_power_of_two();
+    held.iter()
+        .copied()
+        .chain(std::iter::repeat_n((-1, -1), len - held.len()))
 }

@@ -12,6 +12,7 @@ for_each_dialect!(
     a_drained_node_finishes_its_run_and_claims_nothing_more,
     drain_wait_returns_once_the_runs_have_ended,
     every_node_job_runs_each_slot_once_on_each_node,
+    copies_of_a_removed_template_go_even_on_a_node_that_is_gone,
     a_flood_of_placement_values_is_bounded_and_pruned,
 );
 
@@ -411,6 +412,59 @@ async fn every_node_job_runs_each_slot_once_on_each_node(dialect: Dialect) {
     }
     let skipped = history.iter().find(|r| r.outcome == "skipped").unwrap();
     assert!(skipped.skipped_count.unwrap_or(0) >= 3, "{skipped:?}");
+}
+
+/// Each node reads only its own copies with each sync (issue 53: every node reading the whole
+/// fleet's copies after each heartbeat was most of an idle server's time). The copies of a
+/// template that is removed still go, a stopped node's too: the node that sees the templates'
+/// names change looks for orphaned copies, whichever node they belong to.
+async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, run_on) \
+             VALUES ('keep', '0 0 1 1 *', 'true', 'every_node'), \
+                    ('gone', '0 0 1 1 *', 'true', 'every_node')",
+        )
+        .await
+        .unwrap();
+    let names = || async {
+        let mut n: Vec<String> = store
+            .jobs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.name)
+            .filter(|n| n.contains('@'))
+            .collect();
+        n.sort();
+        n
+    };
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
+    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
+    let all = ["gone@a", "gone@b", "keep@a", "keep@b"];
+    eventually(Duration::from_secs(30), "each node's copies", || async {
+        (names().await == all).then_some(())
+    })
+    .await;
+    let log = b.log_text();
+    assert!(b.stop().success(), "{log}");
+    store
+        .execute_raw("DELETE FROM cron_table WHERE name = 'gone'")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "the removed template's copies gone", || async {
+        (names().await == ["keep@a", "keep@b"]).then_some(())
+    })
+    .await;
+    let log = a.log_text();
+    assert!(
+        log.contains("host-local copy removed: its job is gone"),
+        "{log}"
+    );
+    assert!(a.stop().success(), "{log}");
 }
 
 /// Issue 25 (14): 33,000 placement values no row uses (values that do not parse, which every
