@@ -237,6 +237,9 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         Dialect::Sqlite => None,
     };
     let window = Duration::from_secs(env_number("SQLCRON_BENCH_FLEET_IDLE", 60));
+    if dialect == Dialect::Postgres {
+        let _ = store.execute_raw("SELECT pg_stat_statements_reset()").await;
+    }
     let (tx0, st0) = server_counts(&db, &store).await;
     let server0 = server.map(server_cpu_seconds);
     let daemons0 = daemons_cpu(&daemons);
@@ -273,6 +276,21 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         rss_max as f64 / 1024.0,
         ready.as_secs_f64()
     );
+    // Where the idle server's time went: the statements that took most of it in the window.
+    if dialect == Dialect::Postgres {
+        let top = store
+            .scalars::<String>(&format!(
+                "SELECT round((total_exec_time / {secs})::numeric, 1)::text || ' ms/s, ' \
+                 || round((calls / {secs})::numeric, 1)::text || ' calls/s: ' \
+                 || left(regexp_replace(query, '\\s+', ' ', 'g'), 140) \
+                 FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 6"
+            ))
+            .await
+            .unwrap_or_default();
+        for line in top {
+            println!("fleet      postgres N={n:<4} idle statement: {line}");
+        }
+    }
 
     // Midnight.
     let jobs = CLUSTER_JOBS + n;

@@ -455,9 +455,11 @@ async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Di
         .execute_raw("DELETE FROM cron_table WHERE name = 'gone'")
         .await
         .unwrap();
-    eventually(Duration::from_secs(30), "the removed template's copies gone", || async {
-        (names().await == ["keep@a", "keep@b"]).then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the removed template's copies gone",
+        || async { (names().await == ["keep@a", "keep@b"]).then_some(()) },
+    )
     .await;
     let log = a.log_text();
     assert!(
