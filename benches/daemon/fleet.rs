@@ -336,7 +336,7 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         }
     }
     let twice = by_job.values().filter(|c| **c > 1).count();
-    // Jobs that never started within the deadline, named (a few), so a missing start is seen.
+    // Jobs that never started within the deadline, counted, so that a missing start is seen.
     let missing = jobs.saturating_sub(by_job.len());
     // A slot started twice is either a lost run rerun (`rerun_lost`: its node could not extend
     // its lease in time, the one double run the design accepts) or a fault: the history tells.
