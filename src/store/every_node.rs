@@ -68,10 +68,18 @@ impl Store {
         .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read every_node copies"))?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("name")?, r.try_get("template")?)))
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read every_node copies"))
+        // A row whose name or template cannot be read as text (a blob written with SQL) is
+        // left alone, logged, and does not stop the sync of the others.
+        Ok(rows
+            .iter()
+            .filter_map(|r| match (r.try_get("name"), r.try_get("template")) {
+                (Ok(name), Ok(template)) => Some((name, template)),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(error = %e, "cron_table row cannot be read; left alone");
+                    None
+                }
+            })
+            .collect())
     }
 
     /// Creates `copy`, a copy of `template` pinned by `placement`. False when it exists.

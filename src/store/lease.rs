@@ -25,8 +25,8 @@ impl Store {
         if extended == held.len() {
             return Ok(Extended::default());
         }
-        // Some claims are gone, or asked to stop: find which. The list is padded (with id -1,
-        // no row's) to a power of two, as the extension's pairs are below.
+        // Some claims are gone, or asked to stop: find which. The list is padded to a power of
+        // two, as the extension's pairs are below.
         let ids = vec!["?"; held.len().next_power_of_two()].join(", ");
         let text = self.dialect.render(&format!(
             "SELECT id, token, exec_by, stop_token FROM cron_table WHERE id IN ({ids})"
@@ -80,10 +80,12 @@ impl Store {
         lease: Duration,
         unless_stopping: bool,
     ) -> Result<usize> {
-        // Padded to a power of two with (-1, -1), no row's: each length is a statement of its
-        // own in every connection's statement cache, and on SQLite the prepared statements live
-        // in the daemon's memory for as long as the connection, which is the daemon's life.
-        // Sixteen held runs make five texts rather than sixteen.
+        // Padded to a power of two by repeating the last pair: each length is a statement of
+        // its own in every connection's statement cache, and on SQLite the prepared statements
+        // live in the daemon's memory for as long as the connection, which is the daemon's
+        // life. Sixteen held runs make five texts rather than sixteen. A repeated pair matches
+        // no other row, so the count of rows changed is the held runs' (a made-up filler such
+        // as (-1, -1) would be matched by a row a database writer plants with that id).
         let pairs = vec!["(id = ? AND token = ?)"; held.len().next_power_of_two()].join(" OR ");
         let stop = if unless_stopping {
             " AND (stop_token IS NULL OR stop_token <> token)"
@@ -145,10 +147,11 @@ impl Store {
     }
 }
 
-/// `held`, then (-1, -1) (no row's id and token) up to the next power of two.
+/// `held`, then its last pair repeated up to the next power of two (`held` is not empty).
 fn padded(held: &[(i64, i64)]) -> impl Iterator<Item = (i64, i64)> + '_ {
     let len = held.len().next_power_of_two();
+    let last = held.last().copied().unwrap_or_default();
     held.iter()
         .copied()
-        .chain(std::iter::repeat_n((-1, -1), len - held.len()))
+        .chain(std::iter::repeat_n(last, len - held.len()))
 }

@@ -9,6 +9,7 @@ use sqlcron::store::{
 use crate::util::TestDb;
 
 for_each_dialect!(
+    a_planted_row_hides_no_lost_claim_from_the_padded_extension,
     concurrent_migrations_do_not_collide,
     sql_row_gets_prepared_and_claimed_once,
     claims_race_without_duplicates,
@@ -657,6 +658,38 @@ async fn a_claimed_row_is_taken_over_only_when_its_lease_ends(dialect: Dialect) 
     let row = store.job("held").await.unwrap().unwrap();
     assert_eq!(row.exec_by.as_deref(), Some("a"));
     assert_eq!(row.token, held.token);
+}
+
+/// The lease extension's list is padded to a power of two. Padded with a made-up pair (-1, -1),
+/// a row a database writer plants with that id, token and the node's name counted as one of the
+/// node's runs, and with three held runs one lost claim went unnoticed.
+async fn a_planted_row_hides_no_lost_claim_from_the_padded_extension(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    for name in ["p1", "p2", "p3"] {
+        insert(&store, name, "* * * * *", "true").await;
+        make_due(&store, name).await;
+    }
+    let (_, rows) = store.claim("a", 3, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    let held: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.token)).collect();
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (id, name, schedule, command, token, exec_by) \
+             VALUES (-1, 'planted', '* * * * *', 'true', -1, 'a')",
+        )
+        .await
+        .unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET token = token + 1, exec_by = 'b' WHERE name = 'p3'")
+        .await
+        .unwrap();
+    let found = store
+        .extend("a", &held, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let p3 = rows.iter().find(|r| r.name == "p3").unwrap().id;
+    assert_eq!(found.lost, vec![p3]);
 }
 
 async fn extend_reports_lost_claims(dialect: Dialect) {
