@@ -99,6 +99,55 @@ fn started_jobs(out: &Path) -> usize {
         .len()
 }
 
+/// The CPU seconds of the PostgreSQL server's processes now, in three parts, to tell where an
+/// idle server's time goes: its background processes (WAL writer, checkpointer, autovacuum's
+/// launcher and any worker running), the backends of the connections open, and what ended
+/// processes used (the postmaster's reaped time: connections closed, autovacuum workers done).
+fn server_parts(postmaster: u32) -> BTreeMap<u32, (bool, f64)> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| super::ratio::parent_of(p) == Some(postmaster))
+                .map(|p| {
+                    let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                        .unwrap_or_default();
+                    // A client backend's title is "postgres: USER DATABASE HOST(PORT) STATE".
+                    let client = cmd.contains('(') && cmd.contains(')');
+                    (p, (client, cpu_seconds(p).0))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the server's processes used between two [`server_parts`] readings, in seconds:
+/// (background, connections, ended). A process that ended in between is in `ended` (read from
+/// the postmaster's reaped time), whatever it was.
+fn server_split(
+    postmaster: u32,
+    before: &BTreeMap<u32, (bool, f64)>,
+    reaped_before: f64,
+    after: &BTreeMap<u32, (bool, f64)>,
+) -> (f64, f64, f64) {
+    let (mut background, mut connections) = (0.0, 0.0);
+    for (pid, (client, cpu)) in after {
+        let was = before.get(pid).map_or(0.0, |b| b.1);
+        if *client {
+            connections += cpu - was;
+        } else {
+            background += cpu - was;
+        }
+    }
+    // The ended ones' time, less what they had used before the window (read then).
+    let ended_before: f64 = before
+        .iter()
+        .filter(|(pid, _)| !after.contains_key(pid))
+        .map(|(_, (_, cpu))| cpu)
+        .sum();
+    let ended = cpu_seconds(postmaster).1 - reaped_before - ended_before;
+    (background, connections, ended)
+}
+
 async fn all_empty_claims(client: &reqwest::Client, ports: &[u16]) -> f64 {
     let mut sum = 0.0;
     for p in ports {
@@ -240,14 +289,30 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     if dialect == Dialect::Postgres {
         let _ = store.execute_raw("SELECT pg_stat_statements_reset()").await;
     }
+    let sessions = "SELECT CAST(sessions AS BIGINT) FROM pg_stat_database \
+                    WHERE datname = current_database()";
+    let sessions0 = match dialect {
+        Dialect::Postgres => store.scalar_i64(sessions).await.ok().flatten(),
+        _ => None,
+    };
     let (tx0, st0) = server_counts(&db, &store).await;
     let server0 = server.map(server_cpu_seconds);
+    let parts0 = server
+        .filter(|_| dialect == Dialect::Postgres)
+        .map(|p| (server_parts(p), cpu_seconds(p).1));
     let daemons0 = daemons_cpu(&daemons);
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
     let secs = t0.elapsed().as_secs_f64();
     let daemons1 = daemons_cpu(&daemons);
     let server1 = server.map(server_cpu_seconds);
+    let split = server
+        .zip(parts0)
+        .map(|(p, (before, reaped))| server_split(p, &before, reaped, &server_parts(p)));
+    let sessions1 = match dialect {
+        Dialect::Postgres => store.scalar_i64(sessions).await.ok().flatten(),
+        _ => None,
+    };
     let open = connections(&store, dialect).await;
     let (tx1, st1) = server_counts(&db, &store).await;
     let rss_max = daemons
@@ -276,7 +341,19 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         rss_max as f64 / 1024.0,
         ready.as_secs_f64()
     );
-    // Where the idle server's time went: the statements that took most of it in the window.
+    // Where the idle server's time went: its processes, the connections opened in the window
+    // (each a new backend), and the statements that took most of it.
+    if let Some((background, connections, ended)) = split {
+        println!(
+            "fleet      postgres N={n:<4} idle server: background processes {:.1} %, open \
+             connections' backends {:.1} %, ended processes (closed connections, autovacuum \
+             workers) {:.1} %; {} new connections/s",
+            background * 100.0 / secs,
+            connections * 100.0 / secs,
+            ended * 100.0 / secs,
+            rate(sessions1, sessions0),
+        );
+    }
     if dialect == Dialect::Postgres {
         let top = store
             .scalars::<String>(&format!(
@@ -292,7 +369,16 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         }
     }
 
-    // Midnight.
+    // Midnight (`SQLCRON_BENCH_FLEET_MIDNIGHT=false`: the idle window only).
+    if std::env::var("SQLCRON_BENCH_FLEET_MIDNIGHT").as_deref() == Ok("false") {
+        for d in &mut daemons {
+            super::stop(d);
+        }
+        drop(daemons);
+        store.close().await;
+        db.drop_db().await;
+        return;
+    }
     let jobs = CLUSTER_JOBS + n;
     let alone = xargs(work.path(), body, jobs);
     let _ = std::fs::remove_file(&out);

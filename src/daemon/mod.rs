@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod node_name;
 pub mod notify;
 mod placing;
+mod pool_trim;
 mod recorded;
 mod release;
 mod release_batch;
@@ -327,6 +328,7 @@ impl Daemon {
         let mut woken = true;
         let mut next_tick = Instant::now();
         let mut next_beat = Instant::now() + HEARTBEAT_INTERVAL;
+        let mut pool_trim = pool_trim::PoolTrim::new(Instant::now());
         loop {
             while let Some(done) = tasks.try_join_next() {
                 if let Err(e) = done {
@@ -337,6 +339,7 @@ impl Daemon {
             if errors == 0 && Instant::now() >= next_beat {
                 next_beat = Instant::now() + HEARTBEAT_INTERVAL;
                 self.heartbeat(&config).await;
+                pool_trim.after_heartbeat(&self.shared, Instant::now()).await;
             }
             // No heartbeat while the database is unreachable: the sleep is the error backoff.
             let wake_at = |next_tick: Instant, errors: u32| {

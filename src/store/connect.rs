@@ -21,17 +21,48 @@ pub(super) struct Opened {
 /// A pooled connection unused this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A pooled connection is closed when it is given back this long after it was opened, and a new
-/// one is opened only when one is wanted. The pool hands out its idle connections in turn, so
-/// a connection a burst (or a daemon's start) opened is seldom idle for [`IDLE_TIMEOUT`] while
-/// the node polls: this is what brings an idle node back to the one or two connections its
-/// loops use at once (docs/fleet.md). It costs one reconnection per connection every two
-/// minutes.
-pub const MAX_LIFETIME: Duration = Duration::from_secs(120);
+/// one is opened only when one is wanted: a bound on how long one server process serves one
+/// connection. Not what gives back what a busy spell opened: the pool hands out its idle
+/// connections in turn, so a node that polls keeps every one of them in use, and the daemon
+/// closes the ones beyond its loops' needs once it has been quiet a while
+/// ([`Store::trim_idle`], daemon/pool_trim.rs). A new PostgreSQL connection costs the server
+/// about 17 ms of CPU before it has served anything (a process, its catalog caches, the
+/// statements prepared anew): at two minutes this lifetime was most of an idle fleet's load on
+/// its server (docs/fleet.md).
+pub const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
 /// [`MAX_LIFETIME`] give or take a sixth, drawn per pool: connections a burst opened on many
 /// nodes at once do not all end, and reconnect, at the same moment.
 fn max_lifetime() -> Duration {
     MAX_LIFETIME.mul_f64(rand::random_range(5.0 / 6.0..7.0 / 6.0))
+}
+
+/// When a server last answered, on one of a pool's connections, that it takes no writes or has
+/// left its cluster (`StoreError::kind` `read-only`, or `unreachable` in the server's own
+/// words: a Galera node cut off, a PostgreSQL shutting down). Every connection opened before
+/// that is closed as it comes back rather than used again, so that a node reconnects, through
+/// whatever a load balancer in front now chooses, at once rather than at the end of
+/// [`MAX_LIFETIME`]. Shared by a store's pools (its lease pool too).
+#[derive(Debug, Default)]
+pub(super) struct Suspect(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl Suspect {
+    pub(super) fn mark(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// Whether a connection of `age` was opened before the last mark.
+    fn is_stale(&self, age: Duration) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| opened_before(age, at.elapsed()))
+    }
+}
+
+/// Whether a connection of `age` was opened before a moment `since` ago.
+fn opened_before(age: Duration, since: Duration) -> bool {
+    age > since
 }
 
 impl Store {
@@ -118,16 +149,17 @@ impl Store {
         )
     }
 
-    /// [`Store::open`], on the hosts' choice of `shared` when given (PostgreSQL): the new pool
-    /// points where that choice points, and follows it when it changes. With `keep`, its
-    /// connections are kept however long idle (a pool that must never wait to connect).
+    /// [`Store::open`], beside `beside` when given: on its hosts' choice (PostgreSQL), so that
+    /// the new pool points where that choice points and follows it when it changes, and
+    /// sharing its [`Suspect`] mark. With `keep`, its connections are kept however long idle (a
+    /// pool that must never wait to connect).
     fn open_on(
         configured: &DatabaseUrl,
         max_connections: u32,
         statement_timeout: Option<Duration>,
         default_target: topology::Target,
         pooled: bool,
-        shared: Option<std::sync::Arc<topology::Topology>>,
+        beside: Option<&Store>,
         keep: bool,
     ) -> Result<Store> {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
@@ -163,9 +195,10 @@ impl Store {
                         )
                 })
         };
-        let fresh = shared.is_none();
-        let topology = if shared.is_some() {
-            shared
+        let fresh = beside.is_none();
+        let suspect = beside.map_or_else(Default::default, |s| s.suspect.clone());
+        let topology = if let Some(s) = beside {
+            s.topology.clone()
         } else if dialect == Dialect::Postgres {
             let mut hosts = configured.hosts().clone();
             if pooled {
@@ -195,6 +228,7 @@ impl Store {
         // Weak: the choice holds its pools (to point them all anew), not the other way round.
         let stale = topology.as_ref().map(std::sync::Arc::downgrade);
         let chooser = stale.clone();
+        let suspected = std::sync::Arc::downgrade(&suspect);
         let ports = std::sync::Arc::new(configured.server_ports().to_vec());
         // SQLite serialises writes anyway; more connections only cost memory.
         let max_connections = if dialect == Dialect::Sqlite {
@@ -267,10 +301,14 @@ impl Store {
             // statement doubled the round trips of a busy node. A connection that broke in
             // between fails its statement, which is retried like any other failed write.
             .test_before_acquire(false)
-            // Connections opened before the pool changed server are dropped, not used.
+            // Connections opened before the pool changed server, or before its server said it
+            // takes no writes or has left its cluster, are dropped, not used.
             .before_acquire(move |conn, meta| {
                 let topology = stale.as_ref().and_then(std::sync::Weak::upgrade);
-                let keep = topology.as_ref().is_none_or(|t| !t.is_stale(meta.age));
+                let keep = topology.as_ref().is_none_or(|t| !t.is_stale(meta.age))
+                    && suspected
+                        .upgrade()
+                        .is_none_or(|s: std::sync::Arc<Suspect>| !s.is_stale(meta.age));
                 Box::pin(async move {
                     if !keep {
                         return Ok(false);
@@ -312,6 +350,7 @@ impl Store {
             driver_url: url,
             sql: std::sync::Arc::new(statements(dialect)),
             topology,
+            suspect,
             opened: Opened {
                 statement_timeout,
                 target: default_target,
@@ -343,10 +382,34 @@ impl Store {
             self.opened.statement_timeout,
             self.opened.target,
             self.opened.pooled,
-            self.topology.clone(),
+            Some(self),
             true,
         )
         .map(Some)
+    }
+
+    /// Closes idle connections of the pool until it holds at most `keep`, and says how many it
+    /// closed. Only idle ones: a connection in use is never taken, nor waited for. A SQLite
+    /// pool, whose connections are kept for the daemon's life, is left as it is.
+    pub async fn trim_idle(&self, keep: u32) -> u32 {
+        if self.dialect == Dialect::Sqlite {
+            return 0;
+        }
+        let mut closed = 0;
+        while self.db.pool.size() > keep {
+            let Some(conn) = self.db.pool.try_acquire() else {
+                break;
+            };
+            // A connection that fails to say goodbye is gone all the same.
+            let _ = conn.close().await;
+            closed += 1;
+        }
+        closed
+    }
+
+    /// The connections this store's pool holds now: (open, of which idle).
+    pub fn pool_size(&self) -> (u32, usize) {
+        (self.db.pool.size(), self.db.pool.num_idle())
     }
 
     /// Why a new connection to the server fails now, in the server's words (`None`: one
@@ -380,4 +443,21 @@ pub fn sqlite_heap_bytes() -> i64 {
     // SAFETY: sqlite3_memory_used takes no argument and only reads SQLite's memory counter
     // (thread-safe in the threadsafe build sqlx links).
     unsafe { libsqlite3_sys::sqlite3_memory_used() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_opened_before_the_mark_is_stale() {
+        let s = Duration::from_secs;
+        assert!(opened_before(s(10), s(3)), "opened 10 s ago, marked 3 s ago");
+        assert!(!opened_before(s(2), s(3)), "opened after the mark");
+        assert!(!Suspect::default().is_stale(s(3600)), "no mark: nothing is stale");
+        let marked = Suspect::default();
+        marked.mark();
+        assert!(marked.is_stale(s(1)));
+        assert!(!marked.is_stale(Duration::ZERO));
+    }
 }

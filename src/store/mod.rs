@@ -81,53 +81,7 @@ impl StoreError {
         let StoreError::Sql { source, .. } = self else {
             return "other";
         };
-        match source {
-            sqlx::Error::Database(e) => {
-                let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
-                let msg = e.message().to_ascii_lowercase();
-                if code == "40P01" || code == "40001" || msg.contains("deadlock") {
-                    // Galera's certification conflicts are reported as deadlocks too.
-                    "deadlock"
-                } else if code == "08S01"
-                    || msg.contains("wsrep")
-                    || matches!(code.as_str(), "57P01" | "57P02" | "57P03")
-                {
-                    // 57P0x: PostgreSQL shutting down or starting up; the connection goes.
-                    // A Galera node cut off from the cluster's primary component, or still
-                    // joining: "WSREP has not yet prepared node for application use".
-                    "unreachable"
-                } else if code == "25006"
-                    || msg.contains("with the --read-only option")
-                    || msg.contains("running in read-only mode")
-                    || msg.contains("in a read only transaction")
-                {
-                    // A standby, or a server fenced read-only (MySQL's `--read-only`, 1290;
-                    // `innodb_read_only`, 1836; a READ ONLY transaction, 1792): another server
-                    // may be the primary now.
-                    "read-only"
-                } else if code == "57014"
-                    || code == "55P03"
-                    || code == "70100"
-                    || msg.contains("lock wait timeout")
-                    || msg.contains("execution time exceeded")
-                    || msg.contains("statement timeout")
-                    || msg.contains("query execution was interrupted")
-                    || msg.contains("database is locked")
-                    || msg.contains("database table is locked")
-                {
-                    "timeout"
-                } else {
-                    "refused"
-                }
-            }
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-            | sqlx::Error::Protocol(_) => "unreachable",
-            _ => "other",
-        }
+        kind_of(source)
     }
 
     /// The database refused the statement for its content (not a connection problem, a
@@ -169,6 +123,57 @@ impl StoreError {
     }
 }
 
+/// [`StoreError::kind`] of a driver's error.
+fn kind_of(source: &sqlx::Error) -> &'static str {
+    match source {
+        sqlx::Error::Database(e) => {
+            let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
+            let msg = e.message().to_ascii_lowercase();
+            if code == "40P01" || code == "40001" || msg.contains("deadlock") {
+                // Galera's certification conflicts are reported as deadlocks too.
+                "deadlock"
+            } else if code == "08S01"
+                || msg.contains("wsrep")
+                || matches!(code.as_str(), "57P01" | "57P02" | "57P03")
+            {
+                // 57P0x: PostgreSQL shutting down or starting up; the connection goes.
+                // A Galera node cut off from the cluster's primary component, or still
+                // joining: "WSREP has not yet prepared node for application use".
+                "unreachable"
+            } else if code == "25006"
+                || msg.contains("with the --read-only option")
+                || msg.contains("running in read-only mode")
+                || msg.contains("in a read only transaction")
+            {
+                // A standby, or a server fenced read-only (MySQL's `--read-only`, 1290;
+                // `innodb_read_only`, 1836; a READ ONLY transaction, 1792): another server
+                // may be the primary now.
+                "read-only"
+            } else if code == "57014"
+                || code == "55P03"
+                || code == "70100"
+                || msg.contains("lock wait timeout")
+                || msg.contains("execution time exceeded")
+                || msg.contains("statement timeout")
+                || msg.contains("query execution was interrupted")
+                || msg.contains("database is locked")
+                || msg.contains("database table is locked")
+            {
+                "timeout"
+            } else {
+                "refused"
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => "unreachable",
+        _ => "other",
+    }
+}
+
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// The database a node works with.
@@ -187,6 +192,9 @@ pub struct Store {
     sql: std::sync::Arc<Statements>,
     /// PostgreSQL: the hosts of the URL and the one in use (see `topology.rs`).
     topology: Option<std::sync::Arc<topology::Topology>>,
+    /// When the server last said it takes no writes or has left its cluster: the connections
+    /// opened before are closed, not used again (see `connect.rs`).
+    suspect: std::sync::Arc<connect::Suspect>,
     /// How the pool was opened, for [`Store::own_pool`].
     opened: connect::Opened,
 }
@@ -399,7 +407,7 @@ use crate::model::actor::Actor;
 pub use admin::RunAsk;
 pub use apply::job_hash;
 pub use audit::AuditRow;
-pub use connect::sqlite_heap_bytes;
+pub use connect::{IDLE_TIMEOUT, sqlite_heap_bytes};
 pub use drift::{Drift, drift};
 pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
 pub use locks::{LockRow, LockState};
@@ -413,8 +421,15 @@ impl Store {
 
     /// Called with every database error: one that says the server is gone or takes no writes
     /// makes a PostgreSQL store choose its server again (in the background, see
-    /// `topology.rs`).
+    /// `topology.rs`). A server's answer that it takes no writes or has left its cluster (a
+    /// Galera node cut off, a server fenced read-only) makes every connection open now suspect:
+    /// each is closed as it comes back, and the next are opened anew, through whatever a
+    /// load balancer in front now chooses.
     fn noticed(&self, e: &sqlx::Error) {
+        if matches!(e, sqlx::Error::Database(_)) && matches!(kind_of(e), "unreachable" | "read-only")
+        {
+            self.suspect.mark();
+        }
         if let Some(t) = &self.topology
             && t.calls_for_selection(e)
         {

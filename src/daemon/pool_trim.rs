@@ -1,0 +1,82 @@
+//! Giving back what a busy spell opened: once the node has held no run for [`QUIET_FOR`], each
+//! heartbeat closes the pool's idle connections beyond [`KEEP`], and the lease extension's
+//! look closes all of its own pool's (`lease.rs`; the next run's first extension, a third of
+//! the lease after its claim, opens one again).
+//!
+//! The pool cannot do this alone: it hands out its idle connections in turn, so a node that
+//! polls uses every connection it holds now and then, and none is ever idle for the pool's own
+//! idle timeout. Nor is a short lifetime the answer (it was): each new PostgreSQL connection
+//! costs the server about 17 ms of CPU, and a fleet of idle nodes replacing two connections
+//! every two minutes kept its server busy with little else (docs/fleet.md).
+//!
+//! [`KEEP`] is two, not one: the node's loops (the pass, the heartbeat, the chain and delivery
+//! looks) now and then want a connection at the same moment, and a second connection closed
+//! after each such moment would be opened again at the next.
+
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use crate::store::Store;
+
+/// Connections an idle node keeps in its pool.
+pub(super) const KEEP: u32 = 2;
+/// How long a node has held no run before it gives connections back.
+pub(super) const QUIET_FOR: Duration = crate::store::IDLE_TIMEOUT;
+
+/// Whether a node whose last run ended (or was last seen held) at `busy_at` gives back
+/// connections at `now`.
+fn gives_back(now: Instant, busy_at: Instant) -> bool {
+    now.saturating_duration_since(busy_at) >= QUIET_FOR
+}
+
+/// When the node last held a run, as its heartbeats saw it.
+pub(super) struct PoolTrim {
+    busy_at: Instant,
+}
+
+impl PoolTrim {
+    pub(super) fn new(now: Instant) -> PoolTrim {
+        PoolTrim { busy_at: now }
+    }
+
+    /// With each heartbeat: notes whether the node holds a run, and gives back what its pool
+    /// no longer needs once it has been quiet for [`QUIET_FOR`].
+    pub(super) async fn after_heartbeat(&mut self, shared: &Shared, now: Instant) {
+        let idle = shared.supervision().is_empty();
+        self.give_back(&shared.store, idle, KEEP, now, "pool").await;
+    }
+
+    /// With each look of the lease extension (on the lease thread, whose runtime drives its
+    /// pool): all of its pool's connections once no run has been held for [`QUIET_FOR`].
+    pub(super) async fn after_extension_look(&mut self, store: &Store, idle: bool, now: Instant) {
+        self.give_back(store, idle, 0, now, "lease extension").await;
+    }
+
+    async fn give_back(&mut self, store: &Store, idle: bool, keep: u32, now: Instant, of: &str) {
+        if !idle {
+            self.busy_at = now;
+            return;
+        }
+        if !gives_back(now, self.busy_at) || store.pool_size().0 <= keep {
+            return;
+        }
+        let closed = store.trim_idle(keep).await;
+        if closed > 0 {
+            tracing::debug!(closed, of, "idle pooled connections closed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_go_back_only_after_a_quiet_spell() {
+        let busy = Instant::now();
+        assert!(!gives_back(busy, busy), "a run just held");
+        assert!(!gives_back(busy + QUIET_FOR - Duration::from_millis(1), busy));
+        assert!(gives_back(busy + QUIET_FOR, busy));
+        assert!(!gives_back(busy, busy + Duration::from_secs(1)), "no panic on a clock step");
+    }
+}
