@@ -5,10 +5,14 @@
 //! `run_on = "every_node"` job (each node's copy) and 20 jobs pinned to each node.
 //!
 //! **Idle**: none due. After the daemons are ready and have settled (`SQLCRON_BENCH_FLEET_SETTLE`
-//! seconds, 150 by default: longer than a pooled connection's life, so that what a node's start
-//! opened is given back), a window of `SQLCRON_BENCH_FLEET_IDLE` seconds (60) measures the
+//! seconds, 150 by default: well past the 30 quiet seconds after which a node gives back what
+//! its start opened), a window of `SQLCRON_BENCH_FLEET_IDLE` seconds (60) measures the
 //! server's CPU (% of one core, from `/proc`), its transactions and statements per second, the
-//! connections open to the database at the window's end, and the daemons' CPU and largest RSS.
+//! connections open to the database at the window's end, and the daemons' CPU and largest RSS;
+//! on PostgreSQL also the server's CPU split into its background processes, the open
+//! connections' backends and the processes that ended (closed connections), the new connections
+//! a second, and the statements that took most of its time. `SQLCRON_BENCH_FLEET_MIDNIGHT=false`
+//! measures the idle window only.
 //!
 //! **Midnight**: the 10,000 cluster jobs and every node's copy due in the same second, the
 //! body of the `ratio` benchmark (one line with its start time); the drain (first to last start)
@@ -24,10 +28,9 @@ use std::time::{Duration, Instant};
 use sqlcron::store::{Dialect, Store};
 
 use super::ratio::{
-    drain_of, insert_sql, mariadbd_pid, reaper_cpu_seconds, server_counts, server_cpu_seconds,
-    starts, wait_released, write_body, xargs,
+    drain_of, insert_sql, mariadbd_pid, server_counts, starts, wait_released, write_body, xargs,
 };
-use super::{Daemon, Db, FAR, cpu_seconds, fill, postmaster_pid, start_daemon, wait_ready};
+use super::{Daemon, Db, FAR, fill, postmaster_pid, start_daemon, wait_ready};
 
 const CLUSTER_JOBS: usize = 10_000;
 const LOCAL_PER_NODE: usize = 20;
@@ -99,35 +102,98 @@ fn started_jobs(out: &Path) -> usize {
         .len()
 }
 
-/// The CPU seconds of the PostgreSQL server's processes now, in three parts, to tell where an
-/// idle server's time goes: its background processes (WAL writer, checkpointer, autovacuum's
-/// launcher and any worker running), the backends of the connections open, and what ended
-/// processes used (the postmaster's reaped time: connections closed, autovacuum workers done).
-fn server_parts(postmaster: u32) -> BTreeMap<u32, (bool, f64)> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|&p| super::ratio::parent_of(p) == Some(postmaster))
-                .map(|p| {
-                    let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline"))
-                        .unwrap_or_default();
-                    // A client backend's title is "postgres: USER DATABASE HOST(PORT) STATE".
-                    let client = cmd.contains('(') && cmd.contains(')');
-                    (p, (client, cpu_seconds(p).0))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// One reading of `/proc`: each process's parent, command name and CPU seconds (its own, and
+/// its reaped children's). Read once per measurement, so that a window's two readings are
+/// moments apart whatever the number of processes (200 daemons each scanning `/proc` for its
+/// reaper took tens of seconds, and stretched the window the rates were divided by).
+struct Procs(std::collections::HashMap<u32, (u32, String, f64, f64)>);
+
+fn read_procs() -> Procs {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut all = std::collections::HashMap::new();
+    for pid in std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c).to_string();
+        let f: Vec<f64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0.0))
+            .collect();
+        let field = |n: usize| f.get(n - 3).copied().unwrap_or(0.0);
+        all.insert(
+            pid,
+            (
+                field(4) as u32,
+                comm,
+                (field(14) + field(15)) / hz,
+                (field(16) + field(17)) / hz,
+            ),
+        );
+    }
+    Procs(all)
 }
 
-/// What the server's processes used between two [`server_parts`] readings, in seconds:
-/// (background, connections, ended). A process that ended in between is in `ended` (read from
-/// the postmaster's reaped time), whatever it was.
+impl Procs {
+    fn children(&self, parent: u32) -> impl Iterator<Item = (u32, &(u32, String, f64, f64))> {
+        self.0
+            .iter()
+            .filter(move |(_, p)| p.0 == parent)
+            .map(|(pid, p)| (*pid, p))
+    }
+
+    /// The daemons' CPU seconds, with their reapers' (`sqlcron-reaper`, a child of each).
+    fn daemons_cpu(&self, daemons: &[Daemon]) -> f64 {
+        let pids: std::collections::HashSet<u32> = daemons.iter().map(|d| d.child.id()).collect();
+        self.0
+            .iter()
+            .filter(|(pid, p)| {
+                pids.contains(pid) || (pids.contains(&p.0) && p.1 == "sqlcron-reaper")
+            })
+            .map(|(_, p)| p.2)
+            .sum()
+    }
+
+    /// A server's CPU seconds: its own, its reaped children's and its living children's.
+    fn server_cpu(&self, pid: u32) -> f64 {
+        let own = self.0.get(&pid).map_or(0.0, |p| p.2 + p.3);
+        own + self.children(pid).map(|(_, p)| p.2).sum::<f64>()
+    }
+
+    /// The PostgreSQL server's living children, each with whether it is a client backend (its
+    /// title is "postgres: USER DATABASE HOST(PORT) STATE") and its CPU seconds.
+    fn server_parts(&self, postmaster: u32) -> BTreeMap<u32, (bool, f64)> {
+        self.children(postmaster)
+            .map(|(pid, p)| {
+                let cmd =
+                    std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                (pid, (cmd.contains('(') && cmd.contains(')'), p.2))
+            })
+            .collect()
+    }
+
+    fn reaped(&self, pid: u32) -> f64 {
+        self.0.get(&pid).map_or(0.0, |p| p.3)
+    }
+}
+
+/// What the PostgreSQL server's processes used between two readings, in seconds: (its
+/// background processes: WAL writer, checkpointer, autovacuum's launcher and any worker running;
+/// the backends of open connections; the processes that ended in between, closed connections
+/// and finished autovacuum workers, from the postmaster's reaped time).
 fn server_split(
-    postmaster: u32,
     before: &BTreeMap<u32, (bool, f64)>,
     reaped_before: f64,
     after: &BTreeMap<u32, (bool, f64)>,
+    reaped_after: f64,
 ) -> (f64, f64, f64) {
     let (mut background, mut connections) = (0.0, 0.0);
     for (pid, (client, cpu)) in after {
@@ -144,8 +210,11 @@ fn server_split(
         .filter(|(pid, _)| !after.contains_key(pid))
         .map(|(_, (_, cpu))| cpu)
         .sum();
-    let ended = cpu_seconds(postmaster).1 - reaped_before - ended_before;
-    (background, connections, ended)
+    (
+        background,
+        connections,
+        reaped_after - reaped_before - ended_before,
+    )
 }
 
 async fn all_empty_claims(client: &reqwest::Client, ports: &[u16]) -> f64 {
@@ -154,13 +223,6 @@ async fn all_empty_claims(client: &reqwest::Client, ports: &[u16]) -> f64 {
         sum += empty_claims(client, *p).await;
     }
     sum
-}
-
-fn daemons_cpu(daemons: &[Daemon]) -> f64 {
-    daemons
-        .iter()
-        .map(|d| cpu_seconds(d.child.id()).0 + reaper_cpu_seconds(d.child.id()))
-        .sum()
 }
 
 pub async fn fleet(dialects: &[Dialect]) {
@@ -289,6 +351,7 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     if dialect == Dialect::Postgres {
         let _ = store.execute_raw("SELECT pg_stat_statements_reset()").await;
     }
+    let reset_at = Instant::now();
     let sessions = "SELECT CAST(sessions AS BIGINT) FROM pg_stat_database \
                     WHERE datname = current_database()";
     let sessions0 = match dialect {
@@ -296,32 +359,40 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         _ => None,
     };
     let (tx0, st0) = server_counts(&db, &store).await;
-    let server0 = server.map(server_cpu_seconds);
+    let counted0 = Instant::now();
+    let procs0 = read_procs();
     let parts0 = server
         .filter(|_| dialect == Dialect::Postgres)
-        .map(|p| (server_parts(p), cpu_seconds(p).1));
-    let daemons0 = daemons_cpu(&daemons);
+        .map(|p| (procs0.server_parts(p), procs0.reaped(p)));
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
+    let procs1 = read_procs();
     let secs = t0.elapsed().as_secs_f64();
-    let daemons1 = daemons_cpu(&daemons);
-    let server1 = server.map(server_cpu_seconds);
-    let split = server
-        .zip(parts0)
-        .map(|(p, (before, reaped))| server_split(p, &before, reaped, &server_parts(p)));
+    let parts1 = server
+        .filter(|_| dialect == Dialect::Postgres)
+        .map(|p| (procs1.server_parts(p), procs1.reaped(p)));
+    let (tx1, st1) = server_counts(&db, &store).await;
     let sessions1 = match dialect {
         Dialect::Postgres => store.scalar_i64(sessions).await.ok().flatten(),
         _ => None,
     };
+    // The server's counters were read a moment before and after the window.
+    let counted = counted0.elapsed().as_secs_f64();
+    let server0 = server.map(|p| procs0.server_cpu(p));
+    let server1 = server.map(|p| procs1.server_cpu(p));
+    let daemons0 = procs0.daemons_cpu(&daemons);
+    let daemons1 = procs1.daemons_cpu(&daemons);
+    let split = parts0
+        .zip(parts1)
+        .map(|((before, r0), (after, r1))| server_split(&before, r0, &after, r1));
     let open = connections(&store, dialect).await;
-    let (tx1, st1) = server_counts(&db, &store).await;
     let rss_max = daemons
         .iter()
         .map(|d| rss_kib(d.child.id()))
         .max()
         .unwrap_or(0);
     let rate = |a: Option<i64>, b: Option<i64>| match (a, b) {
-        (Some(a), Some(b)) => format!("{:.1}", (a - b) as f64 / secs),
+        (Some(a), Some(b)) => format!("{:.1}", (a - b) as f64 / counted),
         _ => "n/a".into(),
     };
     let server_pct = match (server1, server0) {
@@ -355,6 +426,7 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         );
     }
     if dialect == Dialect::Postgres {
+        let secs = reset_at.elapsed().as_secs_f64();
         let top = store
             .scalars::<String>(&format!(
                 "SELECT round((total_exec_time / {secs})::numeric, 1)::text || ' ms/s, ' \
@@ -389,8 +461,9 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     let empty0 = all_empty_claims(&client, &ports).await;
     let now = store.now().await.unwrap();
     let slot = now - now.rem_euclid(1000) + 5_000;
-    let server0 = server.map(server_cpu_seconds);
-    let daemons0 = daemons_cpu(&daemons);
+    let procs0 = read_procs();
+    let server0 = server.map(|p| procs0.server_cpu(p));
+    let daemons0 = procs0.daemons_cpu(&daemons);
     store
         .execute_raw(&insert_sql(dialect, "midnight", CLUSTER_JOBS, slot, body))
         .await
@@ -412,8 +485,9 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     wait_released(&store).await;
-    let daemons1 = daemons_cpu(&daemons);
-    let server1 = server.map(server_cpu_seconds);
+    let procs1 = read_procs();
+    let daemons1 = procs1.daemons_cpu(&daemons);
+    let server1 = server.map(|p| procs1.server_cpu(p));
     let empty1 = all_empty_claims(&client, &ports).await;
     let mut by_job: BTreeMap<String, usize> = BTreeMap::new();
     for l in std::fs::read_to_string(&out).unwrap_or_default().lines() {

@@ -71,7 +71,7 @@ pub(super) fn server_cpu_seconds(pid: u32) -> f64 {
 }
 
 /// The parent of process `pid`, from `/proc/<pid>/stat`.
-pub(super) fn parent_of(pid: u32) -> Option<u32> {
+fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?
         .1

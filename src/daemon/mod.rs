@@ -339,7 +339,9 @@ impl Daemon {
             if errors == 0 && Instant::now() >= next_beat {
                 next_beat = Instant::now() + HEARTBEAT_INTERVAL;
                 self.heartbeat(&config).await;
-                pool_trim.after_heartbeat(&self.shared, Instant::now()).await;
+                pool_trim
+                    .after_heartbeat(&self.shared, Instant::now())
+                    .await;
             }
             // No heartbeat while the database is unreachable: the sleep is the error backoff.
             let wake_at = |next_tick: Instant, errors: u32| {

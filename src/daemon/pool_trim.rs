@@ -75,8 +75,14 @@ mod tests {
     fn connections_go_back_only_after_a_quiet_spell() {
         let busy = Instant::now();
         assert!(!gives_back(busy, busy), "a run just held");
-        assert!(!gives_back(busy + QUIET_FOR - Duration::from_millis(1), busy));
+        assert!(!gives_back(
+            busy + QUIET_FOR - Duration::from_millis(1),
+            busy
+        ));
         assert!(gives_back(busy + QUIET_FOR, busy));
-        assert!(!gives_back(busy, busy + Duration::from_secs(1)), "no panic on a clock step");
+        assert!(
+            !gives_back(busy, busy + Duration::from_secs(1)),
+            "no panic on a clock step"
+        );
     }
 }

@@ -151,8 +151,8 @@ impl Store {
 
     /// [`Store::open`], beside `beside` when given: on its hosts' choice (PostgreSQL), so that
     /// the new pool points where that choice points and follows it when it changes, and
-    /// sharing its [`Suspect`] mark. With `keep`, its connections are kept however long idle (a
-    /// pool that must never wait to connect).
+    /// sharing its [`Suspect`] mark. With `keep`, its connections are kept however long idle,
+    /// until [`Store::trim_idle`] closes them (a pool whose user decides when it is done).
     fn open_on(
         configured: &DatabaseUrl,
         max_connections: u32,
@@ -360,14 +360,14 @@ impl Store {
     }
 
     /// The same database with a pool of its own of at most `max_connections`, opened with the
-    /// same settings (statement timeout, pooler, hosts) but kept however long idle (no new
-    /// connection to wait for when a run needs its first extension): for work that must not wait for this
-    /// pool's connections, nor be driven by the runtime that drives them (the daemon's lease
-    /// extension, `daemon/lease_thread.rs`). Its connections are opened by the runtime this is
-    /// called on, when first used. On PostgreSQL with several hosts both pools share one choice
-    /// of server: a change of server that either pool's errors call for moves both, so that a
-    /// node never extends its leases on one server while it claims and releases on another.
-    ///
+    /// same settings (statement timeout, pooler, hosts) but kept however long idle, until
+    /// [`Store::trim_idle`] closes them (while runs are held, an extension finds its connection
+    /// open): for work that must not wait for this pool's connections, nor be driven by the
+    /// runtime that drives them (the daemon's lease extension, `daemon/lease_thread.rs`). Its
+    /// connections are opened by the runtime this is called on, when first used. On PostgreSQL
+    /// with several hosts both pools share one choice of server: a change of server that either
+    /// pool's errors call for moves both, so that a node never extends its leases on one server
+    /// while it claims and releases on another. Both share the [`Suspect`] mark too.
     ///
     /// `None` for an in-memory SQLite database, which exists only in its own connections: use
     /// this store then (SQLite's connections run on threads of their own, whatever runtime
@@ -452,9 +452,15 @@ mod tests {
     #[test]
     fn a_connection_opened_before_the_mark_is_stale() {
         let s = Duration::from_secs;
-        assert!(opened_before(s(10), s(3)), "opened 10 s ago, marked 3 s ago");
+        assert!(
+            opened_before(s(10), s(3)),
+            "opened 10 s ago, marked 3 s ago"
+        );
         assert!(!opened_before(s(2), s(3)), "opened after the mark");
-        assert!(!Suspect::default().is_stale(s(3600)), "no mark: nothing is stale");
+        assert!(
+            !Suspect::default().is_stale(s(3600)),
+            "no mark: nothing is stale"
+        );
         let marked = Suspect::default();
         marked.mark();
         assert!(marked.is_stale(s(1)));

@@ -60,11 +60,17 @@ impl Store {
     /// Copies whose template no longer exists or is no longer `every_node`, whichever node
     /// they belong to: (name, template).
     pub async fn orphan_copies(&self) -> Result<Vec<(String, String)>> {
-        let rows = sqlx::query(AssertSqlSafe(
+        // Names compared byte for byte: MySQL's default collation ignores case, and a copy
+        // of `Backup` is not a copy of `backup`.
+        let same = match self.dialect {
+            Dialect::Mysql => "CAST(t.name AS BINARY) = CAST(c.template AS BINARY)",
+            _ => "t.name = c.template",
+        };
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT c.name, c.template FROM cron_table c WHERE c.template IS NOT NULL \
              AND NOT EXISTS (SELECT 1 FROM cron_table t \
-             WHERE t.name = c.template AND t.run_on = 'every_node') ORDER BY c.name",
-        ))
+             WHERE {same} AND t.run_on = 'every_node') ORDER BY c.name",
+        )))
         .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "read every_node copies"))?;

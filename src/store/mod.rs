@@ -426,7 +426,8 @@ impl Store {
     /// each is closed as it comes back, and the next are opened anew, through whatever a
     /// load balancer in front now chooses.
     fn noticed(&self, e: &sqlx::Error) {
-        if matches!(e, sqlx::Error::Database(_)) && matches!(kind_of(e), "unreachable" | "read-only")
+        if matches!(e, sqlx::Error::Database(_))
+            && matches!(kind_of(e), "unreachable" | "read-only")
         {
             self.suspect.mark();
         }

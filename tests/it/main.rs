@@ -42,6 +42,7 @@ mod node_name;
 mod outage;
 mod patroni;
 mod placement;
+mod pool_connections;
 mod pooler;
 mod proxied;
 mod proxy;

@@ -1,0 +1,263 @@
+//! The connections a store and a daemon hold: what a quiet node gives back, and connections to
+//! a server that said it takes no writes or has left its cluster, which are not used again
+//! (src/store/connect.rs, src/daemon/pool_trim.rs, docs/fleet.md).
+
+use std::time::Duration;
+
+use sqlcron::store::{Dialect, Store};
+
+use crate::util::{DaemonProcess, TestDb, db_url, default_user, eventually};
+
+/// This connection's id on the server.
+fn id_sql(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "SELECT CAST(pg_backend_pid() AS BIGINT)",
+        _ => "SELECT CAST(CONNECTION_ID() AS SIGNED)",
+    }
+}
+
+/// Connections open to `db`, counted through a connection of its own (not counted).
+async fn server_connections(db: &TestDb) -> i64 {
+    let sql = match db.dialect {
+        Dialect::Postgres => format!(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
+            db.name
+        ),
+        _ => format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '{}' \
+             AND ID <> CONNECTION_ID()",
+            db.name
+        ),
+    };
+    let counter = Store::connect(&db_url(&db.url), 1).unwrap();
+    let n = counter.scalar_i64(&sql).await.unwrap().unwrap_or(0);
+    counter.close().await;
+    n
+}
+
+/// A server's answer that it has left its cluster (a Galera node cut off; PostgreSQL shutting
+/// down) or takes no writes, as an error raised by a statement.
+fn says(dialect: Dialect, what: &str) -> String {
+    match (dialect, what) {
+        (Dialect::Postgres, "left") => "DO $$ BEGIN RAISE EXCEPTION 'terminating connection due \
+             to administrator command' USING ERRCODE = '57P01'; END $$"
+            .into(),
+        (Dialect::Postgres, _) => "DO $$ BEGIN RAISE EXCEPTION 'cannot execute UPDATE in a \
+             read-only transaction' USING ERRCODE = '25006'; END $$"
+            .into(),
+        (_, "left") => "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'WSREP has not yet prepared \
+             node for application use'"
+            .into(),
+        _ => "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'The MariaDB server is running with the \
+             --read-only option so it cannot execute this statement'"
+            .into(),
+    }
+}
+
+async fn a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection(
+    dialect: Dialect,
+) {
+    let db = TestDb::new(dialect).await;
+    let store = Store::connect(&db_url(&db.url), 1).unwrap();
+    let id = || async { store.scalar_i64(id_sql(dialect)).await.unwrap().unwrap() };
+    let first = id().await;
+    assert_eq!(id().await, first, "a pool of one keeps its connection");
+    // An error about the statement says nothing about the connection: it is kept.
+    let e = store
+        .execute_raw("SELECT * FROM no_such_table")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "refused", "{e}");
+    assert_eq!(
+        id().await,
+        first,
+        "a refused statement's connection is kept"
+    );
+    // The server says it has left its cluster: its connection is not used again.
+    let e = store.execute_raw(&says(dialect, "left")).await.unwrap_err();
+    assert_eq!(e.kind(), "unreachable", "{e}");
+    let second = id().await;
+    assert_ne!(
+        second, first,
+        "the connection to a server that left its cluster was used again"
+    );
+    assert_eq!(id().await, second, "the new connection is kept");
+    // Or that it takes no writes.
+    let e = store
+        .execute_raw(&says(dialect, "read-only"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "read-only", "{e}");
+    assert_ne!(
+        id().await,
+        second,
+        "the connection to a read-only server was used again"
+    );
+    store.close().await;
+}
+
+/// `Store::trim_idle` closes idle connections beyond the number kept, never one in use.
+async fn trimming_closes_idle_connections_only(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = Store::connect(&db_url(&db.url), 4).unwrap();
+    if dialect == Dialect::Sqlite {
+        store.scalar_i64("SELECT 1").await.unwrap();
+        let before = store.pool_size();
+        assert_eq!(store.trim_idle(0).await, 0, "SQLite's connections are kept");
+        assert_eq!(store.pool_size(), before);
+        return;
+    }
+    let sleep = match dialect {
+        Dialect::Postgres => "SELECT pg_sleep(0.3)",
+        _ => "SELECT SLEEP(0.3)",
+    };
+    // Four statements at once: four connections.
+    let (a, b, c, d) = tokio::join!(
+        store.execute_raw(sleep),
+        store.execute_raw(sleep),
+        store.execute_raw(sleep),
+        store.execute_raw(sleep)
+    );
+    for r in [a, b, c, d] {
+        r.unwrap();
+    }
+    assert_eq!(store.pool_size(), (4, 4));
+    assert_eq!(server_connections(&db).await, 4);
+    assert_eq!(store.trim_idle(2).await, 2);
+    assert_eq!(store.pool_size().0, 2);
+    eventually(
+        Duration::from_secs(10),
+        "two connections on the server",
+        || async { (server_connections(&db).await == 2).then_some(()) },
+    )
+    .await;
+    // One of the two in use: only the idle one goes.
+    let long = match dialect {
+        Dialect::Postgres => "SELECT pg_sleep(1.5)",
+        _ => "SELECT SLEEP(1.5)",
+    };
+    let busy = {
+        let store = store.clone();
+        tokio::spawn(async move { store.execute_raw(long).await })
+    };
+    eventually(Duration::from_secs(5), "a connection in use", || async {
+        (store.pool_size().1 == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        store.trim_idle(0).await,
+        1,
+        "only the idle connection is closed"
+    );
+    busy.await
+        .unwrap()
+        .expect("the statement in use ran to its end");
+    assert_eq!(
+        store.pool_size(),
+        (1, 1),
+        "the one in use came back to the pool"
+    );
+    store.close().await;
+}
+
+/// A daemon that ran something and has been quiet for the pool's idle timeout holds only its
+/// loops' connection and (PostgreSQL) its LISTEN: the lease extension's pool, opened for the
+/// runs, is given back.
+async fn a_quiet_node_gives_back_the_lease_extensions_connection(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A pool of one: what the node holds beyond it is the lease pool's and the LISTEN.
+    let config = format!(
+        "[database]\nurl = \"{}\"\npool_size = 1\n[node]\nname = \"a\"\n[daemon]\n{}\n\
+         poll_interval = \"1s\"\nlease = \"6s\"\n",
+        db.url,
+        default_user()
+    );
+    let daemon = DaemonProcess::start(dir.path(), "a", &config);
+    let listen = i64::from(dialect == Dialect::Postgres);
+    eventually(
+        Duration::from_secs(20),
+        "the node's loops at work",
+        || async { (server_connections(&db).await > listen).then_some(()) },
+    )
+    .await;
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, slot, next_exec) \
+             VALUES ('slow', '0 0 1 1 *', 'sleep 5', {now}, {now})"
+        ))
+        .await
+        .unwrap();
+    // The run is extended (every 2 s): the lease pool's connection is open beside the loops'.
+    eventually(
+        Duration::from_secs(20),
+        "the lease pool's connection",
+        || async { (server_connections(&db).await >= 2 + listen).then_some(()) },
+    )
+    .await;
+    let run = eventually(Duration::from_secs(30), "the run's end", || async {
+        store
+            .history(Some("slow"), 5)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.ended.is_some())
+    })
+    .await;
+    assert_eq!(run.outcome, "ok", "{}", daemon.log_text());
+    // Quiet for 30 s, then the lease extension's next look (every 2 s) closes its connection.
+    eventually(
+        Duration::from_secs(60),
+        "the lease pool's connection given back",
+        || async { (server_connections(&db).await == 1 + listen).then_some(()) },
+    )
+    .await;
+}
+
+mod postgres {
+    use sqlcron::store::Dialect::Postgres;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection() {
+        super::a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection(Postgres)
+            .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trimming_closes_idle_connections_only() {
+        super::trimming_closes_idle_connections_only(Postgres).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_node_gives_back_the_lease_extensions_connection() {
+        super::a_quiet_node_gives_back_the_lease_extensions_connection(Postgres).await
+    }
+}
+
+mod mysql {
+    use sqlcron::store::Dialect::Mysql;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection() {
+        super::a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection(Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trimming_closes_idle_connections_only() {
+        super::trimming_closes_idle_connections_only(Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_node_gives_back_the_lease_extensions_connection() {
+        super::a_quiet_node_gives_back_the_lease_extensions_connection(Mysql).await
+    }
+}
+
+mod sqlite {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trimming_closes_idle_connections_only() {
+        super::trimming_closes_idle_connections_only(sqlcron::store::Dialect::Sqlite).await
+    }
+}
