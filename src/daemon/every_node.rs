@@ -2,7 +2,10 @@
 //! matches, named `job@node` and pinned to itself by its placement, so that each of its slots
 //! is claimed by this node only, exactly once, with its own history; a node that was down finds
 //! its copy due when it comes back and follows the job's misfire policy. Copies whose template
-//! is gone are removed by any node. Run at start, on reload and with each heartbeat.
+//! is gone are removed by any node. Run at start, on reload, and with a heartbeat (5 s) when
+//! the audit trail shows a definition changed since the last run, or that run is a minute old.
+
+use std::time::{Duration, Instant};
 
 use super::Shared;
 use crate::config::Config;
@@ -45,9 +48,44 @@ fn wanted(placement: Option<&str>, node: &str, tags: &[String]) -> bool {
 
 /// How often a node looks for copies whose template is gone while the templates' names stay
 /// the same (a copy made in a race with its template's removal).
-const ORPHAN_SWEEP: std::time::Duration = std::time::Duration::from_secs(600);
+const ORPHAN_SWEEP: Duration = Duration::from_secs(600);
+
+/// A node reads its templates and copies at least this often, whatever the audit trail says: a
+/// change whose audit row got an earlier id than one already seen (two transactions committing
+/// out of order) or written with the audit triggers off reaches the copies within this.
+const FULL_SYNC: Duration = Duration::from_secs(60);
+
+/// Whether the heartbeat syncs the copies: with no mark from the database (MySQL), always;
+/// otherwise when the audit trail's newest row is not the one of the last sync, or the last
+/// sync is [`FULL_SYNC`] old.
+fn sync_due(mark: Option<i64>, last: Option<(i64, Instant)>, now: Instant) -> bool {
+    match (mark, last) {
+        (Some(mark), Some((seen, at))) => {
+            mark != seen || now.saturating_duration_since(at) >= FULL_SYNC
+        }
+        _ => true,
+    }
+}
 
 impl Shared {
+    /// With each heartbeat: [`Shared::sync_copies`] when a definition may have changed since
+    /// the last sync (`mark`: the audit trail's newest row id, from the heartbeat). An idle
+    /// fleet's nodes so stop reading their templates and copies every 5 s (docs/fleet.md).
+    pub(super) async fn sync_copies_if_changed(
+        &self,
+        config: &Config,
+        mark: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let last = *self.copies_synced.lock().unwrap_or_else(|e| e.into_inner());
+        if !sync_due(mark, last, now) {
+            return Ok(());
+        }
+        self.sync_copies(config).await?;
+        *self.copies_synced.lock().unwrap_or_else(|e| e.into_inner()) = mark.map(|m| (m, now));
+        Ok(())
+    }
+
     /// Brings this node's copies in line with the templates.
     pub(super) async fn sync_copies(&self, config: &Config) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering;
@@ -126,6 +164,30 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heartbeat_syncs_when_the_audit_trail_moved_or_a_minute_passed() {
+        let at = Instant::now();
+        assert!(sync_due(None, Some((7, at)), at), "no mark (MySQL): always");
+        assert!(sync_due(Some(7), None, at), "never synced");
+        assert!(!sync_due(
+            Some(7),
+            Some((7, at)),
+            at + Duration::from_secs(5)
+        ));
+        assert!(
+            sync_due(Some(8), Some((7, at)), at + Duration::from_secs(5)),
+            "a change"
+        );
+        assert!(
+            sync_due(Some(6), Some((7, at)), at),
+            "rows pruned: read again"
+        );
+        assert!(
+            sync_due(Some(7), Some((7, at)), at + FULL_SYNC),
+            "the safety net"
+        );
+    }
 
     #[test]
     fn copy_names_and_placement() {

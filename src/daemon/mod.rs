@@ -132,6 +132,8 @@ struct Shared {
     copies_seen: std::sync::atomic::AtomicBool,
     /// The templates' names at the last look for orphaned copies, and when (`every_node.rs`).
     copies_swept: Mutex<Option<(Vec<String>, Instant)>>,
+    /// The audit trail's newest row at the last sync of this node's copies, and when.
+    copies_synced: Mutex<Option<(i64, Instant)>>,
     /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
     recent_runs: recorded::RecentRuns,
     /// Jobs some row names in `after`, as of the last look (see `chains.rs`), and the wake of
@@ -184,6 +186,7 @@ impl Daemon {
                 templates: 0.into(),
                 copies_seen: true.into(),
                 copies_swept: Mutex::new(None),
+                copies_synced: Mutex::new(None),
                 recent_runs: recorded::RecentRuns::default(),
                 upstreams: Mutex::new(Default::default()),
                 chains_wake: Notify::new(),
@@ -489,16 +492,20 @@ impl Daemon {
         let local_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        if let Err(e) = self
+        let audit_mark = match self
             .shared
             .store
             .node_seen(&self.shared.node, local_now)
             .await
         {
-            tracing::warn!(error = %e, "node heartbeat failed");
-            self.shared.metrics.database_error(e.kind());
-        }
-        if let Err(e) = self.shared.sync_copies(config).await {
+            Ok(mark) => mark,
+            Err(e) => {
+                tracing::warn!(error = %e, "node heartbeat failed");
+                self.shared.metrics.database_error(e.kind());
+                None
+            }
+        };
+        if let Err(e) = self.shared.sync_copies_if_changed(config, audit_mark).await {
             tracing::warn!(error = %e, "host-local jobs not synced");
         }
         self.shared.clone().learn_generations_beside(config);

@@ -45,14 +45,26 @@ impl Store {
 
     /// Refreshes this node's `last_seen` (heartbeat), and records how far its clock is from the
     /// database's (`local_now`: this host's clock, ms).
-    pub async fn node_seen(&self, name: &str, local_now: i64) -> Result<()> {
-        sqlx::query(AssertSqlSafe(self.sql.node_seen.clone()))
+    ///
+    /// Returns, on PostgreSQL and SQLite, the id of the newest row of the audit trail (which
+    /// every change of a job's definition writes, by trigger): while it stays the same, no
+    /// definition changed, and the node need not read its host-local templates again. `None`
+    /// on MySQL (no RETURNING for an UPDATE), with no audit row, or for a node not registered.
+    pub async fn node_seen(&self, name: &str, local_now: i64) -> Result<Option<i64>> {
+        let q = sqlx::query(AssertSqlSafe(self.sql.node_seen.clone()))
             .bind(local_now)
-            .bind(name.to_string())
-            .execute(&self.db)
+            .bind(name.to_string());
+        if self.dialect == Dialect::Mysql {
+            q.execute(&self.db)
+                .await
+                .map_err(sql_err!(self, "node heartbeat"))?;
+            return Ok(None);
+        }
+        let row = q
+            .fetch_optional(&self.db)
             .await
             .map_err(sql_err!(self, "node heartbeat"))?;
-        Ok(())
+        Ok(row.and_then(|r| r.try_get::<Option<i64>, _>(0).ok().flatten()))
     }
 
     /// Records that this node stopped.

@@ -326,8 +326,17 @@ fn statements(d: Dialect) -> Statements {
              VALUES (?, ?, ?, ?, {{now}}, {{now}}, ?, ?, ?, ?){conflict}"
         )),
         node_upsert: d.render(&node_upsert),
-        node_seen: d
-            .render("UPDATE cron_nodes SET last_seen = {now}, stopped = NULL, clock_offset = ? - {now} WHERE name = ?"),
+        // PostgreSQL and SQLite also return the newest audit-trail row's id (see
+        // `Store::node_seen`); MySQL has no RETURNING for an UPDATE.
+        node_seen: d.render(&format!(
+            "UPDATE cron_nodes SET last_seen = {{now}}, stopped = NULL, clock_offset = ? - {{now}} \
+             WHERE name = ?{}",
+            if d == Dialect::Mysql {
+                ""
+            } else {
+                " RETURNING (SELECT MAX(id) FROM cron_audit) AS audit_mark"
+            }
+        )),
         node_stopped: d
             .render("UPDATE cron_nodes SET last_seen = {now}, stopped = {now} WHERE name = ?"),
         shutdown_release: d.render(

@@ -52,7 +52,8 @@ fn unique_name() -> String {
 pub struct TestDb {
     pub dialect: Dialect,
     pub url: String,
-    name: String,
+    /// The database's name on its server.
+    pub name: String,
     /// Keeps the SQLite file's directory alive.
     _dir: Option<tempfile::TempDir>,
 }
