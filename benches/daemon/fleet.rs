@@ -12,7 +12,7 @@
 //! on PostgreSQL also the server's CPU split into its background processes, the open
 //! connections' backends and the processes that ended (closed connections), the new connections
 //! a second, and the statements that took most of its time. `SQLCRON_BENCH_FLEET_MIDNIGHT=false`
-//! measures the idle window only.
+//! measures the idle window only; `SQLCRON_BENCH_FLEET_POLL=10s` sets the nodes' `poll_interval`.
 //!
 //! **Midnight**: the 10,000 cluster jobs and every node's copy due in the same second, the
 //! body of the `ratio` benchmark (one line with its start time); the drain (first to last start)
@@ -296,10 +296,14 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     unsafe { std::env::set_var("RATIO_OUT", &out) };
     // `SQLCRON_BENCH_FLEET_WAKEUPS=false`: polling only. `SQLCRON_BENCH_PG_POOLER_PORT`: the
     // nodes reach PostgreSQL through the pooler there (its `direct_url` the server itself).
-    let wakeups = match std::env::var("SQLCRON_BENCH_FLEET_WAKEUPS").as_deref() {
-        Ok("false") => "wakeups = false\n",
-        _ => "",
+    let mut wakeups = match std::env::var("SQLCRON_BENCH_FLEET_WAKEUPS").as_deref() {
+        Ok("false") => "wakeups = false\n".to_string(),
+        _ => String::new(),
     };
+    // `SQLCRON_BENCH_FLEET_POLL=10s`: the nodes' `poll_interval` (1 s by default).
+    if let Ok(poll) = std::env::var("SQLCRON_BENCH_FLEET_POLL") {
+        wakeups.push_str(&format!("poll_interval = \"{poll}\"\n"));
+    }
     let url = match std::env::var("SQLCRON_BENCH_PG_POOLER_PORT") {
         Ok(port) if dialect == Dialect::Postgres => format!(
             "postgres://postgres@127.0.0.1:{port}/{}\"\ndirect_url = \"{}",

@@ -55,7 +55,8 @@ const ORPHAN_SWEEP: Duration = Duration::from_secs(600);
 /// out of order) or written with the audit triggers off reaches the copies within this.
 const FULL_SYNC: Duration = Duration::from_secs(60);
 
-/// Whether the heartbeat syncs the copies: with no mark from the database (MySQL), always;
+/// Whether the heartbeat syncs the copies: with no mark from the database (none read yet, or no
+/// audit row), always;
 /// otherwise when the audit trail's newest row is not the one of the last sync, or the last
 /// sync is [`FULL_SYNC`] old.
 fn sync_due(mark: Option<i64>, last: Option<(i64, Instant)>, now: Instant) -> bool {
@@ -69,7 +70,8 @@ fn sync_due(mark: Option<i64>, last: Option<(i64, Instant)>, now: Instant) -> bo
 
 impl Shared {
     /// With each heartbeat: [`Shared::sync_copies`] when a definition may have changed since
-    /// the last sync (`mark`: the audit trail's newest row id, from the heartbeat). An idle
+    /// the last sync (`mark`: the audit trail's newest row id, from the heartbeat, or on MySQL
+    /// from the last peek). An idle
     /// fleet's nodes so stop reading their templates and copies every 5 s (docs/fleet.md).
     pub(super) async fn sync_copies_if_changed(
         &self,
@@ -168,7 +170,7 @@ mod tests {
     #[test]
     fn the_heartbeat_syncs_when_the_audit_trail_moved_or_a_minute_passed() {
         let at = Instant::now();
-        assert!(sync_due(None, Some((7, at)), at), "no mark (MySQL): always");
+        assert!(sync_due(None, Some((7, at)), at), "no mark: always");
         assert!(sync_due(Some(7), None, at), "never synced");
         assert!(!sync_due(
             Some(7),

@@ -132,8 +132,10 @@ struct Shared {
     copies_seen: std::sync::atomic::AtomicBool,
     /// The templates' names at the last look for orphaned copies, and when (`every_node.rs`).
     copies_swept: Mutex<Option<(Vec<String>, Instant)>>,
-    /// The audit trail's newest row at the last sync of this node's copies, and when.
+    /// The audit trail's newest row at the last sync of this node's copies, and when; and, on
+    /// MySQL, as the last peek saw it (0: not seen), for the heartbeat (see `every_node.rs`).
     copies_synced: Mutex<Option<(i64, Instant)>>,
+    peeked_audit_mark: std::sync::atomic::AtomicI64,
     /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
     recent_runs: recorded::RecentRuns,
     /// Jobs some row names in `after`, as of the last look (see `chains.rs`), and the wake of
@@ -187,6 +189,7 @@ impl Daemon {
                 copies_seen: true.into(),
                 copies_swept: Mutex::new(None),
                 copies_synced: Mutex::new(None),
+                peeked_audit_mark: std::sync::atomic::AtomicI64::new(0),
                 recent_runs: recorded::RecentRuns::default(),
                 upstreams: Mutex::new(Default::default()),
                 chains_wake: Notify::new(),
@@ -498,7 +501,15 @@ impl Daemon {
             .node_seen(&self.shared.node, local_now)
             .await
         {
-            Ok(mark) => mark,
+            // MySQL's heartbeat returns none: the last peek's (at most a poll interval old).
+            Ok(mark) => mark.or_else(|| {
+                Some(
+                    self.shared
+                        .peeked_audit_mark
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )
+                .filter(|m| *m != 0)
+            }),
             Err(e) => {
                 tracing::warn!(error = %e, "node heartbeat failed");
                 self.shared.metrics.database_error(e.kind());

@@ -49,7 +49,8 @@ impl Store {
     /// Returns, on PostgreSQL and SQLite, the id of the newest row of the audit trail (which
     /// every change of a job's definition writes, by trigger): while it stays the same, no
     /// definition changed, and the node need not read its host-local templates again. `None`
-    /// on MySQL (no RETURNING for an UPDATE), with no audit row, or for a node not registered.
+    /// on MySQL (no RETURNING for an UPDATE; its peek carries the id instead), with no audit
+    /// row, or for a node not registered.
     pub async fn node_seen(&self, name: &str, local_now: i64) -> Result<Option<i64>> {
         let q = sqlx::query(AssertSqlSafe(self.sql.node_seen.clone()))
             .bind(local_now)

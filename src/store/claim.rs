@@ -46,6 +46,11 @@ impl Store {
                 .is_some_and(|d| d != 0),
             next_event: row.try_get("next_event").map_err(sql_err!(self, "peek"))?,
             alive: row.try_get("alive").map_err(sql_err!(self, "peek"))?,
+            audit_mark: if self.dialect == Dialect::Mysql {
+                row.try_get("audit_mark").map_err(sql_err!(self, "peek"))?
+            } else {
+                None
+            },
         })
     }
 

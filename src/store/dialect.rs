@@ -215,7 +215,14 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
          (SELECT next_try FROM cron_events WHERE next_try IS NOT NULL \
           ORDER BY next_try LIMIT 1) AS next_event, \
          (SELECT COUNT(*) FROM cron_nodes WHERE stopped IS NULL \
-          AND last_seen > {{now}} - {NODE_ALIVE_WINDOW_MS}) AS alive"
+          AND last_seen > {{now}} - {NODE_ALIVE_WINDOW_MS}) AS alive{}",
+        // MySQL's heartbeat cannot return the audit trail's newest row (no RETURNING for an
+        // UPDATE): its peek does (`Store::node_seen`).
+        if dialect == Dialect::Mysql {
+            ", (SELECT MAX(id) FROM cron_audit) AS audit_mark"
+        } else {
+            ""
+        }
     ))
 }
 

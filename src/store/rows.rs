@@ -179,6 +179,9 @@ pub struct Peek {
     pub next_event: Option<i64>,
     /// Nodes alive by their heartbeat (see [`NodeRow::alive`]).
     pub alive: i64,
+    /// MySQL: the id of the audit trail's newest row, which the heartbeat cannot return there
+    /// (see `Store::node_seen`). `None` elsewhere.
+    pub audit_mark: Option<i64>,
 }
 
 /// The result of a write fenced by a claim.
