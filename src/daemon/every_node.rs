@@ -83,19 +83,23 @@ impl Shared {
         if !sync_due(mark, last, now) {
             return Ok(());
         }
-        self.sync_copies(config).await?;
-        *self.copies_synced.lock().unwrap_or_else(|e| e.into_inner()) = mark.map(|m| (m, now));
+        // A sync that read nothing (the peek had counted no template yet) or left work for
+        // later (a copy to remove still held by its run) is not one the mark may stand for.
+        let complete = self.sync_copies(config).await?;
+        *self.copies_synced.lock().unwrap_or_else(|e| e.into_inner()) =
+            mark.filter(|_| complete).map(|m| (m, now));
         Ok(())
     }
 
-    /// Brings this node's copies in line with the templates.
-    pub(super) async fn sync_copies(&self, config: &Config) -> Result<(), StoreError> {
+    /// Brings this node's copies in line with the templates. False when it read nothing, or a
+    /// copy it should remove is held by a run and is left for the next sync.
+    pub(super) async fn sync_copies(&self, config: &Config) -> Result<bool, StoreError> {
         use std::sync::atomic::Ordering;
         // Nothing to do (and no statement) while no template exists and the last sync found
         // no copy: the peek counts the templates.
         if self.templates.load(Ordering::Relaxed) == 0 && !self.copies_seen.load(Ordering::Relaxed)
         {
-            return Ok(());
+            return Ok(false);
         }
         let templates = self.store.every_node_templates().await?;
         let names: Vec<String> = templates.iter().map(|t| t.name.clone()).collect();
@@ -125,8 +129,9 @@ impl Shared {
             Ordering::Relaxed,
         );
         if templates.is_empty() && orphans.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
+        let mut complete = true;
         let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
         let pin = Placement {
             tags: vec![],
@@ -145,8 +150,13 @@ impl Shared {
                     self.store.update_copy(&t.name, &name, &actor).await?;
                     tracing::info!(job = %name, template = %t.name, "host-local copy updated");
                 }
-                (false, Some(_)) if self.store.remove_copy(&name, &actor).await? => {
-                    tracing::info!(job = %name, "host-local copy removed: this node no longer matches");
+                (false, Some(_)) => {
+                    if self.store.remove_copy(&name, &actor).await? {
+                        tracing::info!(job = %name, "host-local copy removed: this node no longer matches");
+                    } else {
+                        // Held by a run now: removed at the next heartbeat's sync.
+                        complete = false;
+                    }
                 }
                 _ => {}
             }
@@ -157,9 +167,10 @@ impl Shared {
             } else {
                 // Held by a run now: looked for again at the next sync.
                 *self.copies_swept.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                complete = false;
             }
         }
-        Ok(())
+        Ok(complete)
     }
 }
 

@@ -134,10 +134,6 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
 pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<Progress>) {
     let mut failing = false;
     let mut stalled = false;
-    // When this loop last had a run to extend: its pool's connections are given back after a
-    // quiet spell (daemon/pool_trim.rs), and opened again for the next run's first extension,
-    // a third of the lease after its claim.
-    let mut trim = super::pool_trim::PoolTrim::new(Instant::now());
     loop {
         let lease = shared.config().daemon.lease;
         tokio::time::sleep(extend_interval(lease)).await;
@@ -161,8 +157,6 @@ pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<
             .filter(|(_, r)| r.interrupted.is_none())
             .map(|(key, _)| *key)
             .collect();
-        trim.after_extension_look(&store, held.is_empty(), Instant::now())
-            .await;
         if held.is_empty() {
             continue;
         }

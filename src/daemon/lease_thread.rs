@@ -9,8 +9,7 @@
 //! stall of a few seconds. So the two loops run here, on their own timers, and extend through
 //! their own connections (at most [`LEASE_POOL`]), which no burst of starts and releases can
 //! hold, and which no other thread's runtime has to drive. They are opened for the first
-//! extension (a third of the lease after the first claim) and closed once the node has held no
-//! run for 30 s (`pool_trim.rs`): an idle node holds none.
+//! extension and then kept: a later run's first extension must not wait to connect.
 //!
 //! Nor may the extension outlive the daemon's thread for long: while that thread runs nothing,
 //! no job is stopped at its `timeout` or on `sqlcron stop`. The daemon's thread marks its

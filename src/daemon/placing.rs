@@ -132,9 +132,9 @@ impl Shared {
             view
         };
         self.templates.store(peek.templates, Ordering::Relaxed);
-        if let Some(mark) = peek.audit_mark {
-            self.peeked_audit_mark.store(mark, Ordering::Relaxed);
-        }
+        // (MySQL only; 0: no audit row, or not MySQL.)
+        self.peeked_audit_mark
+            .store(peek.audit_mark.unwrap_or(0), Ordering::Relaxed);
         self.metrics.nodes_alive(peek.alive.max(0) as usize);
         if peek.next_event.is_some_and(|at| at <= peek.now) {
             self.events.notify_one();

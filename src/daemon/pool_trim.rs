@@ -1,7 +1,7 @@
 //! Giving back what a busy spell opened: once the node has held no run for [`QUIET_FOR`], each
-//! heartbeat closes the pool's idle connections beyond [`KEEP`], and the lease extension's
-//! look closes all of its own pool's (`lease.rs`; the next run's first extension, a third of
-//! the lease after its claim, opens one again).
+//! heartbeat closes the pool's idle connections beyond [`KEEP`]. The lease extension's own pool
+//! keeps what it opened: a run's first extension must not wait to connect (a slow connect, a
+//! refusal in a burst or a failover, would cost the run its claim).
 //!
 //! The pool cannot do this alone: it hands out its idle connections in turn, so a node that
 //! polls uses every connection it holds now and then, and none is ever idle for the pool's own
@@ -16,7 +16,6 @@
 use std::time::{Duration, Instant};
 
 use super::Shared;
-use crate::store::Store;
 
 /// Connections an idle node keeps in its pool.
 pub(super) const KEEP: u32 = 2;
@@ -42,27 +41,16 @@ impl PoolTrim {
     /// With each heartbeat: notes whether the node holds a run, and gives back what its pool
     /// no longer needs once it has been quiet for [`QUIET_FOR`].
     pub(super) async fn after_heartbeat(&mut self, shared: &Shared, now: Instant) {
-        let idle = shared.supervision().is_empty();
-        self.give_back(&shared.store, idle, KEEP, now, "pool").await;
-    }
-
-    /// With each look of the lease extension (on the lease thread, whose runtime drives its
-    /// pool): all of its pool's connections once no run has been held for [`QUIET_FOR`].
-    pub(super) async fn after_extension_look(&mut self, store: &Store, idle: bool, now: Instant) {
-        self.give_back(store, idle, 0, now, "lease extension").await;
-    }
-
-    async fn give_back(&mut self, store: &Store, idle: bool, keep: u32, now: Instant, of: &str) {
-        if !idle {
+        if !shared.supervision().is_empty() {
             self.busy_at = now;
             return;
         }
-        if !gives_back(now, self.busy_at) || store.pool_size().0 <= keep {
+        if !gives_back(now, self.busy_at) || shared.store.pool_size().0 <= KEEP {
             return;
         }
-        let closed = store.trim_idle(keep).await;
+        let closed = shared.store.trim_idle(KEEP).await;
         if closed > 0 {
-            tracing::debug!(closed, of, "idle pooled connections closed");
+            tracing::debug!(closed, "idle pooled connections closed");
         }
     }
 }

@@ -46,9 +46,17 @@ fn max_lifetime() -> Duration {
 #[derive(Debug, Default)]
 pub(super) struct Suspect(std::sync::Mutex<Option<std::time::Instant>>);
 
+/// Marks at most this often: a server that stays read-only, or an error whose text a database
+/// writer chose, does not make a node reconnect with every failed statement.
+const MARK_SPACING: Duration = Duration::from_secs(30);
+
 impl Suspect {
     pub(super) fn mark(&self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if takes_mark(*last, now) {
+            *last = Some(now);
+        }
     }
 
     /// Whether a connection of `age` was opened before the last mark.
@@ -58,6 +66,11 @@ impl Suspect {
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|at| opened_before(age, at.elapsed()))
     }
+}
+
+/// Whether a mark at `now` is taken, the last one having been at `last`.
+fn takes_mark(last: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    last.is_none_or(|at| now.saturating_duration_since(at) >= MARK_SPACING)
 }
 
 /// Whether a connection of `age` was opened before a moment `since` ago.
@@ -360,9 +373,8 @@ impl Store {
     }
 
     /// The same database with a pool of its own of at most `max_connections`, opened with the
-    /// same settings (statement timeout, pooler, hosts) but kept however long idle, until
-    /// [`Store::trim_idle`] closes them (while runs are held, an extension finds its connection
-    /// open): for work that must not wait for this pool's connections, nor be driven by the
+    /// same settings (statement timeout, pooler, hosts) but kept however long idle (no new
+    /// connection to wait for when a run needs its first extension): for work that must not wait for this pool's connections, nor be driven by the
     /// runtime that drives them (the daemon's lease extension, `daemon/lease_thread.rs`). Its
     /// connections are opened by the runtime this is called on, when first used. On PostgreSQL
     /// with several hosts both pools share one choice of server: a change of server that either
@@ -465,5 +477,13 @@ mod tests {
         marked.mark();
         assert!(marked.is_stale(s(1)));
         assert!(!marked.is_stale(Duration::ZERO));
+        // A second mark within the spacing is not taken: a connection opened since stays.
+        let at = std::time::Instant::now();
+        assert!(takes_mark(None, at));
+        assert!(!takes_mark(
+            Some(at),
+            at + MARK_SPACING - Duration::from_millis(1)
+        ));
+        assert!(takes_mark(Some(at), at + MARK_SPACING));
     }
 }

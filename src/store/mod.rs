@@ -435,7 +435,9 @@ impl Store {
     /// each is closed as it comes back, and the next are opened anew, through whatever a
     /// load balancer in front now chooses.
     fn noticed(&self, e: &sqlx::Error) {
-        if matches!(e, sqlx::Error::Database(_))
+        // Not a unique-key violation, whose text quotes a row's value (a job named `wsrep`).
+        if let sqlx::Error::Database(d) = e
+            && !d.is_unique_violation()
             && matches!(kind_of(e), "unreachable" | "read-only")
         {
             self.suspect.mark();
