@@ -56,9 +56,8 @@ const ORPHAN_SWEEP: Duration = Duration::from_secs(600);
 const FULL_SYNC: Duration = Duration::from_secs(60);
 
 /// Whether the heartbeat syncs the copies: with no mark from the database (none read yet, or no
-/// audit row), always;
-/// otherwise when the audit trail's newest row is not the one of the last sync, or the last
-/// sync is [`FULL_SYNC`] old.
+/// audit row), always; otherwise when the audit trail's newest row is not the one of the last
+/// sync, or the last sync is [`FULL_SYNC`] old.
 fn sync_due(mark: Option<i64>, last: Option<(i64, Instant)>, now: Instant) -> bool {
     match (mark, last) {
         (Some(mark), Some((seen, at))) => {
@@ -71,8 +70,8 @@ fn sync_due(mark: Option<i64>, last: Option<(i64, Instant)>, now: Instant) -> bo
 impl Shared {
     /// With each heartbeat: [`Shared::sync_copies`] when a definition may have changed since
     /// the last sync (`mark`: the audit trail's newest row id, from the heartbeat, or on MySQL
-    /// from the last peek). An idle
-    /// fleet's nodes so stop reading their templates and copies every 5 s (docs/fleet.md).
+    /// from the last peek). An idle fleet's nodes so stop reading their templates and copies
+    /// every 5 s (docs/fleet.md).
     pub(super) async fn sync_copies_if_changed(
         &self,
         config: &Config,

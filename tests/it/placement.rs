@@ -416,6 +416,20 @@ async fn every_node_job_runs_each_slot_once_on_each_node(dialect: Dialect) {
     assert!(skipped.skipped_count.unwrap_or(0) >= 3, "{skipped:?}");
 }
 
+/// The names of the host-local copies (`job@node`) in the table, sorted.
+async fn copy_names(store: &sqlcron::store::Store) -> Vec<String> {
+    let mut n: Vec<String> = store
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.name)
+        .filter(|n| n.contains('@'))
+        .collect();
+    n.sort();
+    n
+}
+
 /// Each node reads only its own copies with each sync (issue 53: every node reading the whole
 /// fleet's copies after each heartbeat was most of an idle server's time). The copies of a
 /// template that is removed still go, a stopped node's too: the node that sees the templates'
@@ -432,18 +446,7 @@ async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Di
         )
         .await
         .unwrap();
-    let names = || async {
-        let mut n: Vec<String> = store
-            .jobs()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|j| j.name)
-            .filter(|n| n.contains('@'))
-            .collect();
-        n.sort();
-        n
-    };
+    let names = || copy_names(&store);
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
     let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
     let all = ["gone@a", "gone@b", "keep@a", "keep@b"];
@@ -586,18 +589,7 @@ async fn an_orphan_named_like_a_template_but_for_case_goes_and_an_unreadable_row
             .await
             .unwrap();
     }
-    let names = || async {
-        let mut n: Vec<String> = store
-            .jobs()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|j| j.name)
-            .filter(|n| n.contains('@'))
-            .collect();
-        n.sort();
-        n
-    };
+    let names = || copy_names(&store);
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
     // (The unreadable row is counted apart.)
     eventually(
