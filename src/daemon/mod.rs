@@ -98,6 +98,9 @@ struct Shared {
     config: RwLock<Arc<Config>>,
     /// Claims this node supervises, from claim to release (see `lease.rs`).
     supervision: Supervision,
+    /// Runs taken into supervision since the start: a run that began and ended between two
+    /// heartbeats still counts as the node being busy (`pool_trim.rs`).
+    supervised_total: std::sync::atomic::AtomicU64,
     /// Bounds local concurrent runs (`max_parallel`).
     permits: Arc<Semaphore>,
     /// Woken when a run ends (capacity freed), on a control message or a wake-up.
@@ -172,6 +175,7 @@ impl Daemon {
                 node: config.node_name.clone(),
                 config: RwLock::new(Arc::new(config)),
                 supervision: Mutex::new(HashMap::new()),
+                supervised_total: 0.into(),
                 permits,
                 wake: Notify::new(),
                 changed: Notify::new(),

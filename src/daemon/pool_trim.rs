@@ -1,5 +1,8 @@
 //! Giving back what a busy spell opened: once the node has held no run for [`QUIET_FOR`], each
-//! heartbeat closes the pool's idle connections beyond [`KEEP`]. The lease extension's own pool
+//! heartbeat closes the pool's idle connections beyond [`KEEP`]. A run counts whether or not a
+//! heartbeat saw it held: one that began and ended between two heartbeats (a burst of short
+//! jobs) makes the node busy all the same, or the connections that burst opened would be closed
+//! and opened again at the next. The lease extension's own pool
 //! keeps what it opened: a run's first extension must not wait to connect (a slow connect, a
 //! refusal in a burst or a failover, would cost the run its claim).
 //!
@@ -28,20 +31,36 @@ fn gives_back(now: Instant, busy_at: Instant) -> bool {
     now.saturating_duration_since(busy_at) >= QUIET_FOR
 }
 
+/// Whether the node was busy since the last heartbeat: it holds a run now, or took one into
+/// supervision since (`taken` runs in all, `seen` at the last heartbeat).
+fn was_busy(holds: bool, taken: u64, seen: u64) -> bool {
+    holds || taken != seen
+}
+
 /// When the node last held a run, as its heartbeats saw it.
 pub(super) struct PoolTrim {
     busy_at: Instant,
+    /// [`Shared::supervised_total`] at the last heartbeat.
+    seen: u64,
 }
 
 impl PoolTrim {
     pub(super) fn new(now: Instant) -> PoolTrim {
-        PoolTrim { busy_at: now }
+        PoolTrim {
+            busy_at: now,
+            seen: 0,
+        }
     }
 
-    /// With each heartbeat: notes whether the node holds a run, and gives back what its pool
-    /// no longer needs once it has been quiet for [`QUIET_FOR`].
+    /// With each heartbeat: notes whether the node held a run since the last one, and gives
+    /// back what its pool no longer needs once it has been quiet for [`QUIET_FOR`].
     pub(super) async fn after_heartbeat(&mut self, shared: &Shared, now: Instant) {
-        if !shared.supervision().is_empty() {
+        let taken = shared
+            .supervised_total
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let busy = was_busy(!shared.supervision().is_empty(), taken, self.seen);
+        self.seen = taken;
+        if busy {
             self.busy_at = now;
             return;
         }
@@ -72,5 +91,15 @@ mod tests {
             !gives_back(busy, busy + Duration::from_secs(1)),
             "no panic on a clock step"
         );
+    }
+
+    #[test]
+    fn a_run_between_two_heartbeats_counts_as_busy() {
+        assert!(was_busy(true, 3, 3), "a run held now");
+        assert!(
+            was_busy(false, 4, 3),
+            "a run that began and ended since the last heartbeat"
+        );
+        assert!(!was_busy(false, 4, 4), "nothing since");
     }
 }

@@ -278,6 +278,8 @@ impl Shared {
     ) -> Claim {
         let key = (row.id, row.token);
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
+        self.supervised_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.supervision().insert(
             key,
             Supervised {
