@@ -94,7 +94,7 @@ EOF
         (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null && break
         sleep 0.1
     done
-    export SQLCRON_BENCH_PG_POOLER_PORT=$bouncer_port
+    export SQLCRON_BENCH_PG_POOLER_PORT=$bouncer_port SQLCRON_BENCH_PG_POOLER_PID=$bouncer_pid
 fi
 
 export SQLCRON_BENCH_PG_PORT=$pg_port SQLCRON_BENCH_MY_PORT=$my_port

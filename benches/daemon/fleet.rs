@@ -180,6 +180,16 @@ impl Procs {
             .collect()
     }
 
+    /// The pooler's CPU seconds (`SQLCRON_BENCH_PG_POOLER_PID`, PgBouncer: one process), or
+    /// `None` without one.
+    fn pooler_cpu(&self) -> Option<f64> {
+        let pid: u32 = std::env::var("SQLCRON_BENCH_PG_POOLER_PID")
+            .ok()?
+            .parse()
+            .ok()?;
+        Some(self.0.get(&pid).map_or(0.0, |p| p.2))
+    }
+
     fn reaped(&self, pid: u32) -> f64 {
         self.0.get(&pid).map_or(0.0, |p| p.3)
     }
@@ -418,6 +428,14 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     );
     // Where the idle server's time went: its processes, the connections opened in the window
     // (each a new backend), and the statements that took most of it.
+    // PgBouncer's own CPU is the fleet's cost too, beside the server's.
+    if let Some((a, b)) = procs1.pooler_cpu().zip(procs0.pooler_cpu()) {
+        println!(
+            "fleet      {:<8} N={n:<4} idle pooler (PgBouncer): {:.1} % of a core",
+            dialect.name(),
+            (a - b) * 100.0 / secs
+        );
+    }
     if let Some((background, connections, ended)) = split {
         println!(
             "fleet      postgres N={n:<4} idle server: background processes {:.1} %, open \
@@ -518,6 +536,13 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     ))
     .await;
     let drain = drain_of(starts(&out), slot as f64);
+    let pooler = match (procs1.pooler_cpu(), procs0.pooler_cpu()) {
+        (Some(a), Some(b)) => format!(
+            " (PgBouncer besides: {:.2} ms, not in the multiple)",
+            (a - b) * 1000.0 / jobs as f64
+        ),
+        _ => String::new(),
+    };
     let server_ms = server1
         .zip(server0)
         .map_or(0.0, |(a, b)| (a - b) * 1000.0 / jobs as f64);
@@ -527,7 +552,7 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         "fleet      {:<8} N={n:<4} midnight: {jobs} jobs, drain {:.2} s vs xargs -P16 {:.2} s = {:.2}x; \
          p99 lateness {:.2} s; {} starts of {} jobs/{jobs} ({missing} never started), {twice} twice \
          (history: {lost} lost, {reruns} reruns); {:.3} empty claims per job; \
-         CPU per job: daemons {daemons_ms:.2} ms, server {server_ms:.2} ms = {:.1}x xargs's own ({xargs_ms:.2} ms)",
+         CPU per job: daemons {daemons_ms:.2} ms, server {server_ms:.2} ms = {:.1}x xargs's own ({xargs_ms:.2} ms){pooler}",
         dialect.name(),
         drain.drain,
         alone.drain,
