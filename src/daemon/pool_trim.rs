@@ -2,9 +2,9 @@
 //! heartbeat closes the pool's idle connections beyond [`KEEP`]. A run counts whether or not a
 //! heartbeat saw it held: one that began and ended between two heartbeats (a burst of short
 //! jobs) makes the node busy all the same, or the connections that burst opened would be closed
-//! and opened again at the next. The lease extension's own pool
-//! keeps what it opened: a run's first extension must not wait to connect (a slow connect, a
-//! refusal in a burst or a failover, would cost the run its claim).
+//! and opened again at the next. The lease extension's own pool keeps what it opened: a run's
+//! first extension must not wait to connect (a slow connect, a refusal in a burst or a failover,
+//! would cost the run its claim).
 //!
 //! The pool cannot do this alone: it hands out its idle connections in turn, so a node that
 //! polls uses every connection it holds now and then, and none is ever idle for the pool's own
