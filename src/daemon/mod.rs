@@ -136,9 +136,11 @@ struct Shared {
     copies_seen: std::sync::atomic::AtomicBool,
     /// The templates' names at the last look for orphaned copies, and when (`every_node.rs`).
     copies_swept: Mutex<Option<(Vec<String>, Instant)>>,
-    /// The audit trail's newest row at the last sync of this node's copies, and when; and, on
-    /// MySQL, as the last peek saw it (0: not seen), for the heartbeat (see `every_node.rs`).
+    /// The audit trail's newest row at the last sync of this node's copies, and when (see
+    /// `every_node.rs`).
     copies_synced: Mutex<Option<(i64, Instant)>>,
+    /// MySQL: the audit trail's newest row as the last peek saw it (0: not seen), which the
+    /// heartbeat's UPDATE cannot return there (see `heartbeat.rs`).
     peeked_audit_mark: std::sync::atomic::AtomicI64,
     /// The runs this node recorded lately, read back after an outage (see `recorded.rs`).
     recent_runs: recorded::RecentRuns,

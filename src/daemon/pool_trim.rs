@@ -64,7 +64,7 @@ impl PoolTrim {
             self.busy_at = now;
             return;
         }
-        if !gives_back(now, self.busy_at) || shared.store.pool_size().0 <= KEEP {
+        if !gives_back(now, self.busy_at) {
             return;
         }
         let closed = shared.store.trim_idle(KEEP).await;

@@ -374,12 +374,13 @@ impl Store {
 
     /// The same database with a pool of its own of at most `max_connections`, opened with the
     /// same settings (statement timeout, pooler, hosts) but kept however long idle (no new
-    /// connection to wait for when a run needs its first extension): for work that must not wait for this pool's connections, nor be driven by the
-    /// runtime that drives them (the daemon's lease extension, `daemon/lease_thread.rs`). Its
-    /// connections are opened by the runtime this is called on, when first used. On PostgreSQL
-    /// with several hosts both pools share one choice of server: a change of server that either
-    /// pool's errors call for moves both, so that a node never extends its leases on one server
-    /// while it claims and releases on another. Both share the [`Suspect`] mark too.
+    /// connection to wait for when a run needs its first extension): for work that must not
+    /// wait for this pool's connections, nor be driven by the runtime that drives them (the
+    /// daemon's lease extension, `daemon/lease_thread.rs`). Its connections are opened by the
+    /// runtime this is called on, when first used. On PostgreSQL with several hosts both pools
+    /// share one choice of server: a change of server that either pool's errors call for moves
+    /// both, so that a node never extends its leases on one server while it claims and releases
+    /// on another. Both share the [`Suspect`] mark too.
     ///
     /// `None` for an in-memory SQLite database, which exists only in its own connections: use
     /// this store then (SQLite's connections run on threads of their own, whatever runtime
