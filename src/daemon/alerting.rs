@@ -54,7 +54,7 @@ struct Scan {
 pub(super) async fn alerting_loop(shared: Arc<Shared>) {
     let mut scan = Scan::default();
     loop {
-        let wait = shared.config().daemon.poll_interval;
+        let wait = super::pool_trim::apart_now(shared.config().daemon.poll_interval);
         tokio::time::sleep(wait).await;
         if shared.stopping.load(Ordering::SeqCst) {
             return;

@@ -35,7 +35,7 @@ pub(super) async fn chain_loop(shared: Arc<Shared>) {
             LOOK_IDLE
         };
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(super::pool_trim::apart_now(every)) => {}
             _ = shared.chains_wake.notified() => {}
         }
         if shared.stopping.load(Ordering::SeqCst) {

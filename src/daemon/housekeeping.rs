@@ -35,7 +35,7 @@ impl From<StoreError> for Halt {
 pub(super) async fn housekeeping_loop(shared: Arc<Shared>) {
     let mut wait = shared.config().daemon.poll_interval;
     loop {
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(super::pool_trim::apart_now(wait)).await;
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }

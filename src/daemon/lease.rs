@@ -130,10 +130,17 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
 
 /// Extends the leases of every supervised claim every third of the lease, through `store`
 /// (a pool of its own on the lease thread, see `lease_thread.rs`), while the daemon's thread
-/// shows `progress`.
-pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<Progress>) {
+/// shows `progress`. A pool of its own (`own_pool`) is given back once the node has held no run
+/// for a while (`pool_trim::LeaseTrim`).
+pub(super) async fn lease_loop(
+    shared: Arc<Shared>,
+    store: Store,
+    progress: Arc<Progress>,
+    own_pool: bool,
+) {
     let mut failing = false;
     let mut stalled = false;
+    let mut trim = super::pool_trim::LeaseTrim::new(Instant::now());
     loop {
         let lease = shared.config().daemon.lease;
         tokio::time::sleep(extend_interval(lease)).await;
@@ -158,8 +165,15 @@ pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<
             .map(|(key, _)| *key)
             .collect();
         if held.is_empty() {
+            if own_pool && trim.gives_back(Instant::now()) {
+                let closed = store.trim_idle(0).await;
+                if closed > 0 {
+                    tracing::debug!(closed, "the lease extension's idle connections closed");
+                }
+            }
             continue;
         }
+        trim.held(Instant::now());
         let attempt = Instant::now();
         // Never beside a batch of releases (see `release_batch.rs`): both lock several of this
         // node's rows. Trust counts from before the wait.

@@ -2,9 +2,9 @@
 //! heartbeat closes the pool's idle connections beyond [`KEEP`]. A run counts whether or not a
 //! heartbeat saw it held: one that began and ended between two heartbeats (a burst of short
 //! jobs) makes the node busy all the same, or the connections that burst opened would be closed
-//! and opened again at the next. The lease extension's own pool keeps what it opened: a run's
-//! first extension must not wait to connect (a slow connect, a refusal in a burst or a failover,
-//! would cost the run its claim).
+//! and opened again at the next. The lease extension's own pool keeps what it opened for
+//! longer ([`LEASE_QUIET_FOR`], [`LeaseTrim`]): a run's first extension should not wait to
+//! connect, and a node with a job every minute or two should not open a connection per run.
 //!
 //! The pool cannot do this alone: it hands out its idle connections in turn, so a node that
 //! polls uses every connection it holds now and then, and none is ever idle for the pool's own
@@ -12,18 +12,24 @@
 //! costs the server about 17 ms of CPU, and a fleet of idle nodes replacing two connections
 //! every two minutes kept its server busy with little else (docs/fleet.md).
 //!
-//! [`KEEP`] is two, not one: the node's loops (the pass, the heartbeat, the chain and delivery
-//! looks) now and then want a connection at the same moment, and a second connection closed
-//! after each such moment would be opened again at the next.
-
+//! [`KEEP`] is one: an idle node's pass and heartbeat are one loop, one statement after another,
+//! and its other loops look seldom (the chain look every 30 s, the alert scan's check every
+//! minute while no job has alerts, the pruning duty and the deliveries when there is something
+//! to do), each drawn anew within a fifth of its period ([`apart`]) so that they seldom meet.
+//! Two statements in a row would still take two connections (the pool has the first back only
+//! after a round trip): a quiet node's statements wait for it instead (`store/quiet.rs`). When
+//! two loops do meet, the second connection is closed at the next heartbeat; the fleet
+//! benchmark counts those as new connections a second (docs/fleet.md).
 use std::time::{Duration, Instant};
 
 use super::Shared;
 
 /// Connections an idle node keeps in its pool.
-pub(super) const KEEP: u32 = 2;
+pub(super) const KEEP: u32 = 1;
 /// How long a node has held no run before it gives connections back.
 pub(super) const QUIET_FOR: Duration = crate::store::IDLE_TIMEOUT;
+/// How long a node has held no run before the lease extension gives its connections back.
+pub(super) const LEASE_QUIET_FOR: Duration = Duration::from_secs(300);
 
 /// Whether a node whose last run ended (or was last seen held) at `busy_at` gives back
 /// connections at `now`.
@@ -62,15 +68,53 @@ impl PoolTrim {
         self.seen = taken;
         if busy {
             self.busy_at = now;
+            shared.store.set_quiet(false);
             return;
         }
         if !gives_back(now, self.busy_at) {
             return;
         }
+        // Quiet: the node's statements wait for its one connection (`store/quiet.rs`).
+        shared.store.set_quiet(true);
         let closed = shared.store.trim_idle(KEEP).await;
         if closed > 0 {
             tracing::debug!(closed, "idle pooled connections closed");
         }
+    }
+}
+
+/// `period` drawn anew within ±20 % (at `draw`, from 0 to 1), for the loops that look at the
+/// table beside the pass (the chain look, the alert scan, the pruning duty): loops of the same
+/// period started together would otherwise meet on the pool at each look, and the second
+/// connection their meeting opens would be closed at the next heartbeat, opened again at the
+/// next meeting. Drawn anew each time, they drift apart and seldom meet.
+pub(super) fn apart(period: Duration, draw: f64) -> Duration {
+    period.mul_f64(0.8 + 0.4 * draw.clamp(0.0, 1.0))
+}
+
+/// [`apart`] with a random draw.
+pub(super) fn apart_now(period: Duration) -> Duration {
+    apart(period, rand::random::<f64>())
+}
+
+/// When the lease extension last held a run, as its own loop saw it.
+pub(super) struct LeaseTrim {
+    held_at: Instant,
+}
+
+impl LeaseTrim {
+    pub(super) fn new(now: Instant) -> LeaseTrim {
+        LeaseTrim { held_at: now }
+    }
+
+    /// The loop extends a run at `now`.
+    pub(super) fn held(&mut self, now: Instant) {
+        self.held_at = now;
+    }
+
+    /// Whether the lease extension, holding nothing at `now`, gives its connections back.
+    pub(super) fn gives_back(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.held_at) >= LEASE_QUIET_FOR
     }
 }
 
@@ -101,5 +145,37 @@ mod tests {
             "a run that began and ended since the last heartbeat"
         );
         assert!(!was_busy(false, 4, 4), "nothing since");
+    }
+
+    #[test]
+    fn the_lease_pool_goes_back_only_after_five_quiet_minutes() {
+        let start = Instant::now();
+        let mut trim = LeaseTrim::new(start);
+        assert!(!trim.gives_back(start + Duration::from_secs(60)));
+        trim.held(start + Duration::from_secs(200));
+        assert!(
+            !trim.gives_back(start + LEASE_QUIET_FOR),
+            "a run extended since counts from its extension"
+        );
+        assert!(trim.gives_back(start + Duration::from_secs(200) + LEASE_QUIET_FOR));
+        assert!(
+            !trim.gives_back(start),
+            "no panic, and nothing given back, on a clock step"
+        );
+    }
+
+    #[test]
+    fn loops_look_within_a_fifth_of_their_period() {
+        let period = Duration::from_secs(30);
+        assert_eq!(apart(period, 0.0), Duration::from_secs(24));
+        assert_eq!(apart(period, 0.5), period);
+        assert_eq!(apart(period, 1.0), Duration::from_secs(36));
+        assert_eq!(
+            apart(period, 7.0),
+            Duration::from_secs(36),
+            "a draw out of range"
+        );
+        let drawn = apart_now(period);
+        assert!((Duration::from_secs(24)..=Duration::from_secs(36)).contains(&drawn));
     }
 }

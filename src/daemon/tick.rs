@@ -280,6 +280,8 @@ impl Shared {
         let (stop_tx, stop_rx) = watch::channel(StopRequest::None);
         self.supervised_total
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Busy again: no statement waits for a connection on its way back (`store/quiet.rs`).
+        self.store.set_quiet(false);
         self.supervision().insert(
             key,
             Supervised {

@@ -356,6 +356,7 @@ impl Store {
             db: pooler::Db {
                 pool,
                 begin: pooled.then(|| pooler::begin_statement(timeout_ms).into()),
+                quiet: Default::default(),
             },
             direct: None,
             dialect,
@@ -418,6 +419,15 @@ impl Store {
             closed += 1;
         }
         closed
+    }
+
+    /// Whether the node is quiet: its statements then wait briefly for a connection on its
+    /// way back rather than open another (`quiet.rs`). A SQLite pool, which keeps its
+    /// connections, is never quiet.
+    pub fn set_quiet(&self, quiet: bool) {
+        if self.dialect != Dialect::Sqlite {
+            self.db.quiet.set(quiet);
+        }
     }
 
     /// The connections this store's pool holds now: (open, of which idle).

@@ -402,6 +402,7 @@ pub mod locks;
 mod migrate;
 pub mod one_off;
 mod pooler;
+mod quiet;
 mod release;
 mod release_rows;
 pub mod resume;

@@ -29,6 +29,9 @@ pub(crate) struct Db {
     /// Through a transaction-mode pooler: the statement that begins each statement's
     /// transaction. `None`: straight on the pool.
     pub begin: Option<std::sync::Arc<str>>,
+    /// Whether the node is quiet: its statements then wait briefly for a connection on its
+    /// way back rather than open another (`quiet.rs`).
+    pub quiet: super::quiet::Quiet,
 }
 
 /// What begins a transaction through the pooler: the timeouts for this transaction, and no
@@ -65,6 +68,7 @@ impl Db {
         &self,
         plain: &'static str,
     ) -> Result<sqlx::Transaction<'static, Any>, sqlx::Error> {
+        self.quiet.settle(&self.pool).await;
         match &self.begin {
             Some(begin) => self.pool.begin_with(AssertSqlSafe(begin.to_string())).await,
             None if plain == "BEGIN" => self.pool.begin().await,
@@ -83,13 +87,25 @@ impl<'p> Executor<'p> for &'_ Db {
     where
         E: 'q + Execute<'q, Any>,
     {
+        let quiet = self.quiet.get().then(|| self.quiet.clone());
         let Some(begin) = self.begin.clone() else {
-            return self.pool.fetch_many(query);
+            let Some(quiet) = quiet else {
+                return self.pool.fetch_many(query);
+            };
+            let pool = self.pool.clone();
+            let settled = async move {
+                quiet.settle(&pool).await;
+                pool.fetch_many(query)
+            };
+            return futures_util::stream::once(settled).flatten().boxed();
         };
         let pool = self.pool.clone();
         // The results are gathered before the commit: a row is only handed on once the
         // transaction that read or wrote it has committed.
         let all = async move {
+            if let Some(quiet) = quiet {
+                quiet.settle(&pool).await;
+            }
             let mut tx = pool.begin_with(AssertSqlSafe(begin.to_string())).await?;
             let results: Vec<_> = tx.fetch_many(query).try_collect().await?;
             tx.commit().await?;
@@ -105,11 +121,22 @@ impl<'p> Executor<'p> for &'_ Db {
     where
         E: 'q + Execute<'q, Any>,
     {
+        let quiet = self.quiet.get().then(|| self.quiet.clone());
         let Some(begin) = self.begin.clone() else {
-            return self.pool.fetch_optional(query);
+            let Some(quiet) = quiet else {
+                return self.pool.fetch_optional(query);
+            };
+            let pool = self.pool.clone();
+            return Box::pin(async move {
+                quiet.settle(&pool).await;
+                pool.fetch_optional(query).await
+            });
         };
         let pool = self.pool.clone();
         Box::pin(async move {
+            if let Some(quiet) = quiet {
+                quiet.settle(&pool).await;
+            }
             let mut tx = pool.begin_with(AssertSqlSafe(begin.to_string())).await?;
             let row = tx.fetch_optional(query).await?;
             tx.commit().await?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlcron::store::{Dialect, Store};
 
-use crate::util::{TestDb, db_url, eventually};
+use crate::util::{DaemonProcess, TestDb, db_url, default_user, eventually};
 
 /// This connection's id on the server.
 fn id_sql(dialect: Dialect) -> &'static str {
@@ -175,8 +175,103 @@ async fn trimming_closes_idle_connections_only(dialect: Dialect) {
     store.close().await;
 }
 
+/// A quiet node's statements in a row share one connection: each waits for the one before
+/// to come back to the pool (a round trip later) instead of opening another.
+async fn a_quiet_store_sends_statements_in_a_row_on_one_connection(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = Store::connect(&db_url(&db.url), 4).unwrap();
+    store.set_quiet(true);
+    for _ in 0..50 {
+        store.scalar_i64("SELECT 1").await.unwrap();
+        store.now().await.unwrap();
+    }
+    assert_eq!(store.pool_size().0, 1, "one connection for 100 statements");
+    assert_eq!(server_connections(&db).await, 1);
+    // Two at once still take two: a connection in use is not waited for past a moment.
+    let sleep = match dialect {
+        Dialect::Postgres => "SELECT pg_sleep(0.3)",
+        _ => "SELECT SLEEP(0.3)",
+    };
+    let (a, b) = tokio::join!(store.execute_raw(sleep), store.execute_raw(sleep));
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(store.pool_size().0, 2);
+    store.close().await;
+}
+
+/// A daemon whose runs were extended, once it has held no run for half a minute, keeps one
+/// pooled connection, the lease extension's one and, on PostgreSQL, its LISTEN: its start
+/// opened two pooled ones at once (the node-name check), which it gives back.
+async fn a_quiet_node_keeps_one_pooled_connection(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[database]\nurl = \"{}\"\npool_size = 4\n[node]\nname = \"quiet\"\n[daemon]\n{}\n\
+         lease = \"3s\"\nshutdown_grace = \"5s\"\n",
+        db.url,
+        default_user()
+    );
+    let node = DaemonProcess::start(dir.path(), "quiet", &config);
+    let store = db.store().await;
+    eventually(Duration::from_secs(20), "the node registered", || async {
+        (!store.nodes().await.unwrap().is_empty()).then_some(())
+    })
+    .await;
+    // Four runs at once, each longer than a lease extension's interval (1 s).
+    let now = store.now().await.unwrap();
+    let at = chrono::DateTime::from_timestamp_millis(now)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    for i in 0..4 {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command) \
+                 VALUES ('busy{i}', '@at {at}', 'sleep 2')"
+            ))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "four runs ended", || async {
+        let ended = store
+            .history(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.ended.is_some())
+            .count();
+        (ended == 4).then_some(())
+    })
+    .await;
+    // One pooled, the lease extension's (kept for five quiet minutes), and the LISTEN.
+    let expected = match dialect {
+        Dialect::Postgres => 3,
+        _ => 2,
+    };
+    eventually(
+        Duration::from_secs(60),
+        &format!("{expected} connections of a quiet node"),
+        || async { (server_connections(&db).await == expected).then_some(()) },
+    )
+    .await;
+    assert!(
+        node.log_text().contains("idle pooled connections closed"),
+        "the node gave back what its start and its runs opened"
+    );
+    node.stop();
+}
+
 mod postgres {
     use sqlcron::store::Dialect::Postgres;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_node_keeps_one_pooled_connection() {
+        super::a_quiet_node_keeps_one_pooled_connection(Postgres).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_store_sends_statements_in_a_row_on_one_connection() {
+        super::a_quiet_store_sends_statements_in_a_row_on_one_connection(Postgres).await
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection() {
@@ -192,6 +287,16 @@ mod postgres {
 
 mod mysql {
     use sqlcron::store::Dialect::Mysql;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_node_keeps_one_pooled_connection() {
+        super::a_quiet_node_keeps_one_pooled_connection(Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_store_sends_statements_in_a_row_on_one_connection() {
+        super::a_quiet_store_sends_statements_in_a_row_on_one_connection(Mysql).await
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_server_that_left_its_cluster_is_not_asked_again_on_the_same_connection() {
