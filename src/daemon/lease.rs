@@ -48,10 +48,13 @@ use super::Shared;
 use super::lease_thread::Progress;
 use crate::exec::runner::StopRequest;
 use crate::model::job::OnLeaseLost;
-use crate::model::lease::{extend_interval, extends_after_stall, reaper_deadline, trusted_until};
+use crate::model::lease::{
+    extend_interval, extends_after_stall, quiet_tick, reaper_deadline, trusted_until,
+};
 use crate::store::Store;
 
-/// How often the trust windows are checked, independently of any database call.
+/// How often the trust windows are checked while a claim is held, independently of any
+/// database call (while none is, `model::lease::quiet_tick`).
 pub const TRUST_CHECK: Duration = Duration::from_millis(100);
 
 /// Why a claim's supervision ended early.
@@ -228,20 +231,28 @@ pub(super) async fn lease_loop(
 /// Ends the trust in every claim whose window has passed, on its own timer: no database call
 /// can hold it up.
 pub(super) async fn trust_watch(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(TRUST_CHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
         let now = Instant::now();
-        for (key, r) in shared.supervision().iter_mut() {
-            if r.interrupted.is_none() && r.trusted_until <= now {
-                lose(
-                    r,
-                    key.1,
-                    "no lease extension succeeded within the trust window",
-                    &shared.metrics,
-                );
+        let held = {
+            let mut supervision = shared.supervision();
+            for (key, r) in supervision.iter_mut() {
+                if r.interrupted.is_none() && r.trusted_until <= now {
+                    lose(
+                        r,
+                        key.1,
+                        "no lease extension succeeded within the trust window",
+                        &shared.metrics,
+                    );
+                }
             }
-        }
+            !supervision.is_empty()
+        };
+        // Nothing held: a claim made meanwhile is looked at long before its window can end.
+        let wait = if held {
+            TRUST_CHECK
+        } else {
+            quiet_tick(shared.config().daemon.lease)
+        };
+        tokio::time::sleep(wait).await;
     }
 }

@@ -15,7 +15,7 @@
 //!
 //! Nor may the extension outlive the daemon's thread for long: while that thread runs nothing,
 //! no job is stopped at its `timeout` or on `sqlcron stop`. The daemon's thread marks its
-//! progress ([`Progress`], every [`BEAT`]); once it has run nothing for twice the lease
+//! progress ([`Progress`], every tenth of the lease, at most a second); once it has run nothing for twice the lease
 //! (`model::lease::stall_limit`), the extensions stop, the trust windows end, and the reaper
 //! (`exec/reaper.rs`, a process of its own) stops the runs, whose rows another node then takes
 //! over. A stall while a batch of releases is being written holds the batch's locks, which the
@@ -37,9 +37,6 @@ use super::{Shared, lease};
 /// Most connections of the lease thread's pool: one extension at a time, and one more while a
 /// broken connection is being replaced.
 pub(super) const LEASE_POOL: u32 = 2;
-
-/// How often the daemon's thread marks its progress.
-pub(super) const BEAT: Duration = Duration::from_millis(100);
 
 /// The exit status of a daemon whose lease thread failed (`EX_SOFTWARE`).
 const LEASE_THREAD_FAILED: i32 = 70;
@@ -122,7 +119,7 @@ pub(super) fn start(shared: Arc<Shared>) -> Lease {
             .recv()
             .unwrap_or_else(|_| Err(std::io::Error::other("the lease thread ended at once")))
     });
-    let beat = tokio::spawn(beat(progress.clone()));
+    let beat = tokio::spawn(beat(progress.clone(), shared.clone()));
     match started {
         Ok(()) => Lease::Thread { stop, done, beat },
         Err(e) => {
@@ -169,13 +166,14 @@ impl Lease {
     }
 }
 
-/// The daemon's thread marks its progress.
-async fn beat(progress: Arc<Progress>) {
-    let mut tick = tokio::time::interval(BEAT);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// The daemon's thread marks its progress, every `model::lease::quiet_tick` of the lease.
+async fn beat(progress: Arc<Progress>, shared: Arc<Shared>) {
     loop {
-        tick.tick().await;
         progress.beat();
+        tokio::time::sleep(crate::model::lease::quiet_tick(
+            shared.config().daemon.lease,
+        ))
+        .await;
     }
 }
 

@@ -47,6 +47,15 @@ pub fn extends_after_stall(stalled: Duration, lease: Duration) -> bool {
     stalled <= stall_limit(lease)
 }
 
+/// How often the daemon's thread marks its progress, and how often the trust windows are looked
+/// at while the node holds no claim: a tenth of the lease, between 100 ms and a second. Both
+/// only need to be fine against the lease (a stall is judged against twice the lease, and a
+/// new claim's trust window is eight tenths of it); an idle node so wakes its two threads about
+/// twice a second with the default lease, not twenty times.
+pub fn quiet_tick(lease: Duration) -> Duration {
+    (lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +80,23 @@ mod tests {
         assert!(extends_after_stall(Duration::ZERO, lease));
         assert!(extends_after_stall(Duration::from_secs(20), lease));
         assert!(!extends_after_stall(Duration::from_millis(20_001), lease));
+    }
+
+    #[test]
+    fn an_idle_node_ticks_a_tenth_of_the_lease_within_bounds() {
+        assert_eq!(quiet_tick(Duration::from_secs(10)), Duration::from_secs(1));
+        assert_eq!(quiet_tick(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(
+            quiet_tick(Duration::from_secs(3)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            quiet_tick(Duration::from_millis(500)),
+            Duration::from_millis(100)
+        );
+        for lease in [500, 3_000, 10_000, 60_000].map(Duration::from_millis) {
+            assert!(quiet_tick(lease) * 3 < lease.mul_f64(TRUST_FRACTION));
+            assert!(quiet_tick(lease) * 3 < stall_limit(lease));
+        }
     }
 }
