@@ -32,10 +32,11 @@ pub(super) async fn chain_loop(shared: Arc<Shared>) {
         let every = if chained {
             config.daemon.poll_interval.min(LOOK_EVERY)
         } else {
-            LOOK_IDLE
+            // Drawn anew each time: the idle look does not keep meeting the others on the pool.
+            super::pool_trim::apart_now(LOOK_IDLE)
         };
         tokio::select! {
-            _ = tokio::time::sleep(super::pool_trim::apart_now(every)) => {}
+            _ = tokio::time::sleep(every) => {}
             _ = shared.chains_wake.notified() => {}
         }
         if shared.stopping.load(Ordering::SeqCst) {

@@ -56,6 +56,8 @@ use crate::store::Store;
 /// How often the trust windows are checked while a claim is held, independently of any
 /// database call (while none is, `model::lease::quiet_tick`).
 pub const TRUST_CHECK: Duration = Duration::from_millis(100);
+/// The longest wait of the trust watch while no claim is held.
+const IDLE_TRUST_CHECK_MAX: Duration = Duration::from_millis(500);
 
 /// Why a claim's supervision ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,17 +135,10 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
 
 /// Extends the leases of every supervised claim every third of the lease, through `store`
 /// (a pool of its own on the lease thread, see `lease_thread.rs`), while the daemon's thread
-/// shows `progress`. A pool of its own (`own_pool`) is given back once the node has held no run
-/// for a while (`pool_trim::LeaseTrim`).
-pub(super) async fn lease_loop(
-    shared: Arc<Shared>,
-    store: Store,
-    progress: Arc<Progress>,
-    own_pool: bool,
-) {
+/// shows `progress`.
+pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<Progress>) {
     let mut failing = false;
     let mut stalled = false;
-    let mut trim = super::pool_trim::LeaseTrim::new(Instant::now());
     loop {
         let lease = shared.config().daemon.lease;
         tokio::time::sleep(extend_interval(lease)).await;
@@ -168,15 +163,8 @@ pub(super) async fn lease_loop(
             .map(|(key, _)| *key)
             .collect();
         if held.is_empty() {
-            if own_pool && trim.gives_back(Instant::now()) {
-                let closed = store.trim_idle(0).await;
-                if closed > 0 {
-                    tracing::debug!(closed, "the lease extension's idle connections closed");
-                }
-            }
             continue;
         }
-        trim.held(Instant::now());
         let attempt = Instant::now();
         // Never beside a batch of releases (see `release_batch.rs`): both lock several of this
         // node's rows. Trust counts from before the wait.
@@ -247,11 +235,12 @@ pub(super) async fn trust_watch(shared: Arc<Shared>) {
             }
             !supervision.is_empty()
         };
-        // Nothing held: a claim made meanwhile is looked at long before its window can end.
+        // Nothing held: a claim made meanwhile is looked at long before its window can end
+        // (at most half a second later, should a reload shorten the lease meanwhile).
         let wait = if held {
             TRUST_CHECK
         } else {
-            quiet_tick(shared.config().daemon.lease)
+            quiet_tick(shared.config().daemon.lease).min(IDLE_TRUST_CHECK_MAX)
         };
         tokio::time::sleep(wait).await;
     }

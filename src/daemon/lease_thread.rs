@@ -9,9 +9,7 @@
 //! stall of a few seconds. So the two loops run here, on their own timers, and extend through
 //! their own connections (at most [`LEASE_POOL`]), which no burst of starts and releases can
 //! hold, and which no other thread's runtime has to drive. They are opened for the first
-//! extension and kept while the node runs anything, so that a later run's first extension
-//! does not wait to connect; a node that has held no run for five minutes gives them back
-//! (`pool_trim::LeaseTrim`), and its next run's first extension opens one again.
+//! extension and then kept: a later run's first extension must not wait to connect.
 //!
 //! Nor may the extension outlive the daemon's thread for long: while that thread runs nothing,
 //! no job is stopped at its `timeout` or on `sqlcron stop`. The daemon's thread marks its
@@ -130,7 +128,6 @@ pub(super) fn start(shared: Arc<Shared>) -> Lease {
                     shared.clone(),
                     shared.store.clone(),
                     progress,
-                    false,
                 )),
                 tokio::spawn(lease::trust_watch(shared)),
             ])
@@ -189,7 +186,7 @@ async fn run(shared: Arc<Shared>, progress: Arc<Progress>, stop: oneshot::Receiv
         }
     };
     tokio::select! {
-        _ = lease::lease_loop(shared.clone(), store.clone(), progress, own) => {}
+        _ = lease::lease_loop(shared.clone(), store.clone(), progress) => {}
         _ = lease::trust_watch(shared.clone()) => {}
         _ = stop => {}
     }

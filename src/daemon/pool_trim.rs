@@ -2,9 +2,9 @@
 //! heartbeat closes the pool's idle connections beyond [`KEEP`]. A run counts whether or not a
 //! heartbeat saw it held: one that began and ended between two heartbeats (a burst of short
 //! jobs) makes the node busy all the same, or the connections that burst opened would be closed
-//! and opened again at the next. The lease extension's own pool keeps what it opened for
-//! longer ([`LEASE_QUIET_FOR`], [`LeaseTrim`]): a run's first extension should not wait to
-//! connect, and a node with a job every minute or two should not open a connection per run.
+//! and opened again at the next. The lease extension's own pool keeps what it opened: a run's
+//! first extension must not wait to connect (a slow connect, a refusal in a burst or a
+//! failover, would cost the run its claim).
 //!
 //! The pool cannot do this alone: it hands out its idle connections in turn, so a node that
 //! polls uses every connection it holds now and then, and none is ever idle for the pool's own
@@ -13,13 +13,14 @@
 //! every two minutes kept its server busy with little else (docs/fleet.md).
 //!
 //! [`KEEP`] is one: an idle node's pass and heartbeat are one loop, one statement after another,
-//! and its other loops look seldom (the chain look every 30 s, the alert scan's check every
+//! and its other loops look seldom (the idle chain look every 30 s, the alert scan's check every
 //! minute while no job has alerts, the pruning duty and the deliveries when there is something
 //! to do), each drawn anew within a fifth of its period ([`apart`]) so that they seldom meet.
 //! Two statements in a row would still take two connections (the pool has the first back only
 //! after a round trip): a quiet node's statements wait for it instead (`store/quiet.rs`). When
 //! two loops do meet, the second connection is closed at the next heartbeat; the fleet
 //! benchmark counts those as new connections a second (docs/fleet.md).
+
 use std::time::{Duration, Instant};
 
 use super::Shared;
@@ -28,8 +29,6 @@ use super::Shared;
 pub(super) const KEEP: u32 = 1;
 /// How long a node has held no run before it gives connections back.
 pub(super) const QUIET_FOR: Duration = crate::store::IDLE_TIMEOUT;
-/// How long a node has held no run before the lease extension gives its connections back.
-pub(super) const LEASE_QUIET_FOR: Duration = Duration::from_secs(300);
 
 /// Whether a node whose last run ended (or was last seen held) at `busy_at` gives back
 /// connections at `now`.
@@ -97,27 +96,6 @@ pub(super) fn apart_now(period: Duration) -> Duration {
     apart(period, rand::random::<f64>())
 }
 
-/// When the lease extension last held a run, as its own loop saw it.
-pub(super) struct LeaseTrim {
-    held_at: Instant,
-}
-
-impl LeaseTrim {
-    pub(super) fn new(now: Instant) -> LeaseTrim {
-        LeaseTrim { held_at: now }
-    }
-
-    /// The loop extends a run at `now`.
-    pub(super) fn held(&mut self, now: Instant) {
-        self.held_at = now;
-    }
-
-    /// Whether the lease extension, holding nothing at `now`, gives its connections back.
-    pub(super) fn gives_back(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.held_at) >= LEASE_QUIET_FOR
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,23 +123,6 @@ mod tests {
             "a run that began and ended since the last heartbeat"
         );
         assert!(!was_busy(false, 4, 4), "nothing since");
-    }
-
-    #[test]
-    fn the_lease_pool_goes_back_only_after_five_quiet_minutes() {
-        let start = Instant::now();
-        let mut trim = LeaseTrim::new(start);
-        assert!(!trim.gives_back(start + Duration::from_secs(60)));
-        trim.held(start + Duration::from_secs(200));
-        assert!(
-            !trim.gives_back(start + LEASE_QUIET_FOR),
-            "a run extended since counts from its extension"
-        );
-        assert!(trim.gives_back(start + Duration::from_secs(200) + LEASE_QUIET_FOR));
-        assert!(
-            !trim.gives_back(start),
-            "no panic, and nothing given back, on a clock step"
-        );
     }
 
     #[test]
