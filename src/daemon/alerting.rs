@@ -54,7 +54,14 @@ struct Scan {
 pub(super) async fn alerting_loop(shared: Arc<Shared>) {
     let mut scan = Scan::default();
     loop {
-        let wait = super::pool_trim::apart_now(shared.config().daemon.poll_interval);
+        let poll = shared.config().daemon.poll_interval;
+        // While no job has alerts the loop only checks now and then: drawn apart from the
+        // node's other looks (`pool_trim::apart`); with alerts, every poll interval.
+        let wait = if scan.configured {
+            poll
+        } else {
+            super::pool_trim::apart_now(poll)
+        };
         tokio::time::sleep(wait).await;
         if shared.stopping.load(Ordering::SeqCst) {
             return;
