@@ -178,6 +178,9 @@ impl Store {
         let timeout_ms = statement_timeout.map(|t| t.as_millis().max(1) as u64);
         sqlx::any::install_default_drivers();
         let dialect = configured.dialect();
+        if dialect == Dialect::Sqlite {
+            super::sqlite_plans::hold_plans();
+        }
         if let Some(path) = configured.sqlite_path() {
             migrate::create_private(path)
                 .map_err(|e| StoreError::Lock(format!("creating {}: {e}", path.display())))?;

@@ -408,6 +408,7 @@ mod release_rows;
 pub mod resume;
 mod retention;
 pub mod run_search;
+mod sqlite_plans;
 pub mod start_rate;
 pub mod topology;
 pub mod wake;
