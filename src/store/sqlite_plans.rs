@@ -129,7 +129,7 @@ mod tests {
                     db.0,
                     sql.as_ptr(),
                     -1,
-                    ffi::SQLITE_PREPARE_PERSISTENT as u32,
+                    ffi::SQLITE_PREPARE_PERSISTENT,
                     &mut stmt,
                     std::ptr::null_mut()
                 ),
