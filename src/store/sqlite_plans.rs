@@ -28,7 +28,7 @@ pub fn hold_plans() {
         let rc = unsafe { ffi::sqlite3_auto_extension(Some(stable_plans)) };
         if rc != ffi::SQLITE_OK {
             tracing::warn!(
-                code = rc,
+                error = %format!("SQLite result code {rc}"),
                 "SQLite's plans cannot be held stable; statements with LIMIT ? are planned again at each call"
             );
         }
