@@ -707,18 +707,30 @@ async fn a_daemon_thread_stuck_past_twice_the_lease_loses_its_claims(dialect: Di
     let daemon = OneThreadDaemon::start(&db, "3s").await;
     let unblocked = daemon.block(Duration::from_secs(12)).await;
     let blocked_at = Instant::now();
-    // Extensions stop 6 s into the block; the last one's lease ends within 3 s after.
+    // Extensions stop 6 s into the block; the last one's lease ends within 3 s after. What
+    // was seen of the lease on the way is kept for the failure's message: whether the
+    // extensions stopped early or the lease was read late.
+    let seen = std::sync::Mutex::new(Vec::new());
     eventually(
         Duration::from_secs(11),
         "the lease to end in the database",
         || async {
             let row = store.job("b").await.unwrap()?;
             let now = store.now().await.unwrap();
-            (row.lease_until? < now).then_some(())
+            let lease_until = row.lease_until?;
+            seen.lock()
+                .unwrap()
+                .push((blocked_at.elapsed().as_millis(), lease_until - now));
+            (lease_until < now).then_some(())
         },
     )
     .await;
-    assert!(blocked_at.elapsed() >= Duration::from_secs(6));
+    assert!(
+        blocked_at.elapsed() >= Duration::from_secs(6),
+        "the lease ended {:?} into the block; (ms into the block, lease left in ms) as read: {:?}",
+        blocked_at.elapsed(),
+        seen.lock().unwrap()
+    );
     unblocked.await.unwrap();
     eventually(
         Duration::from_secs(10),
