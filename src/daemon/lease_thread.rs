@@ -13,8 +13,8 @@
 //!
 //! Nor may the extension outlive the daemon's thread for long: while that thread runs nothing,
 //! no job is stopped at its `timeout` or on `sqlcron stop`. The daemon's thread marks its
-//! progress ([`Progress`], every tenth of the lease, at most a second); once it has run nothing for twice the lease
-//! (`model::lease::stall_limit`), the extensions stop, the trust windows end, and the reaper
+//! progress ([`Progress`], every `model::lease::quiet_tick`); once it has run nothing for twice
+//! the lease (`model::lease::stall_limit`), the extensions stop, the trust windows end, and the reaper
 //! (`exec/reaper.rs`, a process of its own) stops the runs, whose rows another node then takes
 //! over. A stall while a batch of releases is being written holds the batch's locks, which the
 //! extension waits for: then the claims are lost at the end of their trust window.
