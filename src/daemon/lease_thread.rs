@@ -14,9 +14,9 @@
 //! Nor may the extension outlive the daemon's thread for long: while that thread runs nothing,
 //! no job is stopped at its `timeout` or on `sqlcron stop`. The daemon's thread marks its
 //! progress ([`Progress`], every `model::lease::quiet_tick`); once it has run nothing for twice
-//! the lease (`model::lease::stall_limit`), the extensions stop, the trust windows end, and the reaper
-//! (`exec/reaper.rs`, a process of its own) stops the runs, whose rows another node then takes
-//! over. A stall while a batch of releases is being written holds the batch's locks, which the
+//! the lease (`model::lease::stall_limit`), the extensions stop, the trust windows end, and
+//! the reaper (`exec/reaper.rs`, a process of its own) stops the runs, whose rows another node
+//! then takes over. A stall while a batch of releases is being written holds the batch's locks, which the
 //! extension waits for: then the claims are lost at the end of their trust window.
 //!
 //! What the loops share with the rest is plain shared state: the supervision map (a mutex held
