@@ -8,8 +8,9 @@
 //! them for a short while: the runs are alive, and their claims should not be lost to a
 //! stall of a few seconds. So the two loops run here, on their own timers, and extend through
 //! their own connections (at most [`LEASE_POOL`]), which no burst of starts and releases can
-//! hold, and which no other thread's runtime has to drive. They are opened for the first
-//! extension and then kept: a later run's first extension must not wait to connect.
+//! hold, and which no other thread's runtime has to drive. One is open before any claim and
+//! kept while the node runs jobs: a run's first extension must not wait to connect. A node
+//! long quiet gives it back (`lease_connection.rs`, whose requests this thread answers).
 //!
 //! Nor may the extension outlive the daemon's thread for long: while that thread runs nothing,
 //! no job is stopped at its `timeout` or on `sqlcron stop`. The daemon's thread marks its
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::{Shared, lease};
+use super::{Shared, lease, lease_connection};
 
 /// Most connections of the lease thread's pool: one extension at a time, and one more while a
 /// broken connection is being replaced.
@@ -86,6 +87,7 @@ pub(super) fn start(shared: Arc<Shared>) -> Lease {
     let (stop, stop_rx) = oneshot::channel();
     let (done_tx, done) = oneshot::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (requests, requests_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
     let thread_progress = progress.clone();
     let spawned = std::thread::Builder::new()
@@ -103,7 +105,7 @@ pub(super) fn start(shared: Arc<Shared>) -> Lease {
             };
             let _ = ready_tx.send(Ok(()));
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                runtime.block_on(run(thread_shared, thread_progress, stop_rx))
+                runtime.block_on(run(thread_shared, thread_progress, stop_rx, requests_rx))
             }));
             if ran.is_err() {
                 tracing::error!("the lease thread failed; the daemon exits (its runs are stopped by the reaper and taken over)");
@@ -119,7 +121,10 @@ pub(super) fn start(shared: Arc<Shared>) -> Lease {
     });
     let beat = tokio::spawn(beat(progress.clone(), shared.clone()));
     match started {
-        Ok(()) => Lease::Thread { stop, done, beat },
+        Ok(()) => {
+            shared.lease_connection.attach(requests);
+            Lease::Thread { stop, done, beat }
+        }
         Err(e) => {
             tracing::error!(error = %e, "no thread for the lease extension; it shares the daemon's");
             Lease::Tasks(vec![
@@ -175,7 +180,12 @@ async fn beat(progress: Arc<Progress>, shared: Arc<Shared>) {
 }
 
 /// The thread's work: both loops until told to stop (or the daemon's side is dropped).
-async fn run(shared: Arc<Shared>, progress: Arc<Progress>, stop: oneshot::Receiver<()>) {
+async fn run(
+    shared: Arc<Shared>,
+    progress: Arc<Progress>,
+    stop: oneshot::Receiver<()>,
+    requests: tokio::sync::mpsc::UnboundedReceiver<lease_connection::Request>,
+) {
     // Opened here, so that this runtime drives its connections.
     let (store, own) = match shared.store.own_pool(LEASE_POOL) {
         Ok(Some(store)) => (store, true),
@@ -188,6 +198,7 @@ async fn run(shared: Arc<Shared>, progress: Arc<Progress>, stop: oneshot::Receiv
     tokio::select! {
         _ = lease::lease_loop(shared.clone(), store.clone(), progress) => {}
         _ = lease::trust_watch(shared.clone()) => {}
+        _ = lease_connection::serve(store.clone(), own, requests) => {}
         _ = stop => {}
     }
     if own {

@@ -22,6 +22,7 @@ pub mod heap;
 mod heartbeat;
 mod housekeeping;
 pub mod lease;
+mod lease_connection;
 mod lease_thread;
 pub(crate) mod live_output;
 pub mod metrics;
@@ -155,6 +156,9 @@ struct Shared {
     stop_holds: Notify,
     /// Releases waiting to be written together (see `release_batch.rs`).
     releases: release_batch::Releases,
+    /// The lease extension's connection, given back when the node has long been quiet (see
+    /// `lease_connection.rs`).
+    lease_connection: lease_connection::LeaseConnection,
 }
 
 pub struct Daemon {
@@ -203,6 +207,7 @@ impl Daemon {
                 rates: Default::default(),
                 stop_holds: Notify::new(),
                 releases: Default::default(),
+                lease_connection: Default::default(),
             }),
         }
     }

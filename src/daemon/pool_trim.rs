@@ -2,9 +2,9 @@
 //! heartbeat closes the pool's idle connections beyond [`KEEP`]. A run counts whether or not a
 //! heartbeat saw it held: one that began and ended between two heartbeats (a burst of short
 //! jobs) makes the node busy all the same, or the connections that burst opened would be closed
-//! and opened again at the next. The lease extension's own pool keeps what it opened: a run's
-//! first extension must not wait to connect (a slow connect, a refusal in a burst or a
-//! failover, would cost the run its claim).
+//! and opened again at the next. The lease extension's own connection is kept longer, thirty
+//! leases (`model::lease::lease_connection_kept`), and opened again before the next claim
+//! (`lease_connection.rs`): a run's first extension must not wait to connect.
 //!
 //! The pool cannot do this alone: it hands out its idle connections in turn, so a node that
 //! polls uses every connection it holds now and then, and none is ever idle for the pool's own
@@ -72,6 +72,16 @@ impl PoolTrim {
         }
         if !gives_back(now, self.busy_at) {
             return;
+        }
+        let lease = shared.config().daemon.lease;
+        if now.saturating_duration_since(self.busy_at)
+            >= crate::model::lease::lease_connection_kept(lease)
+            && shared.supervision().is_empty()
+            && shared.lease_connection.give_back()
+        {
+            tracing::debug!(
+                "the node has long held no run: its lease extension's connection goes back"
+            );
         }
         // Quiet: the node's statements wait for its one connection (`store/quiet.rs`).
         shared.store.set_quiet(true);

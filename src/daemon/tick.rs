@@ -132,6 +132,12 @@ impl Daemon {
             report.next_due = Some(peek.now);
             return Ok(report);
         }
+        // A node long quiet gave its lease extension's connection back: it is opened again
+        // before anything is claimed (`lease_connection.rs`).
+        shared
+            .lease_connection
+            .ensure_open(shared.store.dialect())
+            .await?;
         // The trust window starts when the claim is attempted, not when its reply arrives.
         let claim_started = Instant::now();
         let (now, mut rows) = shared

@@ -56,6 +56,14 @@ pub fn quiet_tick(lease: Duration) -> Duration {
     (lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
 }
 
+/// How long a node keeps its lease extension's connection after it last held a run: thirty
+/// leases (five minutes at the default lease). A node whose jobs come that often keeps it; one
+/// that runs a job now and then gives it back, and opens it again before its next claim
+/// (`daemon/lease_connection.rs`).
+pub fn lease_connection_kept(lease: Duration) -> Duration {
+    lease.saturating_mul(30)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +106,18 @@ mod tests {
             assert!(quiet_tick(lease) * 3 < lease.mul_f64(TRUST_FRACTION));
             assert!(quiet_tick(lease) * 3 < stall_limit(lease));
         }
+    }
+
+    #[test]
+    fn the_lease_connection_is_kept_thirty_leases() {
+        assert_eq!(
+            lease_connection_kept(Duration::from_secs(10)),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            lease_connection_kept(Duration::from_secs(1)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(lease_connection_kept(Duration::MAX), Duration::MAX);
     }
 }

@@ -424,6 +424,17 @@ impl Store {
         closed
     }
 
+    /// Opens one connection unless the pool holds one, and keeps it idle in the pool; says
+    /// whether it opened one. The pool's wait bounds it (a refused or unanswered connect is an
+    /// error after 5 s).
+    pub async fn open_one(&self) -> std::result::Result<bool, sqlx::Error> {
+        if self.db.pool.size() > 0 {
+            return Ok(false);
+        }
+        // Back to the pool, idle, when dropped.
+        self.db.pool.acquire().await.map(|_| true)
+    }
+
     /// Whether the node is quiet: its statements then wait briefly for a connection on its
     /// way back rather than open another (`quiet.rs`). A SQLite pool, which keeps its
     /// connections, is never quiet.

@@ -204,13 +204,15 @@ async fn a_quiet_store_sends_statements_in_a_row_on_one_connection(dialect: Dial
 
 /// A daemon whose runs were extended, once it has held no run for half a minute, keeps one
 /// pooled connection, the lease extension's one and, on PostgreSQL, its LISTEN: its start
-/// opened two pooled ones at once (the node-name check), which it gives back.
+/// opened two pooled ones at once (the node-name check), which it gives back. After thirty
+/// leases without a run it gives back the lease extension's connection too, and opens it again
+/// before its next claim, whose run is extended as before.
 async fn a_quiet_node_keeps_one_pooled_connection(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "[database]\nurl = \"{}\"\npool_size = 4\n[node]\nname = \"quiet\"\n[daemon]\n{}\n\
-         lease = \"3s\"\nshutdown_grace = \"5s\"\n",
+         poll_interval = \"500ms\"\nlease = \"2s\"\nshutdown_grace = \"5s\"\n",
         db.url,
         default_user()
     );
@@ -220,49 +222,81 @@ async fn a_quiet_node_keeps_one_pooled_connection(dialect: Dialect) {
         (!store.nodes().await.unwrap().is_empty()).then_some(())
     })
     .await;
-    // Four runs at once, each longer than a lease extension's interval (1 s).
-    let now = store.now().await.unwrap();
-    let at = chrono::DateTime::from_timestamp_millis(now)
-        .unwrap()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    for i in 0..4 {
-        store
-            .execute_raw(&format!(
-                "INSERT INTO cron_table (name, schedule, command) \
-                 VALUES ('busy{i}', '@at {at}', 'sleep 2')"
-            ))
-            .await
-            .unwrap();
-    }
-    eventually(Duration::from_secs(30), "four runs ended", || async {
-        let ended = store
-            .history(None, 10)
-            .await
+    // Runs at once, each longer than a lease extension's interval (0.67 s).
+    let due_now = |store: Store, names: Vec<String>| async move {
+        let now = store.now().await.unwrap();
+        let at = chrono::DateTime::from_timestamp_millis(now)
             .unwrap()
-            .into_iter()
-            .filter(|r| r.ended.is_some())
-            .count();
-        (ended == 4).then_some(())
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        for name in names {
+            store
+                .execute_raw(&format!(
+                    "INSERT INTO cron_table (name, schedule, command) \
+                     VALUES ('{name}', '@at {at}', 'sleep 2')"
+                ))
+                .await
+                .unwrap();
+        }
+    };
+    let ended = |store: Store, n: usize| async move {
+        let runs = store.history(None, 10).await.unwrap();
+        (runs.iter().filter(|r| r.ended.is_some()).count() == n).then_some(runs)
+    };
+    due_now(store.clone(), (0..4).map(|i| format!("busy{i}")).collect()).await;
+    eventually(Duration::from_secs(30), "four runs ended", || {
+        ended(store.clone(), 4)
     })
     .await;
-    // One pooled, the lease extension's (kept), and the LISTEN.
-    let expected = match dialect {
-        Dialect::Postgres => 3,
-        _ => 2,
-    };
     // The test's own connections are not counted.
     store.close().await;
+    // One pooled, the lease extension's (kept for now), and the LISTEN.
+    let listen = i64::from(dialect == Dialect::Postgres);
     eventually(
-        Duration::from_secs(60),
-        &format!("{expected} connections of a quiet node"),
-        || async { (server_connections(&db).await == expected).then_some(()) },
+        Duration::from_secs(50),
+        &format!("{} connections of a quiet node", 2 + listen),
+        || async { (server_connections(&db).await == 2 + listen).then_some(()) },
     )
     .await;
     assert!(
         node.log_text().contains("idle pooled connections closed"),
         "the node gave back what its start and its runs opened"
     );
+    // Thirty leases (60 s) after the last run: the lease extension's goes back.
+    eventually(
+        Duration::from_secs(90),
+        &format!(
+            "{} connections of a node quiet for thirty leases",
+            1 + listen
+        ),
+        || async { (server_connections(&db).await == 1 + listen).then_some(()) },
+    )
+    .await;
+    assert!(
+        node.log_text()
+            .contains("its lease extension's connection goes back"),
+        "{}",
+        node.log_text()
+    );
+    let store = db.store().await;
+    due_now(store.clone(), vec!["later".into()]).await;
+    let runs = eventually(Duration::from_secs(30), "the later run ended", || {
+        ended(store.clone(), 5)
+    })
+    .await;
+    let log = node.log_text();
     node.stop();
+    let later: Vec<_> = runs.iter().filter(|r| r.job == "later").collect();
+    assert_eq!(later.len(), 1, "{runs:?}");
+    assert_eq!(
+        later[0].outcome, "ok",
+        "extended past its claim's trust window:\n{log}"
+    );
+    assert_eq!(
+        log.matches("the lease extension's connection opened before a claim")
+            .count(),
+        2,
+        "opened before the first claim and again after the give-back:\n{log}"
+    );
 }
 
 mod postgres {

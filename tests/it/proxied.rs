@@ -13,7 +13,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::proxy::Proxy;
 use crate::util::make_due_now as make_due;
-use crate::util::{TestDb, alive, eventually};
+use crate::util::{DaemonProcess, TestDb, alive, default_user, eventually};
 
 macro_rules! for_each_server {
     ($($case:ident),* $(,)?) => {
@@ -30,6 +30,7 @@ for_each_server!(
     stall_longer_than_the_lease_with_ignore_lets_the_run_finish,
     release_blocked_longer_than_the_lease_keeps_the_lease_and_lands,
     a_batch_of_releases_cut_off_part_way_or_at_its_commit_reads_back_once,
+    a_node_that_cannot_open_its_lease_connection_claims_nothing,
 );
 
 /// The database's address as the proxy needs it, and the URL through the proxy.
@@ -434,4 +435,68 @@ async fn release_blocked_longer_than_the_lease_keeps_the_lease_and_lands(dialect
     assert_eq!(outcomes(&store, "b").await, [(1, "ok".to_string())]);
     let runs = std::fs::read_to_string(&count).unwrap();
     assert_eq!(runs.lines().count(), 1, "the slot ran again");
+}
+
+/// The lease extension's connection is opened before a node's first claim (and again after the
+/// node gave it back, `daemon/lease_connection.rs`): while the server refuses new connections,
+/// a due row is not claimed, however well the node's pooled connection serves its looks; once
+/// connections are taken again, the row runs once and its lease is extended (the run outlasts
+/// the trust window of its claim). Before, the claim came first and the connection was opened
+/// for the first extension: a refusal then cost the run its claim.
+async fn a_node_that_cannot_open_its_lease_connection_claims_nothing(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let proxy = Proxy::start(upstream(dialect)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[database]\nurl = \"{}\"\n[node]\nname = \"a\"\n[daemon]\n{}\n\
+         poll_interval = \"200ms\"\nlease = \"2s\"\nshutdown_grace = \"5s\"\n\
+         [[job]]\nname = \"s\"\nschedule = \"0 0 1 1 *\"\ncommand = \"sleep 3\"\n",
+        through(&db, &proxy),
+        default_user()
+    );
+    let node = DaemonProcess::start(dir.path(), "a", &config);
+    eventually(Duration::from_secs(20), "the node registered", || async {
+        (!store.nodes().await.unwrap().is_empty()).then_some(())
+    })
+    .await;
+    proxy.refuse(true);
+    make_due(&store, "s").await;
+    eventually(
+        Duration::from_secs(30),
+        "the node to say it cannot open the lease extension's connection",
+        || async {
+            node.log_text()
+                .contains("opening the lease extension's connection")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        outcomes(&store, "s").await.is_empty(),
+        "nothing claimed while the lease connection cannot open:\n{}",
+        node.log_text()
+    );
+    let claimed_by = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE name = 's' AND exec_by IS NOT NULL")
+        .await
+        .unwrap();
+    assert_eq!(claimed_by, Some(0), "the row is not held");
+    proxy.refuse(false);
+    eventually(Duration::from_secs(40), "the run to end", || async {
+        let h = outcomes(&store, "s").await;
+        (h.last().is_some_and(|(_, o)| o != "running")).then_some(())
+    })
+    .await;
+    let log = node.log_text();
+    node.stop();
+    assert_eq!(
+        outcomes(&store, "s").await,
+        [(1, "ok".to_string())],
+        "once, extended past its claim's trust window:\n{log}"
+    );
+    assert!(
+        log.contains("the lease extension's connection opened before a claim"),
+        "{log}"
+    );
 }

@@ -1,5 +1,6 @@
 //! A fault-injection proxy between a daemon and its database: a TCP relay on 127.0.0.1 that can
-//! stall all traffic (connections stay open, nothing moves), reset every connection, and lose the
+//! stall all traffic (connections stay open, nothing moves), reset every connection, refuse new
+//! connections (those open go on), and lose the
 //! reply of a given statement (the statement runs and commits on the server; its reply never
 //! reaches the client, whose connection is reset instead).
 //!
@@ -23,6 +24,8 @@ struct Switches {
     stalled: watch::Sender<bool>,
     /// Bumped to reset every open connection.
     resets: watch::Sender<u64>,
+    /// While true, a new connection is closed as soon as it is accepted.
+    refusing: std::sync::atomic::AtomicBool,
     /// Statement text whose next execution's reply is lost (once); with `true`, the reply to the
     /// packet carrying the text itself (a simple query such as `COMMIT`, sent and run at once).
     lose_reply_of: Mutex<Option<(Vec<u8>, bool)>>,
@@ -71,6 +74,7 @@ impl Proxy {
             upstream: upstream.to_string(),
             stalled: watch::channel(false).0,
             resets: watch::channel(0).0,
+            refusing: false.into(),
             lose_reply_of: Mutex::new(None),
             lost: AtomicU64::new(0),
         });
@@ -80,6 +84,10 @@ impl Proxy {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
+                if s.refusing.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 tokio::spawn(relay(client, s.clone()));
             }
         });
@@ -93,6 +101,12 @@ impl Proxy {
     /// Stops all traffic (or lets it flow again).
     pub fn stall(&self, on: bool) {
         let _ = self.switches.stalled.send(on);
+    }
+
+    /// Closes each new connection as soon as it comes (or takes them again); the connections
+    /// already open go on.
+    pub fn refuse(&self, on: bool) {
+        self.switches.refusing.store(on, Ordering::SeqCst);
     }
 
     /// Resets every open connection now.
