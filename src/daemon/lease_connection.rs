@@ -8,10 +8,11 @@
 //! and a fleet's server pays for each (docs/fleet.md). So, once the node has held no run for
 //! `model::lease::lease_connection_kept` (thirty leases: five minutes at the default lease), the
 //! heartbeat gives it back, and the next claim first has the lease thread open it again and
-//! claims nothing until it is open. A refused connection then costs a pass (it fails like any
-//! database error and is tried again with the backoff), never a run's claim. A node whose jobs
-//! come every few minutes keeps it; one whose jobs come hourly connects once an hour, a few
-//! milliseconds before its claim.
+//! claims nothing until it is open (as does a node whose lease connection broke, in an outage
+//! or a failover, since its last claim). A refused connection then costs a pass (it fails like
+//! any database error and is tried again with the backoff), never a run's claim. A node whose
+//! jobs come every few minutes keeps it; one whose jobs come hourly connects once an hour, a
+//! few milliseconds before its claim.
 //!
 //! Both decisions are taken on the daemon's loop, one after the other (the heartbeat and the
 //! pass, `daemon/mod.rs`), and a give-back needs a node that supervises no run: a claim is
@@ -43,14 +44,36 @@ pub(super) enum Request {
 #[derive(Default)]
 pub(super) struct LeaseConnection {
     requests: Mutex<Option<mpsc::UnboundedSender<Request>>>,
-    /// Open (or asked to open and answered): claims go ahead without asking.
+    /// Open (or asked to open and answered), and not given back since: claims go ahead
+    /// without asking while its pool holds a connection.
     open: AtomicBool,
+    /// The lease thread's own store, whose pool's size is read here (a count, safe from any
+    /// thread): a connection that broke (an outage, a failover) is opened again before the next
+    /// claim too.
+    store: Mutex<Option<Store>>,
 }
 
 impl LeaseConnection {
     /// The lease thread started: requests go to it from now on.
     pub(super) fn attach(&self, requests: mpsc::UnboundedSender<Request>) {
         *self.requests.lock().unwrap() = Some(requests);
+    }
+
+    /// The lease thread has a pool of its own: its size is looked at before each claim.
+    pub(super) fn watch(&self, store: Store) {
+        *self.store.lock().unwrap() = Some(store);
+    }
+
+    /// Whether a claim may go ahead without asking: the connection was opened, not given back
+    /// since, and its pool still holds it.
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+            && self
+                .store
+                .lock()
+                .unwrap()
+                .as_ref()
+                .is_none_or(|store| store.pool_size().0 > 0)
     }
 
     fn sender(&self) -> Option<mpsc::UnboundedSender<Request>> {
@@ -60,7 +83,7 @@ impl LeaseConnection {
     /// Before a claim: has the lease thread's connection opened unless it is open. An error
     /// (the server refuses, or does not answer in time) means the claim is not made.
     pub(super) async fn ensure_open(&self, dialect: Dialect) -> Result<(), StoreError> {
-        if self.open.load(Ordering::SeqCst) {
+        if self.is_open() {
             return Ok(());
         }
         // No lease thread (its extension shares the daemon's pool): nothing to open.

@@ -188,7 +188,10 @@ async fn run(
 ) {
     // Opened here, so that this runtime drives its connections.
     let (store, own) = match shared.store.own_pool(LEASE_POOL) {
-        Ok(Some(store)) => (store, true),
+        Ok(Some(store)) => {
+            shared.lease_connection.watch(store.clone());
+            (store, true)
+        }
         Ok(None) => (shared.store.clone(), false),
         Err(e) => {
             tracing::error!(error = %e, "no pool of its own for the lease extension; it shares the daemon's");
