@@ -20,6 +20,11 @@
 //! (`sqlcron_claims_empty_total`: claim statements that took nothing, summed over the nodes),
 //! slots started twice, and the scheduler's CPU per job (daemons and server) as a multiple of
 //! `xargs`'s own per body.
+//!
+//! **After**: with `SQLCRON_BENCH_FLEET_AFTER=330` (seconds), the connections open that long
+//! after the midnight's last release, per node: what nodes that ran jobs hold once quiet (their
+//! lease extension's connection goes back thirty leases after their last run, 300 s at the
+//! default lease).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -563,6 +568,19 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         (empty1 - empty0) / jobs as f64,
         (daemons_ms + server_ms) / xargs_ms,
     );
+    let after = env_number("SQLCRON_BENCH_FLEET_AFTER", 0);
+    if after > 0 {
+        let at_end = connections(&store, dialect).await;
+        tokio::time::sleep(Duration::from_secs(after)).await;
+        let open = connections(&store, dialect).await;
+        println!(
+            "fleet      {:<8} N={n:<4} after the midnight: {at_end} connections ({:.2} per node) \
+             at its end, {open} ({:.2} per node) {after} s later",
+            dialect.name(),
+            at_end as f64 / n as f64,
+            open as f64 / n as f64,
+        );
+    }
     for d in &mut daemons {
         super::stop(d);
     }
