@@ -571,11 +571,40 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     let after = env_number("SQLCRON_BENCH_FLEET_AFTER", 0);
     if after > 0 {
         let at_end = connections(&store, dialect).await;
+        let lease_at_end = match dialect {
+            Dialect::Postgres => store
+                .scalar_i64(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND query LIKE 'UPDATE cron_table SET lease_until%'",
+                )
+                .await
+                .ok()
+                .flatten()
+                .map(|c| format!(" ({c} the lease extension's)"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
         tokio::time::sleep(Duration::from_secs(after)).await;
         let open = connections(&store, dialect).await;
+        // On PostgreSQL, by the last statement each connection sent: the lease extension's
+        // (its UPDATE of `lease_until`), the LISTEN, the others (the pools').
+        let kinds = match dialect {
+            Dialect::Postgres => store
+                .scalars::<String>(
+                    "SELECT CASE WHEN query LIKE 'UPDATE cron_table SET lease_until%' THEN 'lease' \
+                     WHEN query LIKE 'LISTEN%' THEN 'listen' ELSE 'other' END || ' ' \
+                     || COUNT(*)::text FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY 1 \
+                     ORDER BY 1",
+                )
+                .await
+                .map(|k| format!(" ({})", k.join(", ")))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
         println!(
             "fleet      {:<8} N={n:<4} after the midnight: {at_end} connections ({:.2} per node) \
-             at its end, {open} ({:.2} per node) {after} s later",
+             at its end{lease_at_end}, {open} ({:.2} per node) {after} s later{kinds}",
             dialect.name(),
             at_end as f64 / n as f64,
             open as f64 / n as f64,
