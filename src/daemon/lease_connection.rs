@@ -8,11 +8,13 @@
 //! and a fleet's server pays for each (docs/fleet.md). So, once the node has held no run for
 //! `model::lease::lease_connection_kept` (thirty leases: five minutes at the default lease), the
 //! heartbeat gives it back, and the next claim first has the lease thread open it again and
-//! claims nothing until it is open (as does a node whose lease connection broke, in an outage
-//! or a failover, since its last claim). A refused connection then costs a pass (it fails like
-//! any database error and is tried again with the backoff), never a run's claim. A node whose
-//! jobs come every few minutes keeps it; one whose jobs come hourly connects once an hour, a
-//! few milliseconds before its claim.
+//! claims nothing until it is open. A claim more than a lease after the connection was last
+//! opened or confirmed has it confirmed first: taken from the pool, an idle connection is
+//! pinged, and one that broke (an outage, a failover) is replaced. A refused connection then
+//! costs the node its claims for a while (it logs a warning once, counts the error, and looks
+//! again a second later; its heartbeat and the rest go on, its pool being well), never the
+//! claim of a run just taken. A node whose jobs come every few minutes keeps the connection;
+//! one whose jobs come hourly connects once an hour, a few milliseconds before its claim.
 //!
 //! Both decisions are taken on the daemon's loop, one after the other (the heartbeat and the
 //! pass, `daemon/mod.rs`), and a give-back needs a node that supervises no run: a claim is
@@ -22,7 +24,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -48,9 +50,14 @@ pub(super) struct LeaseConnection {
     /// without asking while its pool holds a connection.
     open: AtomicBool,
     /// The lease thread's own store, whose pool's size is read here (a count, safe from any
-    /// thread): a connection that broke (an outage, a failover) is opened again before the next
-    /// claim too.
+    /// thread): a pool that lost its connection has it opened again before the next claim.
     store: Mutex<Option<Store>>,
+    /// When the lease thread last opened or confirmed the connection: a claim more than a lease
+    /// after that has it confirmed again (an idle connection is pinged as it is taken, so one
+    /// that a failover or a broken network left dead is replaced before the claim).
+    checked: Mutex<Option<Instant>>,
+    /// Opening failed, and has not worked since (logged once per spell).
+    failing: AtomicBool,
 }
 
 impl LeaseConnection {
@@ -65,9 +72,14 @@ impl LeaseConnection {
     }
 
     /// Whether a claim may go ahead without asking: the connection was opened, not given back
-    /// since, and its pool still holds it.
-    fn is_open(&self) -> bool {
+    /// since, confirmed within the last lease, and its pool still holds it.
+    fn is_open(&self, lease: Duration) -> bool {
         self.open.load(Ordering::SeqCst)
+            && self
+                .checked
+                .lock()
+                .unwrap()
+                .is_some_and(|at| at.elapsed() < lease)
             && self
                 .store
                 .lock()
@@ -80,38 +92,57 @@ impl LeaseConnection {
         self.requests.lock().unwrap().clone()
     }
 
-    /// Before a claim: has the lease thread's connection opened unless it is open. An error
-    /// (the server refuses, or does not answer in time) means the claim is not made.
-    pub(super) async fn ensure_open(&self, dialect: Dialect) -> Result<(), StoreError> {
-        if self.is_open() {
-            return Ok(());
+    /// Before a claim: has the lease thread's connection opened (or confirmed, once a lease
+    /// since the last confirmation) unless it is known open; says whether the claim may go
+    /// ahead. A failure (the server refuses, or does not answer in time) is counted and logged
+    /// once per spell, and the claim is not made.
+    pub(super) async fn ensure_open(
+        &self,
+        dialect: Dialect,
+        lease: Duration,
+        metrics: &crate::daemon::metrics::Metrics,
+    ) -> bool {
+        if self.is_open(lease) {
+            return true;
         }
         // No lease thread (its extension shares the daemon's pool): nothing to open.
         let Some(requests) = self.sender() else {
-            return Ok(());
+            return true;
         };
         let (reply, answer) = oneshot::channel();
         if requests.send(Request::Open(reply)).is_err() {
             // The thread has ended: the daemon is stopping (or exits, see `lease_thread.rs`).
-            return Ok(());
+            return true;
         }
-        let failed = |source| StoreError::Sql {
-            dialect: dialect.name(),
-            op: "opening the lease extension's connection",
-            source,
-        };
-        match tokio::time::timeout(OPEN_WAIT, answer).await {
+        let error = match tokio::time::timeout(OPEN_WAIT, answer).await {
             Ok(Ok(Ok(opened))) => {
                 self.open.store(true, Ordering::SeqCst);
-                if opened {
+                *self.checked.lock().unwrap() = Some(Instant::now());
+                if self.failing.swap(false, Ordering::SeqCst) {
+                    tracing::info!("the lease extension's connection is open again; claims go on");
+                } else if opened {
                     tracing::debug!("the lease extension's connection opened before a claim");
                 }
-                Ok(())
+                return true;
             }
-            Ok(Ok(Err(e))) => Err(failed(e)),
-            Ok(Err(_)) => Ok(()),
-            Err(_) => Err(failed(sqlx::Error::PoolTimedOut)),
+            // The thread ended meanwhile (the daemon is stopping).
+            Ok(Err(_)) => return true,
+            Ok(Ok(Err(e))) => e,
+            Err(_) => sqlx::Error::PoolTimedOut,
+        };
+        let error = StoreError::Sql {
+            dialect: dialect.name(),
+            op: "opening the lease extension's connection",
+            source: error,
+        };
+        metrics.database_error_counted(error.kind());
+        if !self.failing.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                error = %error,
+                "the lease extension's connection cannot be opened; nothing is claimed until it can"
+            );
         }
+        false
     }
 
     /// The node has long been quiet (it supervises no run): the lease thread closes its

@@ -373,6 +373,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts an error of `kind` that neither fails the pass nor hints at a failover (the lease
+    /// extension's connection refused while the node's pool works, `lease_connection.rs`).
+    pub fn database_error_counted(&self, kind: &str) {
+        self.db_errors
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
     /// Notes an error of `kind` that is handled without being counted (a batch that fails is
     /// written again row by row): a broken connection or a server that took no writes may mean
     /// a failover (see [`Metrics::take_connection_lost`]).

@@ -107,6 +107,18 @@ impl Daemon {
         if peek.next_due.is_none_or(|d| d > peek.now) {
             return Ok(report);
         }
+        // The lease extension's connection is open before anything is claimed (a node long
+        // quiet gave it back, `lease_connection.rs`); while it cannot be opened, nothing is
+        // claimed and the pass looks again a second later (the node is otherwise well: its
+        // heartbeat goes on). Before the horizon below, which the claim must follow at once.
+        if !shared
+            .lease_connection
+            .ensure_open(shared.store.dialect(), config.daemon.lease, &shared.metrics)
+            .await
+        {
+            report.next_due = Some(peek.now + 1_000);
+            return Ok(report);
+        }
         // Rows this node still supervises are never claimed again; only those whose lease could
         // have ended by the time this claim runs need naming (see `lease::may_be_due`).
         let horizon = Instant::now();
@@ -132,12 +144,6 @@ impl Daemon {
             report.next_due = Some(peek.now);
             return Ok(report);
         }
-        // A node long quiet gave its lease extension's connection back: it is opened again
-        // before anything is claimed (`lease_connection.rs`).
-        shared
-            .lease_connection
-            .ensure_open(shared.store.dialect())
-            .await?;
         // The trust window starts when the claim is attempted, not when its reply arrives.
         let claim_started = Instant::now();
         let (now, mut rows) = shared

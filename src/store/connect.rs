@@ -424,15 +424,17 @@ impl Store {
         closed
     }
 
-    /// Opens one connection unless the pool holds one, and keeps it idle in the pool; says
-    /// whether it opened one. The pool's wait bounds it (a refused or unanswered connect is an
-    /// error after 5 s).
+    /// Has the pool hold a working connection, kept idle in it: one in use is working; an idle
+    /// one is taken (the pool pings one idle for a second or more, and replaces it if it broke);
+    /// with none, one is opened. Says whether a connection was opened. The pool's wait bounds it
+    /// (a refused or unanswered connect is an error after 5 s).
     pub async fn open_one(&self) -> std::result::Result<bool, sqlx::Error> {
-        if self.db.pool.size() > 0 {
+        let (size, idle) = (self.db.pool.size(), self.db.pool.num_idle());
+        if size > 0 && idle == 0 {
             return Ok(false);
         }
         // Back to the pool, idle, when dropped.
-        self.db.pool.acquire().await.map(|_| true)
+        self.db.pool.acquire().await.map(|_| size == 0)
     }
 
     /// Whether the node is quiet: its statements then wait briefly for a connection on its
