@@ -46,14 +46,11 @@ pub(super) enum Request {
 #[derive(Default)]
 pub(super) struct LeaseConnection {
     requests: Mutex<Option<mpsc::UnboundedSender<Request>>>,
-    /// Open (or asked to open and answered), and not given back since: claims go ahead
-    /// without asking while its pool holds a connection.
-    open: AtomicBool,
     /// The lease thread's own store, whose pool's size is read here (a count, safe from any
     /// thread): a pool that lost its connection has it opened again before the next claim.
     store: Mutex<Option<Store>>,
-    /// When the lease thread last opened or confirmed the connection: a claim more than a lease
-    /// after that has it confirmed again (an idle connection is pinged as it is taken, so one
+    /// When the lease thread last opened or confirmed the connection (`None`: never, or given
+    /// back since): a claim more than a lease after that has it confirmed again (an idle connection is pinged as it is taken, so one
     /// that a failover or a broken network left dead is replaced before the claim).
     checked: Mutex<Option<Instant>>,
     /// Opening failed, and has not worked since (logged once per spell).
@@ -74,12 +71,10 @@ impl LeaseConnection {
     /// Whether a claim may go ahead without asking: the connection was opened, not given back
     /// since, confirmed within the last lease, and its pool still holds it.
     fn is_open(&self, lease: Duration) -> bool {
-        self.open.load(Ordering::SeqCst)
-            && self
-                .checked
-                .lock()
-                .unwrap()
-                .is_some_and(|at| at.elapsed() < lease)
+        self.checked
+            .lock()
+            .unwrap()
+            .is_some_and(|at| at.elapsed() < lease)
             && self
                 .store
                 .lock()
@@ -116,7 +111,6 @@ impl LeaseConnection {
         }
         let error = match tokio::time::timeout(OPEN_WAIT, answer).await {
             Ok(Ok(Ok(opened))) => {
-                self.open.store(true, Ordering::SeqCst);
                 *self.checked.lock().unwrap() = Some(Instant::now());
                 if self.failing.swap(false, Ordering::SeqCst) {
                     tracing::info!("the lease extension's connection is open again; claims go on");
@@ -151,7 +145,7 @@ impl LeaseConnection {
         let Some(requests) = self.sender() else {
             return false;
         };
-        if !self.open.swap(false, Ordering::SeqCst) {
+        if self.checked.lock().unwrap().take().is_none() {
             return false;
         }
         requests.send(Request::GiveBack).is_ok()
