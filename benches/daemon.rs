@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo bench --bench daemon                 # everything
-//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness dashboard retention[-sqlite|-postgres|-mysql] burst burst-systemd ratio fleet rss locks http-burst
+//! cargo bench --bench daemon -- claim idle   # some of: claim claim-placed idle wake wake-on lateness quiet dashboard retention[-sqlite|-postgres|-mysql] burst burst-systemd ratio fleet rss locks http-burst
 //! ```
 //!
 //! Figures go to stdout; the ones measured on the development machine are in `docs/benchmarks.md`.
@@ -20,6 +20,8 @@ use sqlcron::store::{Dialect, Release, Store};
 mod dashboard;
 #[path = "daemon/fleet.rs"]
 mod fleet;
+#[path = "daemon/quiet.rs"]
+mod quiet;
 #[path = "daemon/ratio.rs"]
 mod ratio;
 
@@ -1164,6 +1166,13 @@ async fn main() {
     if on("lateness") {
         for d in all.iter().copied() {
             lateness(d).await;
+        }
+    }
+    // Only when named: each try waits 60 s for the node to be quiet. (SQLite's lease
+    // extension has no connection to give back.)
+    if wanted.contains(&"quiet") {
+        for d in all.iter().copied().filter(|d| *d != Dialect::Sqlite) {
+            quiet::quiet_lateness(d).await;
         }
     }
     if on("dashboard") {
