@@ -5,8 +5,9 @@
 //! One node, 1,000 other jobs not due, `lease = "2s"` (the connection goes back after thirty
 //! leases, 60 s) and `poll_interval = "500ms"`, so that the node knows each slot before it comes
 //! (wake-ups on where the database has them). Each of `SQLCRON_BENCH_QUIET_TRIES` (5) tries runs
-//! three one-off jobs, each inserted at least 3 s before its slot (`@at`, a whole second), and takes the start lateness
-//! (the start record minus the slot, both by the database's clock) of each:
+//! three one-off jobs, each inserted at least 3 s before its slot (`@at`, a whole second), and
+//! takes the start lateness (the start record minus the slot, both by the database's clock) of
+//! each:
 //! - **after a give-back**: inserted once the node has logged that the connection went back
 //!   (or after 70 s of quiet, for a build that keeps it);
 //! - **a lease after the last claim**: 3 s after that run (the connection is confirmed first,
