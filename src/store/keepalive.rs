@@ -20,14 +20,25 @@ pub const PROBES: u32 = 3;
 /// Turns keepalive on for every TCP socket of this process connected to `port` on the peer
 /// side. Returns how many sockets it changed.
 pub fn enable_for_peer_port(port: u16) -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return 0;
-    };
     let params = socket2::TcpKeepalive::new()
         .with_time(IDLE)
         .with_interval(INTERVAL)
         .with_retries(PROBES);
     let mut changed = 0;
+    for_each_socket_to(port, |_, socket| {
+        if !socket.keepalive().unwrap_or(true) && socket.set_tcp_keepalive(&params).is_ok() {
+            changed += 1;
+        }
+    });
+    changed
+}
+
+/// Calls `each` with every TCP socket of this process connected to `port` on the peer side,
+/// and its descriptor (Linux: the sockets are found in `/proc/self/fd`; elsewhere, none).
+pub fn for_each_socket_to(port: u16, mut each: impl FnMut(i32, &socket2::SockRef<'_>)) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
     for entry in dir.flatten() {
         let is_socket = std::fs::read_link(entry.path())
             .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
@@ -43,7 +54,7 @@ pub fn enable_for_peer_port(port: u16) -> usize {
         }
         // SAFETY: the descriptor is borrowed only for these calls; if it was closed (and its
         // number reused) since it was listed, the calls fail or act on another socket of this
-        // process, which keepalive does not harm.
+        // process, which keepalive (or reading an option) does not harm.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
         let socket = socket2::SockRef::from(&borrowed);
         let peer_port = socket
@@ -51,14 +62,10 @@ pub fn enable_for_peer_port(port: u16) -> usize {
             .ok()
             .and_then(|a| a.as_socket())
             .map(|a| a.port());
-        if peer_port != Some(port) || socket.keepalive().unwrap_or(true) {
-            continue;
-        }
-        if socket.set_tcp_keepalive(&params).is_ok() {
-            changed += 1;
+        if peer_port == Some(port) {
+            each(fd, &socket);
         }
     }
-    changed
 }
 
 #[cfg(test)]

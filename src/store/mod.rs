@@ -421,6 +421,7 @@ pub use audit::AuditRow;
 pub use connect::{IDLE_TIMEOUT, sqlite_heap_bytes};
 pub use drift::{Drift, drift};
 pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
+pub use keepalive::for_each_socket_to;
 pub use locks::{LockRow, LockState};
 pub use release::ReleaseOf;
 pub use retention::{Duty, DutyRow, Pruned};

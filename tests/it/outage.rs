@@ -384,28 +384,9 @@ async fn store_connections_send_without_delay(dialect: sqlcron::store::Dialect) 
 /// whether it has TCP_NODELAY.
 fn sockets_to(port: u16) -> Vec<(i32, bool)> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let is_socket = std::fs::read_link(entry.path())
-            .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if !is_socket {
-            continue;
-        }
-        // SAFETY: borrowed only for these two calls; a descriptor closed meanwhile makes them
-        // fail (or names another socket, which the port check leaves out).
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let socket = socket2::SockRef::from(&borrowed);
-        let peer = socket.peer_addr().ok().and_then(|a| a.as_socket());
-        if peer.is_some_and(|a| a.port() == port) {
-            found.push((fd, socket.tcp_nodelay().unwrap_or(false)));
-        }
-    }
+    sqlcron::store::for_each_socket_to(port, |fd, socket| {
+        found.push((fd, socket.tcp_nodelay().unwrap_or(false)));
+    });
     found
 }
 
