@@ -45,6 +45,14 @@ fn my_url(database: &str) -> String {
 fn my_admin() -> String {
     my_url("mysql")
 }
+/// The number in environment variable `name`, or `default`.
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// 2100-01-01: "not due" for the filler rows.
 const FAR: i64 = 4_102_444_800_000;
 

@@ -35,17 +35,10 @@ use sqlcron::store::{Dialect, Store};
 use super::ratio::{
     drain_of, insert_sql, mariadbd_pid, server_counts, starts, wait_released, write_body, xargs,
 };
-use super::{Daemon, Db, FAR, fill, postmaster_pid, start_daemon, wait_ready};
+use super::{Daemon, Db, FAR, env_number, fill, postmaster_pid, start_daemon, wait_ready};
 
 const CLUSTER_JOBS: usize = 10_000;
 const LOCAL_PER_NODE: usize = 20;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

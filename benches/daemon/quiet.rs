@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use sqlcron::store::{Dialect, Store};
 
-use super::{Db, FAR, fill, percentile, start_daemon, stop, wait_ready};
+use super::{Db, FAR, env_number, fill, percentile, start_daemon, stop, wait_ready};
 
 /// How many lines of `log` contain `what`.
 fn count(log: &std::path::Path, what: &str) -> usize {
@@ -59,10 +59,7 @@ async fn started(store: &Store, job: &str) -> (i64, f64) {
 }
 
 pub(super) async fn quiet_lateness(dialect: Dialect) {
-    let tries: usize = std::env::var("SQLCRON_BENCH_QUIET_TRIES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let tries = env_number("SQLCRON_BENCH_QUIET_TRIES", 5);
     let db = Db::new(dialect).await;
     let store = db.store().await;
     fill(&store, dialect, "idle", 1_000, FAR, 1_000, "true").await;

@@ -50,8 +50,9 @@ pub(super) struct LeaseConnection {
     /// thread): a pool that lost its connection has it opened again before the next claim.
     store: Mutex<Option<Store>>,
     /// When the lease thread last opened or confirmed the connection (`None`: never, or given
-    /// back since): a claim more than a lease after that has it confirmed again (an idle connection is pinged as it is taken, so one
-    /// that a failover or a broken network left dead is replaced before the claim).
+    /// back since): a claim more than a lease after that has it confirmed again (an idle
+    /// connection is pinged as it is taken, so one that a failover or a broken network left
+    /// dead is replaced before the claim).
     checked: Mutex<Option<Instant>>,
     /// Opening failed, and has not worked since (logged once per spell).
     failing: AtomicBool,

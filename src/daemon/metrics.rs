@@ -366,11 +366,7 @@ impl Metrics {
             .unwrap_or_else(|e| e.into_inner())
             .last_db_error = Some(Instant::now());
         self.failover_hint(kind);
-        self.db_errors
-            .get_or_create(&KindLabel {
-                kind: kind.to_string(),
-            })
-            .inc();
+        self.database_error_counted(kind);
     }
 
     /// Counts an error of `kind` that neither fails the pass nor hints at a failover (the lease
