@@ -11,6 +11,8 @@
 #   FLEET_MAX_CONNECTIONS=100 FLEET_PGBOUNCER=20 SQLCRON_BENCH_FLEET_WAKEUPS=false \
 #       SQLCRON_BENCH_DIALECTS=postgres scripts/bench-fleet.sh  # through PgBouncer (transaction
 #       # pooling, 20 server connections); LISTEN needs the server itself, hence no wake-ups
+#   FLEET_MY_SETTINGS="--transaction-isolation=READ-COMMITTED" SQLCRON_BENCH_DIALECTS=mysql \
+#       scripts/bench-fleet.sh                              # MariaDB started with extra options
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,7 +60,7 @@ mariadb-install-db --no-defaults --datadir="$dir/my/data" --tmpdir="$dir/my/tmp"
 "$mariadbd" --no-defaults --datadir="$dir/my/data" --socket="$dir/my/sock" \
     --pid-file="$dir/my/pid" --port="$my_port" --tmpdir="$dir/my/tmp" \
     --bind-address=127.0.0.1 --user=root --skip-log-bin --max-connections="$max" \
-    --log-error="$dir/my/err.log" </dev/null >/dev/null 2>&1 &
+    --log-error="$dir/my/err.log" ${FLEET_MY_SETTINGS:-} </dev/null >/dev/null 2>&1 &
 my_pid=$!
 for _ in $(seq 300); do
     (exec 3<>"/dev/tcp/127.0.0.1/$my_port") 2>/dev/null && break

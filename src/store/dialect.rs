@@ -227,10 +227,12 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
 }
 
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
-/// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
-/// rows the node still supervises, which it must not claim again; then the placement values the
-/// node matches (see [`placement_filter`]); then the node's name again, for its drain flag: a
-/// node drained after its peek claims nothing, whatever peek its pass acts on.
+/// round trip, and never waiting for a row another session holds (skipped instead, except on
+/// SQLite, whose writers take turns). `excluded` placeholders follow the lease ones: ids of rows
+/// the node still supervises, which it must not claim again; then the placement values the node
+/// matches (see [`placement_filter`]); then the node's name again, for its drain flag: a node
+/// drained after its peek claims nothing, whatever peek its pass acts on; then the limit. On
+/// MySQL the rows are chosen first in the text, so the node, the leases and the claim id follow.
 pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
@@ -280,10 +282,22 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        // No RETURNING: mark with a unique claim id, then read back by it. Assignments run left
-        // to right, so prev_exec_by still sees the old exec_by.
+        // No RETURNING: mark with a unique claim id, then read back by it. SKIP LOCKED in the
+        // derived table, as on PostgreSQL: a claim never waits for a row another session holds
+        // (a node's release or lease extension in flight, an operator's open transaction), and
+        // concurrent claimers take different rows instead of queueing behind each other. A
+        // multi-table UPDATE gives its assignments no order, so the old `exec_by` and `token`
+        // come from the derived table, read under the same lock. The join order and the key
+        // are forced: on a small table the optimizer would rather scan `cron_table` first,
+        // which locks (and waits for) every row it reads. Placeholders: those of `due` and the
+        // limit first, then the node, the lease twice and the claim id.
         Dialect::Mysql => format!(
-            "UPDATE cron_table SET {set}, claim_id = ? WHERE {due} ORDER BY next_exec LIMIT ?"
+            "UPDATE (SELECT id, exec_by AS was_by, token AS was_token \
+             FROM cron_table WHERE {due} ORDER BY next_exec LIMIT ? FOR UPDATE SKIP LOCKED) d \
+             STRAIGHT_JOIN cron_table c FORCE INDEX (PRIMARY) ON c.id = d.id \
+             SET c.prev_exec_by = d.was_by, c.exec_by = ?, \
+             c.token = d.was_token + 1, c.lease_until = {{now}} + ?, c.next_exec = {{now}} + ?, \
+             c.claimed_at = {{now}}, c.claim_id = ?"
         ),
     };
     dialect.render(&template)

@@ -1847,3 +1847,66 @@ async fn running_lists_the_rows_held_now(dialect: Dialect) {
     );
     assert_eq!(names(store.running(20).await.unwrap()), ["b"]);
 }
+
+/// A claim never waits for a row another session holds: an operator's transaction left open
+/// in a console, or a node's release or lease extension in flight. It takes the other due
+/// rows at once, and the held row once it is let go; the row after the due ones (the next in
+/// line, held too) stops no claim either. SQLite has one writer at a time, so only the other
+/// two are asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_skips_rows_another_session_holds_and_never_waits_for_them() {
+    for dialect in [Dialect::Postgres, Dialect::Mysql] {
+        let db = TestDb::new(dialect).await;
+        db.store().await;
+        // Bounded, so a claim that waited for the held rows would fail here, not hang.
+        let store = Store::connect_with(
+            &crate::util::db_url(&db.url),
+            2,
+            Some(Duration::from_secs(3)),
+        )
+        .unwrap();
+        for name in ["d1", "d2", "d3", "d4", "later"] {
+            insert(&store, name, "* * * * *", "true").await;
+        }
+        for name in ["d1", "d2", "d3", "d4"] {
+            make_due(&store, name).await;
+        }
+        let now = store.now().await.unwrap();
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET next_exec = {}, slot = {} WHERE name = 'later'",
+                now + 3_600_000,
+                now + 3_600_000
+            ))
+            .await
+            .unwrap();
+        let token = store.job("d2").await.unwrap().unwrap().token;
+        let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+        let mut console = pool.begin().await.unwrap();
+        sqlx::query("UPDATE cron_table SET workdir = workdir WHERE name IN ('d2', 'later')")
+            .execute(&mut *console)
+            .await
+            .unwrap();
+        let (_, rows) = store
+            .claim("a", 16, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{dialect:?}: the claim waited for the held rows: {e}"));
+        let mut got: Vec<String> = rows.into_iter().map(|r| r.name).collect();
+        got.sort();
+        assert_eq!(got, ["d1", "d3", "d4"], "{dialect:?}");
+        // Still held: nothing more to take, and no wait for it either.
+        let (_, rows) = store.claim("b", 16, Duration::from_secs(30)).await.unwrap();
+        assert!(rows.is_empty(), "{dialect:?}: {rows:?}");
+        console.rollback().await.unwrap();
+        let (_, rows) = store.claim("b", 16, Duration::from_secs(30)).await.unwrap();
+        let got: Vec<String> = rows.into_iter().map(|r| r.name).collect();
+        assert_eq!(got, ["d2"], "{dialect:?}");
+        // The claim set what a claim sets: the holder, the token one up, the previous holder.
+        let d2 = store.job("d2").await.unwrap().unwrap();
+        assert_eq!(d2.exec_by.as_deref(), Some("b"), "{dialect:?}");
+        assert_eq!(d2.token, token + 1, "{dialect:?}");
+        assert_eq!(d2.prev_exec_by, None, "{dialect:?}");
+        pool.close().await;
+        store.close().await;
+    }
+}
