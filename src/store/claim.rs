@@ -169,10 +169,12 @@ impl Store {
                 .await
                 .map_err(sql_err!(self, "claim"))?
         } else {
-            // The rows are chosen in a derived table that comes first in the text (see
-            // `claim_sql`): its placeholders, then the assignments'.
             let claim_id = new_claim_id(node);
-            let mut q = sqlx::query(AssertSqlSafe(text));
+            let mut q = sqlx::query(AssertSqlSafe(text))
+                .bind(node.to_string())
+                .bind(lease_ms)
+                .bind(lease_ms)
+                .bind(claim_id.clone());
             for id in padded(supervised, excluded) {
                 q = q.bind(id);
             }
@@ -182,10 +184,6 @@ impl Store {
             let marked = q
                 .bind(node.to_string())
                 .bind(limit as i64)
-                .bind(node.to_string())
-                .bind(lease_ms)
-                .bind(lease_ms)
-                .bind(claim_id.clone())
                 .execute(&self.db)
                 .await
                 .map_err(sql_err!(self, "claim"))?;

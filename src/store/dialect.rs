@@ -131,6 +131,19 @@ impl Dialect {
                         sql: "SET SESSION wsrep_sync_wait = 1".into(),
                         otherwise: Some("DO 0".into()),
                     },
+                    // READ COMMITTED, PostgreSQL's default, which every statement here is
+                    // written for. Under MySQL's default, REPEATABLE READ, a claim's scan of
+                    // the due rows also locks the gaps between them, where the rows that nodes
+                    // claim, extend and release are written again: at a fleet's midnight the
+                    // claims, releases and lease extensions queued behind each other, and 50
+                    // nodes drained 5 times slower (docs/databases.md). A server that logs
+                    // statements as text (`binlog_format = STATEMENT`, which cannot log writes
+                    // made under READ COMMITTED) keeps its own level. MariaDB names the setting
+                    // `tx_isolation`, MySQL 8 `transaction_isolation`.
+                    SessionSetting {
+                        sql: read_committed("tx_isolation"),
+                        otherwise: Some(read_committed("transaction_isolation")),
+                    },
                 ];
                 if let Some(ms) = timeout_ms {
                     // Whole seconds, at least 1.
@@ -162,6 +175,15 @@ impl Dialect {
     pub fn has_returning(self) -> bool {
         self != Dialect::Mysql
     }
+}
+
+/// MySQL and MariaDB: READ COMMITTED for the session, through the isolation variable `var`,
+/// unless the server logs statements as text.
+fn read_committed(var: &str) -> String {
+    format!(
+        "SET SESSION {var} = IF(@@log_bin = 1 AND @@binlog_format = 'STATEMENT', \
+         @@session.{var}, 'READ-COMMITTED')"
+    )
 }
 
 /// One statement of a new connection's setup; `otherwise` is tried when it fails (a server
@@ -227,12 +249,10 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>) -> String {
 }
 
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
-/// round trip, and never waiting for a row another session holds (skipped instead, except on
-/// SQLite, whose writers take turns). `excluded` placeholders follow the lease ones: ids of rows
-/// the node still supervises, which it must not claim again; then the placement values the node
-/// matches (see [`placement_filter`]); then the node's name again, for its drain flag: a node
-/// drained after its peek claims nothing, whatever peek its pass acts on; then the limit. On
-/// MySQL the rows are chosen first in the text, so the node, the leases and the claim id follow.
+/// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
+/// rows the node still supervises, which it must not claim again; then the placement values the
+/// node matches (see [`placement_filter`]); then the node's name again, for its drain flag: a
+/// node drained after its peek claims nothing, whatever peek its pass acts on.
 pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
@@ -282,22 +302,10 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        // No RETURNING: mark with a unique claim id, then read back by it. SKIP LOCKED in the
-        // derived table, as on PostgreSQL: a claim never waits for a row another session holds
-        // (a node's release or lease extension in flight, an operator's open transaction), and
-        // concurrent claimers take different rows instead of queueing behind each other. A
-        // multi-table UPDATE gives its assignments no order, so the old `exec_by` and `token`
-        // come from the derived table, read under the same lock. The join order and the key
-        // are forced: on a small table the optimizer would rather scan `cron_table` first,
-        // which locks (and waits for) every row it reads. Placeholders: those of `due` and the
-        // limit first, then the node, the lease twice and the claim id.
+        // No RETURNING: mark with a unique claim id, then read back by it. Assignments run left
+        // to right, so prev_exec_by still sees the old exec_by.
         Dialect::Mysql => format!(
-            "UPDATE (SELECT id, exec_by AS was_by, token AS was_token \
-             FROM cron_table WHERE {due} ORDER BY next_exec LIMIT ? FOR UPDATE SKIP LOCKED) d \
-             STRAIGHT_JOIN cron_table c FORCE INDEX (PRIMARY) ON c.id = d.id \
-             SET c.prev_exec_by = d.was_by, c.exec_by = ?, \
-             c.token = d.was_token + 1, c.lease_until = {{now}} + ?, c.next_exec = {{now}} + ?, \
-             c.claimed_at = {{now}}, c.claim_id = ?"
+            "UPDATE cron_table SET {set}, claim_id = ? WHERE {due} ORDER BY next_exec LIMIT ?"
         ),
     };
     dialect.render(&template)

@@ -112,10 +112,6 @@ impl Store {
                     // One of the first two exists (MariaDB, MySQL); the other fails.
                     let _ = sqlx::query(reset).execute(&mut *conn).await;
                 }
-                super::server_version::check(&mut conn)
-                    .await
-                    .map_err(sql_err!(self, "read the server's version"))?
-                    .map_err(StoreError::Server)?;
                 // A Galera node must serve before anything is written through it.
                 let galera = super::galera::state(&mut conn)
                     .await

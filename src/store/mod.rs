@@ -51,9 +51,6 @@ pub enum StoreError {
     /// A Galera node that cannot serve sqlcron (galera.rs says why).
     #[error("{0}")]
     Galera(String),
-    /// A MySQL or MariaDB server too old for sqlcron (server_version.rs says why).
-    #[error("{0}")]
-    Server(String),
     /// A batch written together that did not write what it locked (rolled back).
     #[error("writing a batch: {0}")]
     Batch(String),
@@ -411,7 +408,6 @@ mod release_rows;
 pub mod resume;
 mod retention;
 pub mod run_search;
-mod server_version;
 mod sqlite_plans;
 pub mod start_rate;
 pub mod topology;
