@@ -1851,8 +1851,8 @@ async fn running_lists_the_rows_held_now(dialect: Dialect) {
 /// A row another session holds (an operator's transaction left open in a console, a node's
 /// release or lease extension in flight). PostgreSQL's claim skips it (`SKIP LOCKED`) and takes
 /// the other due rows at once, and the held row once it is let go. MySQL's claim waits for it,
-/// at most the lock timeout, and says so as a timeout, not as an unreachable database; its
-/// sessions run at READ COMMITTED, so that claims take no locks between the due rows
+/// at most the lock timeout, and fails with an error of kind `timeout`, having claimed nothing;
+/// its sessions run at READ COMMITTED, so that claims take no locks between the due rows
 /// (docs/databases.md). SQLite has one writer at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_another_session_holds_is_skipped_or_waited_for_within_the_lock_timeout() {
