@@ -410,13 +410,21 @@ impl Daemon {
                     errors += 1;
                     self.shared.metrics.database_error(e.kind());
                     self.shared.metrics.pass(false, self.running_count(), None);
+                    // Only a lost connection (or a server that takes no writes) is an
+                    // unreachable database: a statement that ran into its timeout (a row held
+                    // by a transaction left open in a console) or was refused says so by its
+                    // kind.
+                    let what = match e.kind() {
+                        "unreachable" | "read-only" => "database unreachable".to_string(),
+                        kind => format!("database statements failing ({kind})"),
+                    };
                     if outage_since.is_none() {
                         outage_since = Some(Instant::now());
-                        tracing::error!(error = %e, "database unreachable; retrying with backoff");
+                        tracing::error!(error = %e, kind = e.kind(), "{what}; retrying with backoff");
                     }
                     let down = outage_since.map(|s| s.elapsed().as_secs()).unwrap_or(0);
                     self.shared.manager.status(&format!(
-                        "database unreachable for {down}s, retrying; {} running",
+                        "{what} for {down}s, retrying; {} running",
                         self.running_count()
                     ));
                     let backoff = Duration::from_millis(200)

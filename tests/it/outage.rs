@@ -400,3 +400,65 @@ mod nodelay {
         super::store_connections_send_without_delay(sqlcron::store::Dialect::Mysql).await
     }
 }
+
+/// MySQL/MariaDB: a due row that a transaction left open in a console holds makes each claim
+/// run into its timeout. The node reports that as failing statements of kind `timeout`, not as
+/// an unreachable database, and its jobs run again once the transaction ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_row_held_in_a_console_is_reported_as_a_timeout_not_as_an_outage() {
+    let db = crate::util::TestDb::new(sqlcron::store::Dialect::Mysql).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let job = format!(
+        "[[job]]\nname = \"beat\"\nschedule = \"* * * * * *\"\ncommand = \"echo $SQLCRON_SLOT >> {}\"\n",
+        out.display()
+    );
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot) \
+             VALUES ('held', '0 0 1 1 *', 'true', 4102444800000, 4102444800000)",
+        )
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &job));
+    eventually(
+        Duration::from_secs(15),
+        "runs before the console",
+        || async { (lines(&out).len() >= 2).then_some(()) },
+    )
+    .await;
+    // The console makes `held` due and leaves its transaction open.
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let mut console = pool.begin().await.unwrap();
+    sqlx::query(
+        "UPDATE cron_table SET next_exec = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 60000 \
+         WHERE name = 'held'",
+    )
+    .execute(&mut *console)
+    .await
+    .unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the failing claims to be reported",
+        || async {
+            node.log_text()
+                .contains("database statements failing (timeout); retrying with backoff")
+                .then_some(())
+        },
+    )
+    .await;
+    console.rollback().await.unwrap();
+    let before = lines(&out).len();
+    eventually(
+        Duration::from_secs(20),
+        "runs after the console",
+        || async { (lines(&out).len() >= before + 2).then_some(()) },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(!log.contains("database unreachable"), "{log}");
+    assert!(log.contains("database reachable again"), "{log}");
+    assert!(node.stop().success(), "{log}");
+    pool.close().await;
+}
