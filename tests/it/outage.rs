@@ -431,13 +431,12 @@ async fn a_due_row_held_in_a_console_is_reported_as_a_timeout_not_as_an_outage()
     // The console makes `held` due and leaves its transaction open.
     let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
     let mut console = pool.begin().await.unwrap();
-    sqlx::query(
-        "UPDATE cron_table SET next_exec = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 60000 \
-         WHERE name = 'held'",
-    )
-    .execute(&mut *console)
-    .await
-    .unwrap();
+    let due = sqlcron::store::Dialect::Mysql
+        .render("UPDATE cron_table SET next_exec = {now} - 60000 WHERE name = 'held'");
+    sqlx::query(sqlx::AssertSqlSafe(due))
+        .execute(&mut *console)
+        .await
+        .unwrap();
     eventually(
         Duration::from_secs(15),
         "the failing claims to be reported",
