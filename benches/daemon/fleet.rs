@@ -19,7 +19,9 @@
 //! against `xargs -P16` of as many bodies in the same run, the empty claims per job
 //! (`sqlcron_claims_empty_total`: claim statements that took nothing, summed over the nodes),
 //! slots started twice, and the scheduler's CPU per job (daemons and server) as a multiple of
-//! `xargs`'s own per body.
+//! `xargs`'s own per body; on PostgreSQL also the statements that took the server's time over
+//! the midnight, per job. Each node runs up to `SQLCRON_BENCH_FLEET_MAX_PARALLEL` jobs at once
+//! (16).
 //!
 //! **After**: with `SQLCRON_BENCH_FLEET_AFTER=330` (seconds), the connections open that long
 //! after the midnight's last release, per node: what nodes that ran jobs hold once quiet (their
@@ -312,6 +314,9 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     if let Ok(poll) = std::env::var("SQLCRON_BENCH_FLEET_POLL") {
         wakeups.push_str(&format!("poll_interval = \"{poll}\"\n"));
     }
+    // `SQLCRON_BENCH_FLEET_MAX_PARALLEL=1`: each node's `max_parallel` (16 by default, so 200
+    // nodes may run 3,200 bodies at once on this machine where `xargs` runs 16).
+    let max_parallel = env_number("SQLCRON_BENCH_FLEET_MAX_PARALLEL", 16);
     let url = match std::env::var("SQLCRON_BENCH_PG_POOLER_PORT") {
         Ok(port) if dialect == Dialect::Postgres => format!(
             "postgres://postgres@127.0.0.1:{port}/{}\"\ndirect_url = \"{}",
@@ -326,7 +331,7 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
             let port = free_port();
             ports.push(port);
             let extra = format!(
-                "[daemon]\nmax_parallel = 16\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n\
+                "[daemon]\nmax_parallel = {max_parallel}\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n\
                  inherit_env = [\"RATIO_OUT\"]\n{wakeups}[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
                 me.name
             );
@@ -446,17 +451,8 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         );
     }
     if dialect == Dialect::Postgres {
-        let secs = reset_at.elapsed().as_secs_f64();
-        let top = store
-            .scalars::<String>(&format!(
-                "SELECT round((total_exec_time / {secs})::numeric, 1)::text || ' ms/s, ' \
-                 || round((calls / {secs})::numeric, 1)::text || ' calls/s: ' \
-                 || left(regexp_replace(query, '\\s+', ' ', 'g'), 140) \
-                 FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 6"
-            ))
-            .await
-            .unwrap_or_default();
-        for line in top {
+        let per = reset_at.elapsed().as_secs_f64();
+        for line in top_statements(&store, per, "/s", 6).await {
             println!("fleet      postgres N={n:<4} idle statement: {line}");
         }
     }
@@ -481,6 +477,9 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     let empty0 = all_empty_claims(&client, &ports).await;
     let now = store.now().await.unwrap();
     let slot = now - now.rem_euclid(1000) + 5_000;
+    if dialect == Dialect::Postgres {
+        let _ = store.execute_raw("SELECT pg_stat_statements_reset()").await;
+    }
     let procs0 = read_procs();
     let server0 = server.map(|p| procs0.server_cpu(p));
     let daemons0 = procs0.daemons_cpu(&daemons);
@@ -561,6 +560,13 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
         (empty1 - empty0) / jobs as f64,
         (daemons_ms + server_ms) / xargs_ms,
     );
+    // What the server spent the midnight on, per job (the statements of the benchmark's own
+    // looks included).
+    if dialect == Dialect::Postgres {
+        for line in top_statements(&store, jobs as f64, " per job", 8).await {
+            println!("fleet      postgres N={n:<4} midnight statement: {line}");
+        }
+    }
     let after = env_number("SQLCRON_BENCH_FLEET_AFTER", 0);
     if after > 0 {
         let at_end = connections(&store, dialect).await;
@@ -609,4 +615,19 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     drop(daemons);
     store.close().await;
     db.drop_db().await;
+}
+
+/// PostgreSQL's `limit` statements that took the server longest since the statistics' reset, as
+/// "<ms> ms<unit>, <calls> calls<unit>: <text>", the time and the calls divided by `per`. The
+/// time is the executor's (`total_exec_time`): waits for locks and for a core count in it.
+async fn top_statements(store: &Store, per: f64, unit: &str, limit: usize) -> Vec<String> {
+    store
+        .scalars::<String>(&format!(
+            "SELECT round((total_exec_time / {per:.6})::numeric, 3)::text || ' ms{unit}, ' \
+             || round((calls / {per:.6})::numeric, 3)::text || ' calls{unit}: ' \
+             || left(regexp_replace(query, '\\s+', ' ', 'g'), 140) \
+             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT {limit}"
+        ))
+        .await
+        .unwrap_or_default()
 }

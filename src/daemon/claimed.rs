@@ -473,6 +473,17 @@ impl Shared {
                 .get_mut(&sup_key)
                 .map_or((None, false), |r| {
                     r.running = false;
+                    // A window that ended is lost even before the trust watch says so (its
+                    // thread starved or stopped): the job reaper may have killed this run at its
+                    // deadline, which is no failure of the job's own.
+                    if r.interrupted.is_none() && r.trusted_until <= Instant::now() {
+                        super::lease::lose(
+                            r,
+                            sup_key.1,
+                            "the run ended after its trust window had ended",
+                            &self.metrics,
+                        );
+                    }
                     (r.interrupted, r.stop_asked)
                 });
         let result = match result {

@@ -49,7 +49,8 @@ use super::lease_thread::Progress;
 use crate::exec::runner::StopRequest;
 use crate::model::job::OnLeaseLost;
 use crate::model::lease::{
-    extend_interval, extends_after_stall, quiet_tick, reaper_deadline, trusted_until,
+    extend_interval, extends_after_stall, extension_in_time, quiet_tick, reaper_deadline,
+    trusted_until,
 };
 use crate::store::Store;
 
@@ -172,6 +173,7 @@ pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<
             let _writes = shared.releases.exclusive().await;
             store.extend(&shared.node, &held, lease).await
         };
+        let landed = Instant::now();
         let mut supervision = shared.supervision();
         match result {
             Ok(found) => {
@@ -186,6 +188,15 @@ pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<
                     };
                     if lost.contains(&key.0) {
                         lose(r, key.1, "another node holds the row now", &shared.metrics);
+                        continue;
+                    }
+                    if r.interrupted.is_none() && !extension_in_time(r.trusted_until, landed) {
+                        lose(
+                            r,
+                            key.1,
+                            "the lease extension came back after the trust window had ended",
+                            &shared.metrics,
+                        );
                         continue;
                     }
                     if found.stopping.contains(&key.0) && !r.stop_asked {

@@ -17,7 +17,7 @@ use sqlcron::store::{Dialect, HistoryRow, RunKey, Store};
 use tokio::task::JoinSet;
 
 use crate::util::make_due_now as make_due;
-use crate::util::{DaemonProcess, TestDb, alive, eventually, free_port, node_config};
+use crate::util::{DaemonProcess, TestDb, alive, eventually, free_port, node_config, stop_thread};
 
 for_each_dialect!(
     a_node_never_claims_a_row_it_still_supervises,
@@ -30,6 +30,7 @@ for_each_dialect!(
     a_run_of_a_later_slot_is_found_when_its_node_dies,
     a_blocked_daemon_thread_keeps_its_leases,
     a_daemon_thread_stuck_past_twice_the_lease_loses_its_claims,
+    a_run_the_reaper_killed_while_the_lease_thread_starved_is_lost_not_failed,
 );
 
 /// A daemon in this process, on `db`, with `jobs` (TOML `[[job]]` tables) and the node `name`.
@@ -753,4 +754,93 @@ async fn a_daemon_thread_stuck_past_twice_the_lease_loses_its_claims(dialect: Di
         first.outcome == Outcome::Running.as_str() || taken_over,
         "{h:?}"
     );
+}
+
+/// A node whose lease thread is starved (here held in a ptrace stop while the rest of the
+/// daemon runs on) stops extending and stops watching its trust windows; the job reaper kills
+/// the run at its deadline. The run's end, seen by the daemon's thread, is then not the job's
+/// own failure: the window had ended, the claim is lost and nothing is written; the next holder
+/// (this node, once the lease ends) records the run `lost` and runs it again (`rerun_lost`).
+/// Before, the node recorded the killed run as `failed` by signal 9 and never ran the slot
+/// again, as a 200-node benchmark on two cores showed (docs/benchmarks.md). A lease extension
+/// that comes back after a window ended does not open it again either
+/// (`model::lease::extension_in_time`).
+async fn a_run_the_reaper_killed_while_the_lease_thread_starved_is_lost_not_failed(
+    dialect: Dialect,
+) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let job = format!(
+        "[[job]]\nname = \"x\"\nschedule = \"0 0 1 1 *\"\nkill_grace = \"1s\"\n\
+         command = \"echo $$ >> {}; exec sleep 60\"\n",
+        pids.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &job));
+    eventually(
+        Duration::from_secs(20),
+        "the job to be scheduled",
+        || async { store.job("x").await.unwrap().and_then(|r| r.next_exec) },
+    )
+    .await;
+    make_due(&store, "x").await;
+    let started = || {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    let first = eventually(Duration::from_secs(10), "the run to start", || async {
+        started().first().copied()
+    })
+    .await;
+    eventually(
+        Duration::from_secs(5),
+        "the run handed to the reaper",
+        || async {
+            node.log_text()
+                .contains("job process started")
+                .then_some(())
+        },
+    )
+    .await;
+    let held = stop_thread(node.pid(), "lease");
+    eventually(
+        Duration::from_secs(10),
+        "the reaper to kill the run",
+        || async { (!alive(first)).then_some(()) },
+    )
+    .await;
+    // The daemon's thread has seen the run end; nothing may be recorded for it but `running`.
+    eventually(
+        Duration::from_secs(5),
+        "the run's end to be handled",
+        || async {
+            node.log_text()
+                .contains("run ended after its lease was lost; nothing written")
+                .then_some(())
+        },
+    )
+    .await;
+    drop(held);
+    eventually(Duration::from_secs(30), "the slot run again", || async {
+        (started().len() >= 2).then_some(())
+    })
+    .await;
+    let log = node.log_text();
+    let history = store.history(Some("x"), 10).await.unwrap();
+    node.stop();
+    let runs: Vec<(i64, String)> = history
+        .iter()
+        .rev()
+        .map(|r| (r.attempt, r.outcome.clone()))
+        .collect();
+    assert_eq!(
+        runs[0],
+        (1, Outcome::Lost.as_str().to_string()),
+        "the killed run is lost, not the node's own failure: {runs:?}\n{log}"
+    );
+    assert_eq!(runs.get(1).map(|r| r.0), Some(2), "{runs:?}");
 }

@@ -477,3 +477,56 @@ pub async fn claim_and_start(
     );
     (rows, keys)
 }
+
+/// One thread of a process held in a ptrace stop while the process's other threads run on (a
+/// thread starved of CPU, to its process); it goes on when this is dropped.
+pub struct StoppedThread {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    tracer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for StoppedThread {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(t) = self.tracer.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Stops the thread of `pid` named `name` (`/proc/PID/task/*/comm`). Every ptrace call on it
+/// comes from one thread of the test, as ptrace wants.
+pub fn stop_thread(pid: i32, name: &str) -> StoppedThread {
+    let tid: i32 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .and_then(|t| t.file_name().to_string_lossy().parse().ok())
+        .unwrap_or_else(|| panic!("process {pid} has no thread named {name}"));
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (stopped, is_stopped) = std::sync::mpsc::channel::<Result<(), String>>();
+    let tracer = std::thread::spawn(move || {
+        // SAFETY: ptrace and waitpid on a thread of a process the test started; no memory of
+        // ours is handed over.
+        unsafe {
+            if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
+                let _ = stopped.send(Err(std::io::Error::last_os_error().to_string()));
+                return;
+            }
+            libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
+            let mut status = 0;
+            libc::waitpid(tid, &mut status, libc::__WALL);
+            let _ = stopped.send(Ok(()));
+            let _ = released.recv();
+            libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0);
+        }
+    });
+    is_stopped
+        .recv()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("cannot trace thread {tid}: {e}"));
+    StoppedThread {
+        release: Some(release),
+        tracer: Some(tracer),
+    }
+}
