@@ -11,6 +11,8 @@
 #   FLEET_MAX_CONNECTIONS=100 FLEET_PGBOUNCER=20 SQLCRON_BENCH_FLEET_WAKEUPS=false \
 #       SQLCRON_BENCH_DIALECTS=postgres scripts/bench-fleet.sh  # through PgBouncer (transaction
 #       # pooling, 20 server connections); LISTEN needs the server itself, hence no wake-ups
+#   SQLCRON_BENCH_FLEET=3,200 SQLCRON_BENCH_FLEET_AT_ONCE=48 scripts/bench-fleet.sh
+#       # each node's max_parallel 48 / N (at least 1): as many bodies at once for every N
 #   FLEET_MY_SETTINGS="--transaction-isolation=READ-COMMITTED" SQLCRON_BENCH_DIALECTS=mysql \
 #       scripts/bench-fleet.sh                              # MariaDB started with extra options
 set -euo pipefail

@@ -21,7 +21,8 @@
 //! slots started twice, and the scheduler's CPU per job (daemons and server) as a multiple of
 //! `xargs`'s own per body; on PostgreSQL also the statements that took the server's time over
 //! the midnight, per job. Each node runs up to `SQLCRON_BENCH_FLEET_MAX_PARALLEL` jobs at once
-//! (16).
+//! (16), or `SQLCRON_BENCH_FLEET_AT_ONCE` over N (at least one) so that every N starts about
+//! as many bodies at once.
 //!
 //! **After**: with `SQLCRON_BENCH_FLEET_AFTER=330` (seconds), the connections open that long
 //! after the midnight's last release, per node: what nodes that ran jobs hold once quiet (their
@@ -316,7 +317,15 @@ async fn one_fleet(dialect: Dialect, n: usize, body: &Path) {
     }
     // `SQLCRON_BENCH_FLEET_MAX_PARALLEL=1`: each node's `max_parallel` (16 by default, so 200
     // nodes may run 3,200 bodies at once on this machine where `xargs` runs 16).
-    let max_parallel = env_number("SQLCRON_BENCH_FLEET_MAX_PARALLEL", 16);
+    // `SQLCRON_BENCH_FLEET_AT_ONCE=48` instead: the fleet's bodies at once held near that
+    // number, whatever N (each node's `max_parallel` that number over N, at least 1: three
+    // nodes 16, two hundred 1), so that N = 3 and N = 200 start about as many bodies on this
+    // machine's cores as each other.
+    let max_parallel = match env_number("SQLCRON_BENCH_FLEET_AT_ONCE", 0) {
+        0 => env_number("SQLCRON_BENCH_FLEET_MAX_PARALLEL", 16),
+        at_once => (at_once / n as u64).max(1),
+    };
+    eprintln!("fleet {dialect:?} N = {n}: max_parallel = {max_parallel} per node");
     let url = match std::env::var("SQLCRON_BENCH_PG_POOLER_PORT") {
         Ok(port) if dialect == Dialect::Postgres => format!(
             "postgres://postgres@127.0.0.1:{port}/{}\"\ndirect_url = \"{}",

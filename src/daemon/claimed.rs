@@ -100,7 +100,7 @@ impl Shared {
     pub(super) fn trusted(&self, key: (i64, i64)) -> bool {
         self.supervision()
             .get(&key)
-            .is_some_and(|r| r.interrupted.is_none() && r.trusted_until > Instant::now())
+            .is_some_and(|r| r.trusted_at(Instant::now()))
     }
 
     /// The single dispatch path of a claimed row.
@@ -473,17 +473,13 @@ impl Shared {
                 .get_mut(&sup_key)
                 .map_or((None, false), |r| {
                     r.running = false;
-                    // A window that ended is lost even before the trust watch says so (its
-                    // thread starved or stopped): the job reaper may have killed this run at its
-                    // deadline, which is no failure of the job's own.
-                    if r.interrupted.is_none() && r.trusted_until <= Instant::now() {
-                        super::lease::lose(
-                            r,
-                            sup_key.1,
-                            "the run ended after its trust window had ended",
-                            &self.metrics,
-                        );
-                    }
+                    super::lease::lose_if_window_ended(
+                        r,
+                        sup_key.1,
+                        Instant::now(),
+                        "the run ended after its trust window had ended",
+                        &self.metrics,
+                    );
                     (r.interrupted, r.stop_asked)
                 });
         let result = match result {

@@ -98,6 +98,12 @@ impl Supervised {
     pub fn may_be_due(&self, now: Instant, lease: Duration) -> bool {
         self.interrupted.is_some() || self.trusted_until <= now + lease / 4
     }
+
+    /// Whether the claim may still be trusted at `now`: not interrupted, and its trust window
+    /// not yet ended.
+    pub fn trusted_at(&self, now: Instant) -> bool {
+        self.interrupted.is_none() && self.trusted_until > now
+    }
 }
 
 /// Claims under supervision, by (row id, claim token).
@@ -131,6 +137,22 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
         OnLeaseLost::Ignore => {
             tracing::error!(job = %r.job, token, reason = why, "lease lost; letting the job finish (on_lease_lost = ignore)");
         }
+    }
+}
+
+/// Marks a claim lost if its trust window ended by `now`, whoever looks first: the trust
+/// watch on its timer, or the daemon's thread at the run's end (the watch's thread may have
+/// starved or stopped meanwhile, and the job reaper may have killed the run at its deadline,
+/// which is no failure of the job's own).
+pub(super) fn lose_if_window_ended(
+    r: &mut Supervised,
+    token: i64,
+    now: Instant,
+    why: &str,
+    metrics: &Metrics,
+) {
+    if !r.trusted_at(now) {
+        lose(r, token, why, metrics);
     }
 }
 
@@ -235,14 +257,13 @@ pub(super) async fn trust_watch(shared: Arc<Shared>) {
         let held = {
             let mut supervision = shared.supervision();
             for (key, r) in supervision.iter_mut() {
-                if r.interrupted.is_none() && r.trusted_until <= now {
-                    lose(
-                        r,
-                        key.1,
-                        "no lease extension succeeded within the trust window",
-                        &shared.metrics,
-                    );
-                }
+                lose_if_window_ended(
+                    r,
+                    key.1,
+                    now,
+                    "no lease extension succeeded within the trust window",
+                    &shared.metrics,
+                );
             }
             !supervision.is_empty()
         };

@@ -256,6 +256,16 @@ async fn claimed_but_never_started_slot_is_run_not_lost(dialect: Dialect) {
     assert_eq!(runs(&store, "n").await, [(slot, 1, "ok".into())]);
 }
 
+/// A job that is never due by its schedule (the tests make it due) and whose every run appends
+/// its shell's PID to `pids`, then sleeps a minute; a second's grace after SIGTERM.
+fn sleeper_job(name: &str, pids: &std::path::Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"0 0 1 1 *\"\nkill_grace = \"1s\"\n\
+         command = \"echo $$ >> {}; exec sleep 60\"\n",
+        pids.display()
+    )
+}
+
 /// Issue 9 (6): a statement that hangs (here: waits on a row lock an operator holds) cannot keep
 /// a claim trusted. The job is stopped by the trust window on its own timer, before the lease
 /// the database holds runs out, so no other node can start the rerun while it still runs.
@@ -263,11 +273,7 @@ async fn hung_statement_cannot_keep_a_claim_trusted(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let jobs = format!(
-        "[[job]]\nname = \"h\"\nschedule = \"0 0 1 1 *\"\nkill_grace = \"1s\"\n\
-         command = \"echo $$ > {}; exec sleep 60\"\n",
-        pidfile.display()
-    );
+    let jobs = sleeper_job("h", &pidfile);
     let (daemon, store) = daemon(&db, "a", "lease = \"3s\"", &jobs).await;
     let mut tasks = JoinSet::new();
     daemon.tick(&mut tasks).await.unwrap();
@@ -278,7 +284,7 @@ async fn hung_statement_cannot_keep_a_claim_trusted(dialect: Dialect) {
     let pid: i32 = eventually(Duration::from_secs(5), "the job to start", || async {
         std::fs::read_to_string(&pidfile)
             .ok()
-            .and_then(|t| t.trim().parse().ok())
+            .and_then(|t| t.lines().next()?.trim().parse().ok())
     })
     .await;
     // An operator's open transaction holds the row: every extension now waits on its lock.
@@ -781,11 +787,7 @@ async fn a_run_the_reaper_killed_while_the_lease_thread_starved_is_lost_not_fail
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
-    let job = format!(
-        "[[job]]\nname = \"x\"\nschedule = \"0 0 1 1 *\"\nkill_grace = \"1s\"\n\
-         command = \"echo $$ >> {}; exec sleep 60\"\n",
-        pids.display()
-    );
+    let job = sleeper_job("x", &pids);
     let node = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &job));
     eventually(
         Duration::from_secs(20),
