@@ -311,7 +311,7 @@ async fn hold_and_run(
             _ = extend.tick(), if !lost => {
                 let attempt = Instant::now();
                 match store.lock_extend(id, p.lease).await {
-                    Ok(true) if !crate::model::lease::extension_in_time(trusted_until, Instant::now()) => {
+                    Ok(true) if !crate::model::lease::window_open(trusted_until, Instant::now()) => {
                         tracing::error!(lock = %p.name, token = id, "lock no longer trusted (the extension came back after the trust window had ended); stopping the command");
                         lost = true;
                         let _ = stop_tx.send(StopRequest::Kill);

@@ -49,8 +49,7 @@ use super::lease_thread::Progress;
 use crate::exec::runner::StopRequest;
 use crate::model::job::OnLeaseLost;
 use crate::model::lease::{
-    extend_interval, extends_after_stall, extension_in_time, quiet_tick, reaper_deadline,
-    trusted_until,
+    extend_interval, extends_after_stall, quiet_tick, reaper_deadline, trusted_until, window_open,
 };
 use crate::store::Store;
 
@@ -102,7 +101,7 @@ impl Supervised {
     /// Whether the claim may still be trusted at `now`: not interrupted, and its trust window
     /// not yet ended.
     pub fn trusted_at(&self, now: Instant) -> bool {
-        self.interrupted.is_none() && self.trusted_until > now
+        self.interrupted.is_none() && window_open(self.trusted_until, now)
     }
 }
 
@@ -140,20 +139,22 @@ pub(super) fn lose(r: &mut Supervised, token: i64, why: &str, metrics: &Metrics)
     }
 }
 
-/// Marks a claim lost if its trust window ended by `now`, whoever looks first: the trust
-/// watch on its timer, or the daemon's thread at the run's end (the watch's thread may have
-/// starved or stopped meanwhile, and the job reaper may have killed the run at its deadline,
-/// which is no failure of the job's own).
+/// Marks a claim lost if its trust window ended by `now` ([`window_open`]), whoever looks
+/// first: the trust watch on its timer, the lease loop when an extension comes back, or the
+/// daemon's thread at the run's end (the watch's thread may have starved or stopped
+/// meanwhile). True if this call marked it lost.
 pub(super) fn lose_if_window_ended(
     r: &mut Supervised,
     token: i64,
     now: Instant,
     why: &str,
     metrics: &Metrics,
-) {
-    if !r.trusted_at(now) {
+) -> bool {
+    let ended = r.interrupted.is_none() && !window_open(r.trusted_until, now);
+    if ended {
         lose(r, token, why, metrics);
     }
+    ended
 }
 
 /// Extends the leases of every supervised claim every third of the lease, through `store`
@@ -212,13 +213,13 @@ pub(super) async fn lease_loop(shared: Arc<Shared>, store: Store, progress: Arc<
                         lose(r, key.1, "another node holds the row now", &shared.metrics);
                         continue;
                     }
-                    if r.interrupted.is_none() && !extension_in_time(r.trusted_until, landed) {
-                        lose(
-                            r,
-                            key.1,
-                            "the lease extension came back after the trust window had ended",
-                            &shared.metrics,
-                        );
+                    if lose_if_window_ended(
+                        r,
+                        key.1,
+                        landed,
+                        "the lease extension came back after the trust window had ended",
+                        &shared.metrics,
+                    ) {
                         continue;
                     }
                     if found.stopping.contains(&key.0) && !r.stop_asked {

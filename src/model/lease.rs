@@ -25,15 +25,15 @@ pub fn reaper_deadline(trusted_until: Instant, lease: Duration) -> Instant {
     trusted_until + lease / 10
 }
 
-/// Whether a successful extension that came back at `landed` moves a trust window that ends
-/// at `trusted_until`: only while the window is still open. A window that ended is never
-/// opened again: from its end the node no longer counts on the claim, and a tenth of the
-/// lease later the job reaper kills the run if nothing moved its deadline. An extension that
-/// lands after that (a starved or stalled node, whose trust watch had not run yet) would
-/// otherwise have the node go on with a run the reaper killed, and record it as its own
-/// failure instead of a lost run for the next holder to rerun.
-pub fn extension_in_time(trusted_until: Instant, landed: Instant) -> bool {
-    landed < trusted_until
+/// Whether a trust window that ends at `trusted_until` is still open at `at`. A window that
+/// ended is never opened again: from its end the node no longer counts on the claim, and a
+/// tenth of the lease later the job reaper kills the run if nothing moved its deadline. So a
+/// successful extension moves the window only if it came back while the window was open, and
+/// a run whose end is seen after the window ended is lost, not the job's own failure: a
+/// starved or stalled node, whose trust watch had not run yet, would otherwise go on with a
+/// run the reaper killed and record it as failed instead of a lost run for the next holder.
+pub fn window_open(trusted_until: Instant, at: Instant) -> bool {
+    at < trusted_until
 }
 
 /// The timeout of every statement: half the trust window (at least 500 ms), so a hung
@@ -84,10 +84,10 @@ mod tests {
         let t0 = Instant::now();
         let lease = Duration::from_secs(10);
         let window = trusted_until(t0, lease);
-        assert!(extension_in_time(window, t0 + Duration::from_secs(7)));
-        assert!(!extension_in_time(window, window));
+        assert!(window_open(window, t0 + Duration::from_secs(7)));
+        assert!(!window_open(window, window));
         // Landed after the reaper's deadline: the run may be dead already.
-        assert!(!extension_in_time(window, reaper_deadline(window, lease)));
+        assert!(!window_open(window, reaper_deadline(window, lease)));
     }
 
     #[test]

@@ -779,7 +779,7 @@ async fn a_daemon_thread_stuck_past_twice_the_lease_loses_its_claims(dialect: Di
 /// Before, the node recorded the killed run as `failed` by signal 9 and never ran the slot
 /// again, as a 200-node benchmark on two cores showed (docs/benchmarks.md). A lease extension
 /// that comes back after a window ended does not open it again either
-/// (`model::lease::extension_in_time`).
+/// (`model::lease::window_open`).
 async fn a_run_the_reaper_killed_while_the_lease_thread_starved_is_lost_not_failed(
     dialect: Dialect,
 ) {
