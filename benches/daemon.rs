@@ -257,7 +257,7 @@ async fn claim_cost(dialect: Dialect, placed: bool) {
                 .await
                 .unwrap();
             let t = Instant::now();
-            store.peek("bench", filter).await.unwrap();
+            store.peek("bench", filter, false).await.unwrap();
             peek_ms.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
             let (_, rows) = store

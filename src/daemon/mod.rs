@@ -129,6 +129,8 @@ struct Shared {
     /// The placement values this node matches; the last peek, for a burst (see `placing.rs`).
     placement: Mutex<placing::PlacementView>,
     last_peek: Mutex<Option<placing::LastPeek>>,
+    /// When a peek last counted the live nodes (`placing::alive_due`).
+    alive_counted: Mutex<Option<Instant>>,
     /// The node is drained (`cron_nodes.drain`, seen at each peek).
     drained: std::sync::atomic::AtomicBool,
     /// Host-local templates in the table (seen at each peek), and whether the last sync found
@@ -195,6 +197,7 @@ impl Daemon {
                 http: delivery::http_client(),
                 placement: Mutex::new(placing::PlacementView::default()),
                 last_peek: Mutex::new(None),
+                alive_counted: Mutex::new(None),
                 drained: false.into(),
                 templates: 0.into(),
                 copies_seen: true.into(),

@@ -29,6 +29,17 @@ impl PlacementView {
     }
 }
 
+/// How often a peek also counts the live nodes (`sqlcron_nodes_alive`): the count reads a row
+/// per node, at each poll of every node a fleet's largest part of an idle peek, for a gauge
+/// nothing else reads.
+pub(super) const ALIVE_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether a peek at `now` counts the live nodes, the last count taken at `last` (`None`: none
+/// yet, as at the start).
+pub(super) fn alive_due(last: Option<Instant>, now: Instant) -> bool {
+    last.is_none_or(|at| now.saturating_duration_since(at) >= ALIVE_EVERY)
+}
+
 /// How long a peek may stand in for a new one while claims keep filling every free place.
 pub(super) const PEEK_REUSE: Duration = Duration::from_millis(250);
 
@@ -97,7 +108,9 @@ impl Shared {
         config: &Config,
     ) -> Result<(Peek, PlacementView), StoreError> {
         let view = self.placement.lock().unwrap().clone();
-        let mut peek = self.store.peek(&self.node, view.matching()).await?;
+        let started = Instant::now();
+        let alive = alive_due(*self.alive_counted.lock().unwrap(), started);
+        let mut peek = self.store.peek(&self.node, view.matching(), alive).await?;
         let view = if peek.placements != view.count || view.tags != config.node_tags {
             let values = self.store.placement_values().await?;
             let (matching, left_out) = bounded(matching_values(
@@ -126,7 +139,7 @@ impl Shared {
                 matching: (!values.is_empty()).then_some(matching),
             };
             *self.placement.lock().unwrap() = fresh.clone();
-            peek = self.store.peek(&self.node, fresh.matching()).await?;
+            peek = self.store.peek(&self.node, fresh.matching(), alive).await?;
             fresh
         } else {
             view
@@ -135,7 +148,10 @@ impl Shared {
         // (MySQL only; 0: no audit row, or not MySQL.)
         self.peeked_audit_mark
             .store(peek.audit_mark.unwrap_or(0), Ordering::Relaxed);
-        self.metrics.nodes_alive(peek.alive.max(0) as usize);
+        if let Some(alive) = peek.alive {
+            self.metrics.nodes_alive(alive.max(0) as usize);
+            *self.alive_counted.lock().unwrap() = Some(started);
+        }
         if peek.next_event.is_some_and(|at| at <= peek.now) {
             self.events.notify_one();
         }
@@ -157,6 +173,20 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_live_nodes_are_counted_at_the_first_peek_and_then_once_a_minute() {
+        let start = Instant::now();
+        assert!(alive_due(None, start));
+        assert!(!alive_due(Some(start), start));
+        assert!(!alive_due(
+            Some(start),
+            start + ALIVE_EVERY - Duration::from_millis(1)
+        ));
+        assert!(alive_due(Some(start), start + ALIVE_EVERY));
+        // A clock read before the last count (another thread's) is not a minute later.
+        assert!(!alive_due(Some(start + ALIVE_EVERY), start));
+    }
 
     #[test]
     fn a_peek_stands_in_only_while_claims_fill_and_not_for_long() {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, Row};
 
 pub use crate::model::database_url::{DatabaseUrl, Dialect};
-use dialect::{JOB_COLUMNS, claim_sql, peek_sql};
+use dialect::{JOB_COLUMNS, claim_sql, peek_placement_uses, peek_sql, split_due_name};
 pub use rows::*;
 
 /// `next_exec` of a row that cannot run until it is fixed (9999-12-31T23:59:59Z): it stays out
@@ -205,6 +205,7 @@ struct Statements {
     claim: String,
     claim_read: String,
     peek: String,
+    peek_alive: String,
     to_prepare: String,
     prepared: String,
     invalid: String,
@@ -273,7 +274,8 @@ fn statements(d: Dialect) -> Statements {
         claim_read: d.render(&format!(
             "SELECT {JOB_COLUMNS}, {{now}} AS db_now FROM cron_table WHERE claim_id = ?"
         )),
-        peek: peek_sql(d, None),
+        peek: peek_sql(d, None, false),
+        peek_alive: peek_sql(d, None, true),
         to_prepare: d.render(&format!(
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE next_exec IS NULL ORDER BY id LIMIT ?"
         )),

@@ -177,8 +177,8 @@ pub struct Peek {
     pub templates: i64,
     /// The earliest `next_try` of an event waiting for delivery (or a delivery's lease end).
     pub next_event: Option<i64>,
-    /// Nodes alive by their heartbeat (see [`NodeRow::alive`]).
-    pub alive: i64,
+    /// Nodes alive by their heartbeat (see [`NodeRow::alive`]), when the peek was asked for it.
+    pub alive: Option<i64>,
     /// MySQL: the id of the audit trail's newest row, which the heartbeat cannot return there
     /// (see `Store::node_seen`). `None` elsewhere.
     pub audit_mark: Option<i64>,

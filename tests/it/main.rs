@@ -41,6 +41,7 @@ mod metrics;
 mod node_name;
 mod outage;
 mod patroni;
+mod peek;
 mod placement;
 mod pool_connections;
 mod pooler;

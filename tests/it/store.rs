@@ -112,7 +112,7 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     insert(&store, "hello", "* * * * *", "echo hi").await;
-    let peek = store.peek("a", None).await.unwrap();
+    let peek = store.peek("a", None, true).await.unwrap();
     assert!(peek.pending_prepare);
     assert_eq!(peek.next_due, None);
     let rows = store.rows_to_prepare(10).await.unwrap();
@@ -126,7 +126,7 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     );
     // A second node racing to prepare the same row does nothing.
     assert!(!store.set_prepared(rows[0].id, 1, 1).await.unwrap());
-    let peek = store.peek("a", None).await.unwrap();
+    let peek = store.peek("a", None, true).await.unwrap();
     assert!(!peek.pending_prepare);
     assert_eq!(peek.next_due, Some(first_slot));
     // Not due yet: nothing to claim.
@@ -528,7 +528,7 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
         .await
         .unwrap();
     assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, None);
-    assert!(store.peek("a", None).await.unwrap().pending_prepare);
+    assert!(store.peek("a", None, true).await.unwrap().pending_prepare);
     // An invalid row is parked with its error, and a fix clears it.
     store
         .set_invalid(row.id, row.signature.as_deref(), "schedule: bad")
@@ -1127,7 +1127,7 @@ async fn a_drained_node_claims_nothing_whatever_its_peek_said(dialect: Dialect) 
     store.register_node("b", "host", 2, "", &[]).await.unwrap();
     insert(&store, "x", "* * * * *", "true").await;
     make_due(&store, "x").await;
-    let peek = store.peek("a", None).await.unwrap();
+    let peek = store.peek("a", None, true).await.unwrap();
     assert!(!peek.drain);
     assert!(peek.next_due.is_some_and(|d| d <= peek.now));
     let actor = sqlcron::model::actor::Actor {
