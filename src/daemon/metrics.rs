@@ -256,7 +256,7 @@ impl Metrics {
         );
         r.register(
             "nodes_alive",
-            "Nodes with a recent heartbeat",
+            "Nodes with a recent heartbeat (counted once a minute)",
             m.nodes_alive.clone(),
         );
         r.register_with_unit(
