@@ -21,6 +21,8 @@ pub struct PlacementView {
     tags: Vec<String>,
     /// The values this node matches; `None` while no placement is in use at all.
     matching: Option<Vec<String>>,
+    /// When they were read (`None`: not yet).
+    read_at: Option<Instant>,
 }
 
 impl PlacementView {
@@ -38,6 +40,27 @@ pub(super) const ALIVE_EVERY: Duration = Duration::from_secs(60);
 /// yet, as at the start).
 pub(super) fn alive_due(last: Option<Instant>, now: Instant) -> bool {
     last.is_none_or(|at| now.saturating_duration_since(at) >= ALIVE_EVERY)
+}
+
+/// How long a node goes on with the placement values it read while their number stays the same:
+/// a value deleted (no row used it: the housekeeping's) and another added between two of its
+/// peeks leave the number as it was, and the node would not learn of the new one.
+pub(super) const PLACEMENTS_REREAD: Duration = Duration::from_secs(60);
+
+/// Whether the node reads the placement values again at `now`, its peek having counted `count`
+/// of them: when the number changed, when its tags did (a reload), and at least every
+/// [`PLACEMENTS_REREAD`].
+pub(super) fn placements_stale(
+    view: &PlacementView,
+    count: i64,
+    tags: &[String],
+    now: Instant,
+) -> bool {
+    count != view.count
+        || view.tags != tags
+        || view
+            .read_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= PLACEMENTS_REREAD)
 }
 
 /// How long a peek may stand in for a new one while claims keep filling every free place.
@@ -99,8 +122,8 @@ impl Shared {
     }
 
     /// The peek, under an up-to-date placement view: when the number of placement values
-    /// changed (or the node's tags did), the values are read again, matched, and the peek
-    /// repeated with the new filter. Also follows the node's drain flag, and passes on what the
+    /// changed (or the node's tags did, or a minute passed: [`placements_stale`]), the values
+    /// are read again, matched, and the peek repeated when the node's filter changed. Also follows the node's drain flag, and passes on what the
     /// peek saw for the event delivery (which has no idle looks of its own) and the number of
     /// live nodes.
     pub(super) async fn peek_placed(
@@ -111,35 +134,44 @@ impl Shared {
         let started = Instant::now();
         let alive = alive_due(*self.alive_counted.lock().unwrap(), started);
         let mut peek = self.store.peek(&self.node, view.matching(), alive).await?;
-        let view = if peek.placements != view.count || view.tags != config.node_tags {
+        let view = if placements_stale(&view, peek.placements, &config.node_tags, started) {
             let values = self.store.placement_values().await?;
             let (matching, left_out) = bounded(matching_values(
                 values.iter().map(String::as_str),
                 &self.node,
                 &config.node_tags,
             ));
-            if left_out > 0 {
-                tracing::error!(
-                    values = values.len(),
-                    left_out,
-                    "more than {MAX_MATCHING} placement values match this node: rows with the \
-                     {left_out} others are not claimed by it until fewer are in use (values no \
-                     row uses are pruned with the history)"
-                );
-            }
-            tracing::info!(
-                values = values.len(),
-                matching = matching.len(),
-                tags = ?config.node_tags,
-                "placements read"
-            );
             let fresh = PlacementView {
                 count: values.len() as i64,
                 tags: config.node_tags.clone(),
                 matching: (!values.is_empty()).then_some(matching),
+                read_at: Some(started),
             };
+            // The minute's reread that finds what the node knew says nothing.
+            if fresh.count != view.count
+                || fresh.matching != view.matching
+                || fresh.tags != view.tags
+            {
+                if left_out > 0 {
+                    tracing::error!(
+                        values = values.len(),
+                        left_out,
+                        "more than {MAX_MATCHING} placement values match this node: rows with the \
+                         {left_out} others are not claimed by it until fewer are in use (values no \
+                         row uses are pruned with the history)"
+                    );
+                }
+                tracing::info!(
+                    values = values.len(),
+                    matching = fresh.matching().map_or(0, <[String]>::len),
+                    tags = ?config.node_tags,
+                    "placements read"
+                );
+            }
             *self.placement.lock().unwrap() = fresh.clone();
-            peek = self.store.peek(&self.node, fresh.matching(), alive).await?;
+            if fresh.matching != view.matching {
+                peek = self.store.peek(&self.node, fresh.matching(), alive).await?;
+            }
             fresh
         } else {
             view
@@ -173,6 +205,31 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_placement_values_are_read_again_when_their_number_or_the_tags_change_or_a_minute_on() {
+        let start = Instant::now();
+        let tags = vec!["web".to_string()];
+        let view = PlacementView {
+            count: 3,
+            tags: tags.clone(),
+            matching: Some(vec![]),
+            read_at: Some(start),
+        };
+        assert!(!placements_stale(&view, 3, &tags, start));
+        assert!(placements_stale(&view, 4, &tags, start));
+        // One deleted and another added: the same number, seen within the minute.
+        assert!(!placements_stale(
+            &view,
+            3,
+            &tags,
+            start + PLACEMENTS_REREAD - Duration::from_millis(1)
+        ));
+        assert!(placements_stale(&view, 3, &tags, start + PLACEMENTS_REREAD));
+        assert!(placements_stale(&view, 3, &["db".to_string()], start));
+        // Never read: read at the first peek, even with no value in use.
+        assert!(placements_stale(&PlacementView::default(), 0, &[], start));
+    }
 
     #[test]
     fn the_live_nodes_are_counted_at_the_first_peek_and_then_once_a_minute() {

@@ -27,7 +27,7 @@ impl Store {
             (Some(p), alive) => peek_sql(self.dialect, Some(p.len()), alive),
         };
         let mut q = sqlx::query(AssertSqlSafe(text));
-        for _ in 0..2 {
+        for _ in 0..peek_placement_uses(self.dialect) {
             for p in placements.unwrap_or_default() {
                 q = q.bind(p.clone());
             }
@@ -37,14 +37,32 @@ impl Store {
             .fetch_one(&self.db)
             .await
             .map_err(sql_err!(self, "peek"))?;
+        let (next_due, next_name) = if self.dialect == Dialect::Mysql {
+            let both: Option<String> = row
+                .try_get("next_due_name")
+                .map_err(sql_err!(self, "peek"))?;
+            match both.as_deref().map(split_due_name) {
+                None => (None, None),
+                Some(Some((due, name))) => (Some(due), Some(name)),
+                Some(None) => {
+                    let what = format!("the earliest due row came back as {both:?}");
+                    return Err(sql_err!(self, "peek")(sqlx::Error::Decode(what.into())));
+                }
+            }
+        } else {
+            (
+                row.try_get("next_due").map_err(sql_err!(self, "peek"))?,
+                row.try_get("next_name").map_err(sql_err!(self, "peek"))?,
+            )
+        };
         Ok(Peek {
             now: row.try_get("db_now").map_err(sql_err!(self, "peek"))?,
-            next_due: row.try_get("next_due").map_err(sql_err!(self, "peek"))?,
+            next_due,
             pending_prepare: row
                 .try_get::<i64, _>("pending")
                 .map_err(sql_err!(self, "peek"))?
                 != 0,
-            next_name: row.try_get("next_name").map_err(sql_err!(self, "peek"))?,
+            next_name,
             placements: row.try_get("placements").map_err(sql_err!(self, "peek"))?,
             templates: row.try_get("templates").map_err(sql_err!(self, "peek"))?,
             drain: row

@@ -221,10 +221,9 @@ fn placement_filter(placements: Option<usize>) -> String {
 /// alive (`NULL` otherwise: it reads a row per node, and only `/metrics` shows it). One
 /// statement, each part index-backed (or on the small `cron_nodes`), so that the event delivery
 /// needs no looks of its own while idle.
-/// Placeholders: the placement values twice (when `placements` is `Some(n > 0)`), then the
-/// node's name.
+/// Placeholders: the placement values [`peek_placement_uses`] times (when `placements` is
+/// `Some(n > 0)`), then the node's name.
 pub fn peek_sql(dialect: Dialect, placements: Option<usize>, alive: bool) -> String {
-    let filter = placement_filter(placements);
     let alive = if alive {
         format!(
             "(SELECT COUNT(*) FROM cron_nodes WHERE stopped IS NULL \
@@ -234,18 +233,15 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>, alive: bool) -> Str
         "NULL".to_string()
     };
     dialect.render(&format!(
-        "SELECT {{now}} AS db_now, \
-         (SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
-          ORDER BY next_exec LIMIT 1) AS next_due, \
+        "SELECT {{now}} AS db_now, {}, \
          CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE next_exec IS NULL) THEN 1 ELSE 0 END AS pending, \
-         (SELECT name FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
-          ORDER BY next_exec LIMIT 1) AS next_name, \
          (SELECT COUNT(*) FROM cron_placements) AS placements, \
          (SELECT COUNT(*) FROM cron_table WHERE run_on = 'every_node') AS templates, \
          (SELECT MAX(drain) FROM cron_nodes WHERE name = ?) AS drain, \
          (SELECT next_try FROM cron_events WHERE next_try IS NOT NULL \
           ORDER BY next_try LIMIT 1) AS next_event, \
          {alive} AS alive{}",
+        next_due_sql(dialect, placements),
         // MySQL's heartbeat cannot return the audit trail's newest row (no RETURNING for an
         // UPDATE): its peek does (`Store::node_seen`).
         if dialect == Dialect::Mysql {
@@ -254,6 +250,74 @@ pub fn peek_sql(dialect: Dialect, placements: Option<usize>, alive: bool) -> Str
             ""
         }
     ))
+}
+
+/// How many times the peek binds the node's placement values.
+pub fn peek_placement_uses(dialect: Dialect) -> usize {
+    if dialect == Dialect::Mysql { 1 } else { 2 }
+}
+
+/// The width of the zero-padded `next_exec` before the name in MySQL's `next_due_name`: a
+/// BIGINT's longest, with its sign.
+pub const DUE_WIDTH: usize = 20;
+
+/// The peek's earliest due row among those the node may run: `next_due` and `next_name`.
+///
+/// On MySQL/MariaDB, where an idle node polls, the rows any node runs and the node's own placed
+/// rows are looked up apart (migration `mysql/0030`): the first are the first entry of
+/// `cron_table_due` (`enabled, next_exec, placed` there) with `placed = 0`, which the index
+/// itself tells, so that another node's placed rows due earlier are stepped over in the index
+/// without reading them; the second are the node's own rows by `cron_table_placement`. One
+/// ordered scan with the placement as a filter read every other node's placed row due earlier
+/// (each node's copy of an `every_node` job is one), twice: a row per node in the fleet at
+/// each peek (docs/fleet.md). Each lookup returns the time and the name in one value (the time
+/// zero-padded to [`DUE_WIDTH`], so that the earlier sorts first, then the name), so that each
+/// is made once; a sentinel of `'1'`, after any padded time, stands for a lookup that found no
+/// row. PostgreSQL, woken by notifications, and SQLite, one host, keep the one ordered scan of
+/// `(enabled, next_exec)`.
+fn next_due_sql(dialect: Dialect, placements: Option<usize>) -> String {
+    if dialect != Dialect::Mysql {
+        let filter = placement_filter(placements);
+        return format!(
+            "(SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
+              ORDER BY next_exec LIMIT 1) AS next_due, \
+             (SELECT name FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
+              ORDER BY next_exec LIMIT 1) AS next_name"
+        );
+    }
+    let first = |index: &str, condition: &str| {
+        format!(
+            "(SELECT CONCAT(LPAD(next_exec, {DUE_WIDTH}, '0'), name) FROM cron_table{index} \
+             WHERE enabled = 1 AND next_exec IS NOT NULL{condition} ORDER BY next_exec LIMIT 1)"
+        )
+    };
+    let anybodys = first(" FORCE INDEX (cron_table_due)", " AND placed = 0");
+    match placements {
+        // No placement value in use: no condition.
+        None => format!("{} AS next_due_name", first("", "")),
+        Some(0) => format!("{anybodys} AS next_due_name"),
+        Some(n) => format!(
+            "NULLIF(LEAST(IFNULL({anybodys}, '1'), IFNULL({}, '1')), '1') AS next_due_name",
+            first(
+                " FORCE INDEX (cron_table_placement)",
+                &format!(" AND placement IN ({})", vec!["?"; n].join(", "))
+            )
+        ),
+    }
+}
+
+/// Splits MySQL's `next_due_name` (see [`next_due_sql`]) into the time and the name. `None`
+/// for a value this build did not write.
+pub fn split_due_name(value: &str) -> Option<(i64, String)> {
+    let (due, name) = (value.get(..DUE_WIDTH)?, value.get(DUE_WIDTH..)?);
+    // `LPAD` pads a negative number's digits after its zeros: `0000-5`.
+    let digits = due.trim_start_matches('0');
+    let due = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().ok()?
+    };
+    Some((due, name.to_string()))
 }
 
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
@@ -337,10 +401,48 @@ mod tests {
                 "{without}"
             );
             assert!(without.contains("NULL AS alive"), "{without}");
-            // The same placeholders either way: the placement values twice, then the node's name.
+            // The same placeholders either way: the placement values as often as the peek binds
+            // them, then the node's name.
             let marks = |sql: &str| sql.matches('?').count() + sql.matches('$').count();
-            assert_eq!(marks(&with), 3 * 2 + 1, "{dialect:?}: {with}");
+            assert_eq!(
+                marks(&with),
+                3 * peek_placement_uses(dialect) + 1,
+                "{dialect:?}: {with}"
+            );
             assert_eq!(marks(&without), marks(&with));
         }
+    }
+
+    #[test]
+    fn a_due_time_and_name_split_as_mysql_pads_them() {
+        let padded = |due: &str, name: &str| format!("{due:0>DUE_WIDTH$}{name}");
+        assert_eq!(
+            split_due_name(&padded("1798761600000", "backup nightly")),
+            Some((1_798_761_600_000, "backup nightly".into()))
+        );
+        assert_eq!(split_due_name(&padded("0", "z")), Some((0, "z".into())));
+        // LPAD puts a negative number's zeros before its sign.
+        assert_eq!(split_due_name(&padded("-5", "é")), Some((-5, "é".into())));
+        assert_eq!(
+            split_due_name(&format!("{}x", i64::MIN)),
+            Some((i64::MIN, "x".into()))
+        );
+        assert_eq!(split_due_name("123"), None);
+        assert_eq!(split_due_name(&padded("12a", "x")), None);
+        // The sentinel of an empty lookup sorts after every padded time.
+        assert!(padded("9223372036854775807", "").as_str() < "1");
+        assert!(format!("{}", i64::MIN).as_str() < "1");
+    }
+
+    #[test]
+    fn mysql_looks_up_the_rows_any_node_runs_apart_from_the_nodes_own() {
+        let sql = peek_sql(Dialect::Mysql, Some(2), false);
+        assert!(sql.contains("FORCE INDEX (cron_table_due)"), "{sql}");
+        assert!(sql.contains("placed = 0"), "{sql}");
+        assert!(sql.contains("FORCE INDEX (cron_table_placement)"), "{sql}");
+        assert!(!sql.contains("placement IS NULL"), "{sql}");
+        // Without placement values in use, one lookup with no condition.
+        let plain = peek_sql(Dialect::Mysql, None, false);
+        assert!(!plain.contains("placed"), "{plain}");
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, Row};
 
 pub use crate::model::database_url::{DatabaseUrl, Dialect};
-use dialect::{JOB_COLUMNS, claim_sql, peek_sql};
+use dialect::{JOB_COLUMNS, claim_sql, peek_placement_uses, peek_sql, split_due_name};
 pub use rows::*;
 
 /// `next_exec` of a row that cannot run until it is fixed (9999-12-31T23:59:59Z): it stays out

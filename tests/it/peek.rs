@@ -1,5 +1,6 @@
 //! The peek, an idle node's one look at the table each poll: what it finds among a fleet's
-//! placed rows, and the count of the live nodes it takes only when asked.
+//! placed rows, (MySQL/MariaDB, where idle nodes poll) how few rows it reads for it, and the
+//! count of the live nodes it takes only when asked.
 
 use sqlcron::store::{Dialect, Store};
 
@@ -9,6 +10,13 @@ for_each_dialect!(
     the_peek_finds_the_earliest_row_the_node_may_run_among_other_nodes_rows,
     the_peek_counts_the_live_nodes_only_when_asked,
 );
+
+mod mysql_reads {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_peek_reads_no_row_of_another_node() {
+        super::the_peek_reads_no_row_of_another_node().await
+    }
+}
 
 const OTHERS: usize = 200;
 
@@ -99,5 +107,51 @@ async fn the_peek_counts_the_live_nodes_only_when_asked(dialect: Dialect) {
     assert_eq!(peek.alive, Some(1));
     let peek = store.peek("me", None, false).await.unwrap();
     assert_eq!(peek.alive, None);
+    store.close().await;
+}
+
+/// The rows a MariaDB session's statements have had the engine hand over so far (an index
+/// entry the engine itself skips, by a condition on the index's own columns, is not one).
+async fn rows_handed_over(store: &Store) -> i64 {
+    store
+        .scalar_i64(
+            "SELECT CAST(SUM(VARIABLE_VALUE) AS SIGNED) FROM information_schema.SESSION_STATUS \
+             WHERE VARIABLE_NAME IN ('HANDLER_READ_NEXT', 'HANDLER_READ_PREV', \
+             'HANDLER_READ_KEY', 'HANDLER_READ_FIRST', 'HANDLER_READ_RND_NEXT')",
+        )
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+/// Before migration `mysql/0030`, a node's peek read every other node's placed row due before
+/// its own, twice: two rows per node of the fleet at each poll, besides the count of the
+/// placement values (about one per node in a fleet of host-local jobs).
+async fn the_peek_reads_no_row_of_another_node() {
+    let db = TestDb::new(Dialect::Mysql).await;
+    db.store().await.close().await;
+    // One connection: the counters read are the peek's session's.
+    let store = Store::connect(&crate::util::db_url(&db.url), 1).unwrap();
+    let now = store.now().await.unwrap();
+    fleet_rows(&store, now + 1_000, now + 300_000, now + 200_000).await;
+    let placements = [mine()];
+    store.peek("me", Some(&placements), true).await.unwrap();
+    let before = rows_handed_over(&store).await;
+    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let read = rows_handed_over(&store).await - before;
+    assert_eq!(peek.next_name.as_deref(), Some("mine — backup"));
+    // What the peek still reads a row per value for: the count of the placement values, by
+    // which a node learns of a new one at its next poll.
+    let values = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_placements")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(values, OTHERS as i64 + 1);
+    assert!(
+        read <= values + 20,
+        "the peek read {read} rows, {values} of them the placement values', with {OTHERS} \
+         other nodes' rows due before its own"
+    );
     store.close().await;
 }

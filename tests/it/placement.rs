@@ -18,6 +18,79 @@ for_each_dialect!(
     a_flood_of_placement_values_is_bounded_and_pruned,
 );
 
+// The node's side alone (the same on every database): one is enough for a test of a minute.
+mod placement_swap {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_value_swapped_for_another_between_two_peeks_is_learnt_within_a_minute() {
+        super::a_value_swapped_for_another_between_two_peeks_is_learnt_within_a_minute(
+            sqlcron::store::Dialect::Sqlite,
+        )
+        .await
+    }
+}
+
+/// A node notices new placement values by their number at each peek. One deleted (no row used
+/// it: the housekeeping's) and another added between two of its peeks leave the number as it
+/// was; the node reads the values again at least once a minute, so a job placed on it with the
+/// new value runs then, not never.
+async fn a_value_swapped_for_another_between_two_peeks_is_learnt_within_a_minute(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let store = db.store().await;
+    store
+        .execute_raw(
+            r#"INSERT INTO cron_table (name, schedule, command, placement)
+               VALUES ('elsewhere', '* * * * * *', 'true', '{"nodes":["x"]}')"#,
+        )
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", ""));
+    eventually(
+        Duration::from_secs(30),
+        "the node's read of the one value",
+        || async {
+            let log = node.log_text();
+            log.lines()
+                .any(|l| l.contains("placements read") && l.contains("values=1"))
+                .then_some(())
+        },
+    )
+    .await;
+    // In one transaction: no peek sees the values between.
+    store
+        .execute_raw(&format!(
+            r#"BEGIN;
+               DELETE FROM cron_table WHERE name = 'elsewhere';
+               DELETE FROM cron_placements;
+               INSERT INTO cron_table (name, schedule, command, placement)
+               VALUES ('mine', '* * * * * *', 'echo ran >> {}', '{{"nodes":["n1"]}}');
+               COMMIT;"#,
+            out.display()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_placements")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    eventually(
+        Duration::from_secs(90),
+        "a run of the job placed with the new value",
+        || async {
+            std::fs::read_to_string(&out)
+                .is_ok_and(|t| t.contains("ran"))
+                .then_some(())
+        },
+    )
+    .await;
+    drop(node);
+    store.close().await;
+}
+
 fn node_with_tags(url: &str, name: &str, tags: &str, jobs: &str) -> String {
     node_config(url, name, &format!("{jobs}\n")).replacen(
         &format!("name = \"{name}\"\n"),
