@@ -6,12 +6,15 @@
 --
 -- `placed` is 1 for a row with a placement, 0 for a row any node runs: a stored generated column
 -- (nobody can write it), computed on insert and on an update that names `placement`, never on a
--- claim, lease extension or release. `cron_table_due` becomes `(enabled, placed, next_exec)`,
+-- claim, lease extension or release. `cron_table_due` becomes `(enabled, next_exec, placed)`,
 -- replaced rather than added, so that a run's writes still change two index entries of the job
--- row, each a byte wider; the rows any node runs are the first entry of `placed = 0`. A node's
--- own placed rows are found by `cron_table_placement`, on the placement alone, which no claim,
--- lease extension or release writes. (An index of `(enabled, placement(191), next_exec)` made a
--- burst's writes four times as dear to the server, and was taken out; docs/benchmarks.md.)
+-- row, each a byte wider: the peek's look for the rows any node runs checks `placed = 0` on the
+-- index entry, and passes over other nodes' placed rows without reading them. `placed` comes
+-- last so that the index still gives the enabled rows in `next_exec` order: with it before
+-- `next_exec` (and with `placement(191)` there, tried before), MariaDB planned claims on it with
+-- a sort of every due row, and a burst cost the server four times as much (docs/benchmarks.md).
+-- A node's own placed rows are found by `cron_table_placement`, on the placement alone, which
+-- no claim, lease extension or release writes.
 ALTER TABLE cron_table
     ADD COLUMN placed TINYINT GENERATED ALWAYS AS (placement IS NOT NULL) STORED,
     DROP INDEX cron_table_due,

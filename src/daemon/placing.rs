@@ -123,9 +123,9 @@ impl Shared {
 
     /// The peek, under an up-to-date placement view: when the number of placement values
     /// changed (or the node's tags did, or a minute passed: [`placements_stale`]), the values
-    /// are read again, matched, and the peek repeated when the node's filter changed. Also follows the node's drain flag, and passes on what the
-    /// peek saw for the event delivery (which has no idle looks of its own) and the number of
-    /// live nodes.
+    /// are read again, matched, and the peek repeated when the node's filter changed. Also
+    /// follows the node's drain flag, and passes on what the peek saw for the event delivery
+    /// (which has no idle looks of its own) and the number of live nodes.
     pub(super) async fn peek_placed(
         &self,
         config: &Config,
