@@ -267,7 +267,8 @@ pub const DUE_WIDTH: usize = 20;
 /// rows are looked up apart (migration `mysql/0030`): the first are the first entry of
 /// `cron_table_due` (`enabled, next_exec, placed` there) with `placed = 0`, which the index
 /// itself tells, so that another node's placed rows due earlier are stepped over in the index
-/// without reading them; the second are the node's own rows by `cron_table_placement`. One
+/// without reading them; the second are the node's own rows, by `cron_table_placement` when
+/// they are few (the optimizer's choice: with many, the ordered scan finds one sooner). One
 /// ordered scan with the placement as a filter read every other node's placed row due earlier
 /// (each node's copy of an `every_node` job is one), twice: a row per node in the fleet at
 /// each peek (docs/fleet.md). Each lookup returns the time and the name in one value (the time
@@ -298,8 +299,11 @@ fn next_due_sql(dialect: Dialect, placements: Option<usize>) -> String {
         Some(0) => format!("{anybodys} AS next_due_name"),
         Some(n) => format!(
             "NULLIF(LEAST(IFNULL({anybodys}, '1'), IFNULL({}, '1')), '1') AS next_due_name",
+            // The optimizer's own choice: `cron_table_placement` (and a sort) when the node's
+            // values have few rows, as a host-local job's; the ordered `cron_table_due`, which
+            // stops at the first, when they have many (a job placed by a tag on most nodes).
             first(
-                " FORCE INDEX (cron_table_placement)",
+                "",
                 &format!(" AND placement IN ({})", vec!["?"; n].join(", "))
             )
         ),
@@ -439,7 +443,9 @@ mod tests {
         let sql = peek_sql(Dialect::Mysql, Some(2), false);
         assert!(sql.contains("FORCE INDEX (cron_table_due)"), "{sql}");
         assert!(sql.contains("placed = 0"), "{sql}");
-        assert!(sql.contains("FORCE INDEX (cron_table_placement)"), "{sql}");
+        // The node's own rows: the optimizer picks the index by how many there are.
+        assert!(!sql.contains("FORCE INDEX (cron_table_placement)"), "{sql}");
+        assert!(sql.contains("placement IN (?, ?)"), "{sql}");
         assert!(!sql.contains("placement IS NULL"), "{sql}");
         // Without placement values in use, one lookup with no condition.
         let plain = peek_sql(Dialect::Mysql, None, false);

@@ -153,5 +153,34 @@ async fn the_peek_reads_no_row_of_another_node() {
         "the peek read {read} rows, {values} of them the placement values', with {OTHERS} \
          other nodes' rows due before its own"
     );
+    // Many rows of the node's own value (a job placed by a tag, say, on most nodes), the
+    // earliest due first: the peek does not read them all to find it.
+    let many = 3_000;
+    let rows: Vec<String> = (0..many)
+        .map(|i| {
+            format!(
+                "('tagged {i}', '0 0 1 1 *', 'true', {due}, {due}, '{}')",
+                mine(),
+                due = now + 500_000 + i
+            )
+        })
+        .collect();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot, placement) VALUES {}",
+            rows.join(", ")
+        ))
+        .await
+        .unwrap();
+    store.execute_raw("ANALYZE TABLE cron_table").await.unwrap();
+    store.peek("me", Some(&placements), false).await.unwrap();
+    let before = rows_handed_over(&store).await;
+    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let read = rows_handed_over(&store).await - before;
+    assert_eq!(peek.next_name.as_deref(), Some("mine — backup"));
+    assert!(
+        read <= values + 20 + OTHERS as i64,
+        "the peek read {read} rows with {many} rows of the node's own value"
+    );
     store.close().await;
 }
