@@ -137,8 +137,8 @@ pub fn matching_values<'a>(
 }
 
 /// The most placement values a node filters its claim by: each is a bound parameter of the
-/// claim and the peek (twice), and the databases limit those (SQLite to 32,766, older builds to
-/// 999). Beyond it a node keeps the first values and says so (see [`bounded`]).
+/// claim and the peek (twice, once on MySQL), and the databases limit those (SQLite to 32,766,
+/// older builds to 999). Beyond it a node keeps the first values and says so (see [`bounded`]).
 pub const MAX_MATCHING: usize = 400;
 
 /// At most [`MAX_MATCHING`] of the values a node matches, those that parse first (a flood of
