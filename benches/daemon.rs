@@ -207,7 +207,7 @@ const PLACED_MATCHING: [&str; 2] = [r#"{"tags":["eu"]}"#, r#"{"nodes":["web-*"]}
 /// front of the claim's index scan.
 async fn claim_cost(dialect: Dialect, placed: bool) {
     let matching: Vec<String> = PLACED_MATCHING.iter().map(|s| s.to_string()).collect();
-    let filter = placed.then_some(matching.as_slice());
+    let filter: &[String] = if placed { &matching } else { &[] };
     for total in [1_000i64, 1_000_000] {
         let db = Db::new(dialect).await;
         let store = db.store().await;

@@ -19,15 +19,16 @@ pub struct PlacementView {
     count: i64,
     /// The node's tags they were matched against (a reload may change them).
     tags: Vec<String>,
-    /// The values this node matches; `None` while no placement is in use at all.
-    matching: Option<Vec<String>>,
+    /// The values this node matches (none: it takes only rows without a placement, also while
+    /// it knows of no value in use).
+    matching: Vec<String>,
     /// When they were read (`None`: not yet).
     read_at: Option<Instant>,
 }
 
 impl PlacementView {
-    pub fn matching(&self) -> Option<&[String]> {
-        self.matching.as_deref()
+    pub fn matching(&self) -> &[String] {
+        &self.matching
     }
 }
 
@@ -144,7 +145,10 @@ impl Shared {
             let fresh = PlacementView {
                 count: values.len() as i64,
                 tags: config.node_tags.clone(),
-                matching: (!values.is_empty()).then_some(matching),
+                // No value read is no value matched, not no filter: a writer who deletes the
+                // values (or the first placed row, written after this read) must not make every
+                // node take every placed row.
+                matching,
                 read_at: Some(started),
             };
             // The minute's reread that finds what the node knew says nothing.
@@ -163,7 +167,7 @@ impl Shared {
                 }
                 tracing::info!(
                     values = values.len(),
-                    matching = fresh.matching().map_or(0, <[String]>::len),
+                    matching = fresh.matching().len(),
                     tags = ?config.node_tags,
                     "placements read"
                 );
@@ -213,7 +217,7 @@ mod tests {
         let view = PlacementView {
             count: 3,
             tags: tags.clone(),
-            matching: Some(vec![]),
+            matching: vec![],
             read_at: Some(start),
         };
         assert!(!placements_stale(&view, 3, &tags, start));

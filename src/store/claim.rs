@@ -10,25 +10,21 @@ use super::*;
 
 impl Store {
     /// One cheap, index-backed look: the clock, the earliest due time among the rows `node` may
-    /// run (`placements`: the placement values it matches, `None` when none are in use), whether
+    /// run (`placements`: the placement values it matches; rows with another or a value it has
+    /// not read yet are left out), whether
     /// rows wait for preparation, how many placement values exist and whether the node is
     /// drained; for the event delivery, the earliest event due; and, with `alive`, how many
     /// nodes are alive. This is the only statement an idle node sends per poll, besides its
     /// heartbeat.
-    pub async fn peek(
-        &self,
-        node: &str,
-        placements: Option<&[String]>,
-        alive: bool,
-    ) -> Result<Peek> {
-        let text = match (placements, alive) {
-            (None, true) => self.sql.peek_alive.clone(),
-            (None, false) => self.sql.peek.clone(),
-            (Some(p), alive) => peek_sql(self.dialect, Some(p.len()), alive),
+    pub async fn peek(&self, node: &str, placements: &[String], alive: bool) -> Result<Peek> {
+        let text = match (placements.len(), alive) {
+            (0, true) => self.sql.peek_alive.clone(),
+            (0, false) => self.sql.peek.clone(),
+            (n, alive) => peek_sql(self.dialect, n, alive),
         };
         let mut q = sqlx::query(AssertSqlSafe(text));
         for _ in 0..peek_placement_uses(self.dialect) {
-            for p in placements.unwrap_or_default() {
+            for p in placements {
                 q = q.bind(p.clone());
             }
         }
@@ -140,28 +136,30 @@ impl Store {
         Ok(Fenced::from_rows(done.rows_affected()))
     }
 
-    /// Claims up to `limit` due rows for `node` with a lease of `lease`. Returns the database
-    /// clock at the claim and the rows, with their new token and their previous holder in
-    /// `prev_exec_by` (set when a lease expired without a release).
+    /// Claims up to `limit` due rows without a placement for `node` with a lease of `lease`.
+    /// Returns the database clock at the claim and the rows, with their new token and their
+    /// previous holder in `prev_exec_by` (set when a lease expired without a release).
     pub async fn claim(
         &self,
         node: &str,
         limit: usize,
         lease: Duration,
     ) -> Result<(Option<i64>, Vec<JobRow>)> {
-        self.claim_excluding(node, limit, lease, &[], None).await
+        self.claim_excluding(node, limit, lease, &[], &[]).await
     }
 
     /// [`Store::claim`], leaving out the rows in `supervised`: a node never claims a row whose
     /// earlier run it still supervises (its lease may have run out during a stall, but its
-    /// process is still being watched, and a second run would overlap it).
+    /// process is still being watched, and a second run would overlap it); and taking, besides the
+    /// rows without a placement, only those whose placement is one of `placements` (the values
+    /// the node matches).
     pub async fn claim_excluding(
         &self,
         node: &str,
         limit: usize,
         lease: Duration,
         supervised: &[i64],
-        placements: Option<&[String]>,
+        placements: &[String],
     ) -> Result<(Option<i64>, Vec<JobRow>)> {
         let lease_ms = lease.as_millis() as i64;
         // The rows left out are padded to a power of two (with id -1, no row's): a handful of
@@ -171,12 +169,11 @@ impl Store {
         } else {
             supervised.len().next_power_of_two()
         };
-        let text = if excluded == 0 && placements.is_none() {
+        let text = if excluded == 0 && placements.is_empty() {
             self.sql.claim.clone()
         } else {
-            claim_sql(self.dialect, excluded, placements.map(<[String]>::len))
+            claim_sql(self.dialect, excluded, placements.len())
         };
-        let placements = placements.unwrap_or_default();
         let rows = if self.dialect.has_returning() {
             let mut q = sqlx::query(AssertSqlSafe(text))
                 .bind(node.to_string())

@@ -203,12 +203,17 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
     limits, alerts, placement, overlap, run_on, template, http, signature, calendars, requires, after_jobs, upstream_run";
 
 /// The placement condition of the claim and the peek: rows any node may run, or whose placement
-/// value is one of `n` the node matches (`None`: no placement is in use, no condition).
-fn placement_filter(placements: Option<usize>) -> String {
-    match placements {
-        None => String::new(),
-        Some(0) => " AND placement IS NULL".into(),
-        Some(n) => format!(
+/// value is one of the `n` the node matches. Never absent: a node that knows of no value in use
+/// (`cron_placements` empty, whether because no row has a placement, or a writer deleted the
+/// values, or the first placed row came after its peek) still takes only the rows without one.
+/// MySQL tells those by `placed`, the last column of `cron_table_due` (migration `mysql/0030`),
+/// so that the claim keeps its ordered scan of that index and never turns to the index by
+/// placement (and a sort) for `placement IS NULL`.
+fn placement_filter(dialect: Dialect, n: usize) -> String {
+    match (n, dialect) {
+        (0, Dialect::Mysql) => " AND placed = 0".into(),
+        (0, _) => " AND placement IS NULL".into(),
+        (n, _) => format!(
             " AND (placement IS NULL OR placement IN ({}))",
             vec!["?"; n].join(", ")
         ),
@@ -221,9 +226,9 @@ fn placement_filter(placements: Option<usize>) -> String {
 /// alive (`NULL` otherwise: it reads a row per node, and only `/metrics` shows it). One
 /// statement, each part index-backed (or on the small `cron_nodes`), so that the event delivery
 /// needs no looks of its own while idle.
-/// Placeholders: the placement values [`peek_placement_uses`] times (when `placements` is
-/// `Some(n > 0)`), then the node's name.
-pub fn peek_sql(dialect: Dialect, placements: Option<usize>, alive: bool) -> String {
+/// Placeholders: the `placements` values the node matches, [`peek_placement_uses`] times, then
+/// the node's name.
+pub fn peek_sql(dialect: Dialect, placements: usize, alive: bool) -> String {
     let alive = if alive {
         format!(
             "(SELECT COUNT(*) FROM cron_nodes WHERE stopped IS NULL \
@@ -276,9 +281,9 @@ pub const DUE_WIDTH: usize = 20;
 /// is made once; a sentinel of `'1'`, after any padded time, stands for a lookup that found no
 /// row. PostgreSQL, woken by notifications, and SQLite, one host, keep the one ordered scan of
 /// `(enabled, next_exec)`.
-fn next_due_sql(dialect: Dialect, placements: Option<usize>) -> String {
+fn next_due_sql(dialect: Dialect, placements: usize) -> String {
     if dialect != Dialect::Mysql {
-        let filter = placement_filter(placements);
+        let filter = placement_filter(dialect, placements);
         return format!(
             "(SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
               ORDER BY next_exec LIMIT 1) AS next_due, \
@@ -294,10 +299,8 @@ fn next_due_sql(dialect: Dialect, placements: Option<usize>) -> String {
     };
     let anybodys = first(" FORCE INDEX (cron_table_due)", " AND placed = 0");
     match placements {
-        // No placement value in use: no condition.
-        None => format!("{} AS next_due_name", first("", "")),
-        Some(0) => format!("{anybodys} AS next_due_name"),
-        Some(n) => format!(
+        0 => format!("{anybodys} AS next_due_name"),
+        n => format!(
             "NULLIF(LEAST(IFNULL({anybodys}, '1'), IFNULL({}, '1')), '1') AS next_due_name",
             // The optimizer's own choice: `cron_table_placement` (and a sort) when the node's
             // values have few rows, as a host-local job's; the ordered `cron_table_due`, which
@@ -329,7 +332,7 @@ pub fn split_due_name(value: &str) -> Option<(i64, String)> {
 /// rows the node still supervises, which it must not claim again; then the placement values the
 /// node matches (see [`placement_filter`]); then the node's name again, for its drain flag: a
 /// node drained after its peek claims nothing, whatever peek its pass acts on.
-pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -> String {
+pub fn claim_sql(dialect: Dialect, excluded: usize, placements: usize) -> String {
     let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
                lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
     // A claimed row is taken over only once its lease has ended, whatever its `next_exec`
@@ -354,7 +357,7 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: Option<usize>) -
             vec!["?"; excluded].join(", ")
         ));
     }
-    due.push_str(&placement_filter(placements));
+    due.push_str(&placement_filter(dialect, placements));
     due.push_str(" AND NOT EXISTS (SELECT 1 FROM cron_nodes WHERE name = ? AND drain = 1)");
     let template = match dialect {
         // Writes are serialised by SQLite itself: a plain UPDATE ... RETURNING.
@@ -394,8 +397,8 @@ mod tests {
     #[test]
     fn the_peek_counts_the_live_nodes_only_when_asked() {
         for dialect in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
-            let with = peek_sql(dialect, Some(3), true);
-            let without = peek_sql(dialect, Some(3), false);
+            let with = peek_sql(dialect, 3, true);
+            let without = peek_sql(dialect, 3, false);
             assert!(
                 with.contains("FROM cron_nodes WHERE stopped IS NULL"),
                 "{with}"
@@ -414,6 +417,35 @@ mod tests {
                 "{dialect:?}: {with}"
             );
             assert_eq!(marks(&without), marks(&with));
+        }
+    }
+
+    #[test]
+    fn the_claim_and_the_peek_leave_out_placed_rows_even_with_no_value_known() {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
+            let no_value = [
+                claim_sql(dialect, 0, 0),
+                claim_sql(dialect, 4, 0),
+                peek_sql(dialect, 0, false),
+                peek_sql(dialect, 0, true),
+            ];
+            for sql in no_value {
+                let condition = if dialect == Dialect::Mysql {
+                    "placed = 0"
+                } else {
+                    "placement IS NULL"
+                };
+                assert!(sql.contains(condition), "{dialect:?}: {sql}");
+                // MySQL's by the due index, not `cron_table_placement` on `IS NULL`.
+                if dialect == Dialect::Mysql {
+                    assert!(!sql.contains("placement IS NULL"), "{sql}");
+                }
+            }
+            let some = claim_sql(dialect, 0, 2);
+            assert!(
+                some.contains("(placement IS NULL OR placement IN ("),
+                "{dialect:?}: {some}"
+            );
         }
     }
 
@@ -440,15 +472,16 @@ mod tests {
 
     #[test]
     fn mysql_looks_up_the_rows_any_node_runs_apart_from_the_nodes_own() {
-        let sql = peek_sql(Dialect::Mysql, Some(2), false);
+        let sql = peek_sql(Dialect::Mysql, 2, false);
         assert!(sql.contains("FORCE INDEX (cron_table_due)"), "{sql}");
         assert!(sql.contains("placed = 0"), "{sql}");
         // The node's own rows: the optimizer picks the index by how many there are.
         assert!(!sql.contains("FORCE INDEX (cron_table_placement)"), "{sql}");
         assert!(sql.contains("placement IN (?, ?)"), "{sql}");
         assert!(!sql.contains("placement IS NULL"), "{sql}");
-        // Without placement values in use, one lookup with no condition.
-        let plain = peek_sql(Dialect::Mysql, None, false);
-        assert!(!plain.contains("placed"), "{plain}");
+        // Without placement values in use, the one lookup of the rows any node may run.
+        let plain = peek_sql(Dialect::Mysql, 0, false);
+        assert!(plain.contains("placed = 0"), "{plain}");
+        assert!(!plain.contains("placement I"), "{plain}");
     }
 }

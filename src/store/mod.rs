@@ -270,12 +270,12 @@ fn statements(d: Dialect) -> Statements {
         )
     );
     Statements {
-        claim: claim_sql(d, 0, None),
+        claim: claim_sql(d, 0, 0),
         claim_read: d.render(&format!(
             "SELECT {JOB_COLUMNS}, {{now}} AS db_now FROM cron_table WHERE claim_id = ?"
         )),
-        peek: peek_sql(d, None, false),
-        peek_alive: peek_sql(d, None, true),
+        peek: peek_sql(d, 0, false),
+        peek_alive: peek_sql(d, 0, true),
         to_prepare: d.render(&format!(
             "SELECT {JOB_COLUMNS} FROM cron_table WHERE next_exec IS NULL ORDER BY id LIMIT ?"
         )),

@@ -73,28 +73,28 @@ async fn the_peek_finds_the_earliest_row_the_node_may_run_among_other_nodes_rows
     let due = |peek: sqlcron::store::Peek| (peek.next_due, peek.next_name);
 
     // Its own row comes first, whatever the other nodes' rows before it.
-    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let peek = store.peek("me", &placements, false).await.unwrap();
     assert_eq!(due(peek), (Some(own_at), Some("mine — backup".into())));
     // Then the row any node may run, once its own is later.
     set_due(&store, "mine — backup", now + 400_000).await;
-    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let peek = store.peek("me", &placements, false).await.unwrap();
     assert_eq!(due(peek), (Some(cluster_at), Some("cluster".into())));
     // A node that matches no placement value sees only that row.
-    let peek = store.peek("me", Some(&[]), false).await.unwrap();
+    let peek = store.peek("me", &[], false).await.unwrap();
     assert_eq!(due(peek), (Some(cluster_at), Some("cluster".into())));
     // A row written with SQL due long ago (a negative time) is due, and named.
     set_due(&store, "cluster", -5).await;
-    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let peek = store.peek("me", &placements, false).await.unwrap();
     assert_eq!(due(peek), (Some(-5), Some("cluster".into())));
     set_due(&store, "cluster", 0).await;
-    let peek = store.peek("me", Some(&[]), false).await.unwrap();
+    let peek = store.peek("me", &[], false).await.unwrap();
     assert_eq!(due(peek), (Some(0), Some("cluster".into())));
     // Nothing of its own or anybody's: nothing due, whatever the other nodes have.
     store
         .execute_raw("UPDATE cron_table SET enabled = 0 WHERE name IN ('cluster', 'mine — backup')")
         .await
         .unwrap();
-    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let peek = store.peek("me", &placements, false).await.unwrap();
     assert_eq!(due(peek), (None, None));
     store.close().await;
 }
@@ -103,9 +103,9 @@ async fn the_peek_counts_the_live_nodes_only_when_asked(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     store.register_node("me", "host", 1, "", &[]).await.unwrap();
-    let peek = store.peek("me", None, true).await.unwrap();
+    let peek = store.peek("me", &[], true).await.unwrap();
     assert_eq!(peek.alive, Some(1));
-    let peek = store.peek("me", None, false).await.unwrap();
+    let peek = store.peek("me", &[], false).await.unwrap();
     assert_eq!(peek.alive, None);
     store.close().await;
 }
@@ -135,9 +135,9 @@ async fn the_peek_reads_no_row_of_another_node() {
     let now = store.now().await.unwrap();
     fleet_rows(&store, now + 1_000, now + 300_000, now + 200_000).await;
     let placements = [mine()];
-    store.peek("me", Some(&placements), true).await.unwrap();
+    store.peek("me", &placements, true).await.unwrap();
     let before = rows_handed_over(&store).await;
-    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let peek = store.peek("me", &placements, false).await.unwrap();
     let read = rows_handed_over(&store).await - before;
     assert_eq!(peek.next_name.as_deref(), Some("mine — backup"));
     // What the peek still reads a row per value for: the count of the placement values, by
@@ -173,9 +173,9 @@ async fn the_peek_reads_no_row_of_another_node() {
         .await
         .unwrap();
     store.execute_raw("ANALYZE TABLE cron_table").await.unwrap();
-    store.peek("me", Some(&placements), false).await.unwrap();
+    store.peek("me", &placements, false).await.unwrap();
     let before = rows_handed_over(&store).await;
-    let peek = store.peek("me", Some(&placements), false).await.unwrap();
+    let peek = store.peek("me", &placements, false).await.unwrap();
     let read = rows_handed_over(&store).await - before;
     assert_eq!(peek.next_name.as_deref(), Some("mine — backup"));
     assert!(

@@ -16,6 +16,7 @@ for_each_dialect!(
     an_orphan_named_like_a_template_but_for_case_goes_and_an_unreadable_row_stays,
     an_idle_heartbeat_reads_no_templates_and_a_change_still_reaches_the_copy,
     a_flood_of_placement_values_is_bounded_and_pruned,
+    a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_values,
 );
 
 // The node's side alone (the same on every database): one is enough for a test of a minute.
@@ -88,6 +89,112 @@ async fn a_value_swapped_for_another_between_two_peeks_is_learnt_within_a_minute
     )
     .await;
     drop(node);
+    store.close().await;
+}
+
+/// A database writer deletes every row of `cron_placements` (as a tired operator tidying up
+/// might): the nodes then know of no placement value in use. A node that claimed without any
+/// placement condition then would run every placed job; the claim still leaves out every row
+/// with a placement it has not read, so the job pinned to `b` never runs on `a`. It waits until
+/// the values are back (the housekeeping's), then runs on `b` again.
+async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_values(
+    dialect: Dialect,
+) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let store = db.store().await;
+    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
+    store
+        .execute_raw(&format!(
+            r#"INSERT INTO cron_table (name, schedule, command, placement) VALUES
+               ('pinned', '* * * * * *', '{line}', '{{"nodes":["b"]}}'),
+               ('any', '* * * * * *', '{line}', NULL)"#
+        ))
+        .await
+        .unwrap();
+    let daemons: Vec<DaemonProcess> = ["a", "b"]
+        .iter()
+        .map(|n| DaemonProcess::start(dir.path(), n, &node_config(&db.url, n, "")))
+        .collect();
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
+    let runs_of_any = |text: &str| count(text, "any a") + count(text, "any b");
+    eventually(Duration::from_secs(40), "runs of both jobs", || async {
+        let text = read();
+        (count(&text, "pinned b") >= 2 && runs_of_any(&text) >= 2).then_some(())
+    })
+    .await;
+    // After the pruning duty's first round (the next is `prune_interval`, 10 minutes, away): the
+    // values stay deleted for the rest of the test.
+    eventually(Duration::from_secs(30), "the first pruning round", || async {
+        let done = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_duties WHERE name = 'history' AND last_done IS NOT NULL")
+            .await
+            .unwrap();
+        (done == Some(1)).then_some(())
+    })
+    .await;
+    store
+        .execute_raw("DELETE FROM cron_placements")
+        .await
+        .unwrap();
+    let deleted = read();
+    eventually(
+        Duration::from_secs(30),
+        "both nodes' read of no value",
+        || async {
+            daemons
+                .iter()
+                .all(|d| {
+                    d.log_text()
+                        .lines()
+                        .any(|l| l.contains("placements read") && l.contains("values=0"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    // Both nodes claim on: five more seconds of the job any node runs.
+    let base = runs_of_any(&read());
+    eventually(
+        Duration::from_secs(30),
+        "runs with no value known",
+        || async { (runs_of_any(&read()) >= base + 5).then_some(()) },
+    )
+    .await;
+    let text = read();
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_placements")
+            .await
+            .unwrap(),
+        Some(0),
+        "the values stayed deleted throughout"
+    );
+    assert_eq!(count(&text, "pinned a"), 0, "{text}");
+    // No node knows the value: the pinned job waits.
+    assert!(
+        count(&text, "pinned b") <= count(&deleted, "pinned b") + 2,
+        "{text}"
+    );
+    // The value back (the housekeeping puts back a value a row uses): `b` runs it again.
+    store
+        .execute_raw(r#"INSERT INTO cron_placements (placement) VALUES ('{"nodes":["b"]}')"#)
+        .await
+        .unwrap();
+    let before = count(&read(), "pinned b");
+    eventually(
+        Duration::from_secs(30),
+        "the pinned job's runs on b again",
+        || async { (count(&read(), "pinned b") >= before + 2).then_some(()) },
+    )
+    .await;
+    for d in daemons {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+    assert_eq!(count(&read(), "pinned a"), 0, "{}", read());
     store.close().await;
 }
 

@@ -112,7 +112,7 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     insert(&store, "hello", "* * * * *", "echo hi").await;
-    let peek = store.peek("a", None, true).await.unwrap();
+    let peek = store.peek("a", &[], true).await.unwrap();
     assert!(peek.pending_prepare);
     assert_eq!(peek.next_due, None);
     let rows = store.rows_to_prepare(10).await.unwrap();
@@ -126,7 +126,7 @@ async fn sql_row_gets_prepared_and_claimed_once(dialect: Dialect) {
     );
     // A second node racing to prepare the same row does nothing.
     assert!(!store.set_prepared(rows[0].id, 1, 1).await.unwrap());
-    let peek = store.peek("a", None, true).await.unwrap();
+    let peek = store.peek("a", &[], true).await.unwrap();
     assert!(!peek.pending_prepare);
     assert_eq!(peek.next_due, Some(first_slot));
     // Not due yet: nothing to claim.
@@ -528,7 +528,7 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
         .await
         .unwrap();
     assert_eq!(store.job("s").await.unwrap().unwrap().next_exec, None);
-    assert!(store.peek("a", None, true).await.unwrap().pending_prepare);
+    assert!(store.peek("a", &[], true).await.unwrap().pending_prepare);
     // An invalid row is parked with its error, and a fix clears it.
     store
         .set_invalid(row.id, row.signature.as_deref(), "schedule: bad")
@@ -645,7 +645,7 @@ async fn a_claimed_row_is_taken_over_only_when_its_lease_ends(dialect: Dialect) 
         .unwrap();
     // With a row left out (no row's id): the claim's other form.
     let (_, rows) = store
-        .claim_excluding("b", 10, Duration::from_secs(60), &[-5], None)
+        .claim_excluding("b", 10, Duration::from_secs(60), &[-5], &[])
         .await
         .unwrap();
     let mut names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
@@ -1102,13 +1102,13 @@ async fn claim_leaves_out_rows_the_node_supervises(dialect: Dialect) {
     make_due(&store, "y").await;
     let x = store.job("x").await.unwrap().unwrap();
     let (_, rows) = store
-        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id], None)
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id], &[])
         .await
         .unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["y"]);
     let (_, rows) = store
-        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id, rows[0].id], None)
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id, rows[0].id], &[])
         .await
         .unwrap();
     assert!(rows.is_empty());
@@ -1127,7 +1127,7 @@ async fn a_drained_node_claims_nothing_whatever_its_peek_said(dialect: Dialect) 
     store.register_node("b", "host", 2, "", &[]).await.unwrap();
     insert(&store, "x", "* * * * *", "true").await;
     make_due(&store, "x").await;
-    let peek = store.peek("a", None, true).await.unwrap();
+    let peek = store.peek("a", &[], true).await.unwrap();
     assert!(!peek.drain);
     assert!(peek.next_due.is_some_and(|d| d <= peek.now));
     let actor = sqlcron::model::actor::Actor {
@@ -1141,13 +1141,7 @@ async fn a_drained_node_claims_nothing_whatever_its_peek_said(dialect: Dialect) 
     let x = store.job("x").await.unwrap().unwrap();
     let placements = ["p".to_string()];
     let (_, rows) = store
-        .claim_excluding(
-            "a",
-            10,
-            Duration::from_secs(10),
-            &[x.id + 1],
-            Some(&placements),
-        )
+        .claim_excluding("a", 10, Duration::from_secs(10), &[x.id + 1], &placements)
         .await
         .unwrap();
     assert!(rows.is_empty(), "a drained node claimed {rows:?}");
@@ -1292,7 +1286,12 @@ async fn each_later_definition_column_unparks_and_is_audited_and_a_run_is_not(di
             None => assert_eq!(log.len(), before, "{column}: {log:?}"),
         }
     }
-    // A run: claimed, started, released. No audit row, and the release's next slot stands.
+    // A run: claimed, started, released. No audit row, and the release's next slot stands. (Its
+    // placement away first: a claim takes a placed row only with its value.)
+    store
+        .execute_raw("UPDATE cron_table SET placement = NULL WHERE name = 'p'")
+        .await
+        .unwrap();
     let before = audited(&store).await.len();
     make_due(&store, "p").await;
     let (rows, keys) = crate::util::claim_and_start(&store, "a", 1, 1_000).await;
