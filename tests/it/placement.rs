@@ -30,6 +30,71 @@ mod placement_swap {
     }
 }
 
+// PostgreSQL's planner alone (MySQL's and SQLite's plans of the same statements are the
+// ordered scans they were: docs/benchmarks.md).
+mod no_value_plans {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_with_no_value_claims_and_peeks_in_order_on_a_table_without_statistics() {
+        super::a_node_with_no_value_claims_and_peeks_in_order_on_a_table_without_statistics().await
+    }
+}
+
+/// A node that knows of no placement value claims with `placement IS NULL`. Without
+/// statistics PostgreSQL guesses that 0.5 % of the rows match it, and planned the claim it keeps
+/// for the prepared statement as a read and a sort of every due row (20,000 here); the partial
+/// index `cron_table_due_anyone` keeps it (and the peek) an ordered index scan that stops after
+/// the rows it takes.
+async fn a_node_with_no_value_claims_and_peeks_in_order_on_a_table_without_statistics() {
+    use sqlcron::store::dialect::{claim_sql, peek_sql};
+    use sqlx::{AssertSqlSafe, Connection};
+    let db = TestDb::new(Dialect::Postgres).await;
+    let store = db.store().await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot) \
+             SELECT 'j' || g, '* * * * *', 'true', g, g FROM generate_series(1, 20000) g",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM pg_stats WHERE tablename = 'cron_table'")
+            .await
+            .unwrap(),
+        Some(0),
+        "no statistics yet"
+    );
+    // One session: the plan kept for a prepared statement, made without its values.
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (what, sql, values) in [
+        (
+            "claim",
+            claim_sql(Dialect::Postgres, 0, 0),
+            "'n', 10000, 10000, 'n', 16",
+        ),
+        ("peek", peek_sql(Dialect::Postgres, 0, false), "'n'"),
+    ] {
+        sqlx::raw_sql(AssertSqlSafe(format!("PREPARE {what} AS {sql}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN EXECUTE {what}({values})")))
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        let plan = plan.join("\n");
+        assert!(!plan.contains("Sort"), "{what}: {plan}");
+        assert!(plan.contains("cron_table_due_anyone"), "{what}: {plan}");
+    }
+    conn.close().await.unwrap();
+    store.close().await;
+}
+
 /// A node notices new placement values by their number at each peek. One deleted (no row used
 /// it: the housekeeping's) and another added between two of its peeks leave the number as it
 /// was; the node reads the values again at least once a minute, so a job placed on it with the
