@@ -87,6 +87,13 @@ async fn prune(
 ) -> Result<(), Halt> {
     let store = &shared.store;
     let history = shared.config().history.clone();
+    // First: a value in use that went missing keeps its jobs from every node (a node claims a
+    // placed row only with its value) until it is back, and a round may stop early below.
+    let (deleted, restored) = store.tidy_placements().await?;
+    pruned.placements += deleted;
+    if restored > 0 {
+        tracing::info!(restored, "placement values in use were missing; added back");
+    }
     let now = store.now().await?;
     if let Some(cut) = cutoff(now, history.keep) {
         loop {
@@ -159,11 +166,6 @@ async fn prune(
             tracing::info!(job = %name, "one-off job done and past [history] keep; removed");
         }
         pruned.one_offs += removed.len() as u64;
-    }
-    let (deleted, restored) = store.tidy_placements().await?;
-    pruned.placements += deleted;
-    if restored > 0 {
-        tracing::info!(restored, "placement values in use were missing; added back");
     }
     Ok(())
 }

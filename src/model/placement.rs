@@ -141,14 +141,20 @@ pub fn matching_values<'a>(
 /// older builds to 999). Beyond it a node keeps the first values and says so (see [`bounded`]).
 pub const MAX_MATCHING: usize = 400;
 
-/// At most [`MAX_MATCHING`] of the values a node matches, those that parse first (a flood of
-/// garbage values, each matched by every node so that its rows get parked, cannot push out the
-/// placements of real jobs), and how many were left out.
+/// At most [`MAX_MATCHING`] of the values a node matches, and how many were left out: first
+/// those in the form sqlcron writes ([`Placement::to_json`]), then others that parse, then the
+/// rest. A flood of garbage values (each matched by every node, so that its rows get parked), or
+/// of a real value written over and over with other spacing or order (each its own value, which
+/// no row need use), cannot push out the placements of the jobs sqlcron wrote.
 pub fn bounded(mut matching: Vec<String>) -> (Vec<String>, usize) {
     if matching.len() <= MAX_MATCHING {
         return (matching, 0);
     }
-    matching.sort_by_key(|v| Placement::from_json(v).is_err());
+    matching.sort_by_key(|v| match Placement::from_json(v) {
+        Ok(p) if p.to_json() == *v => 0,
+        Ok(_) => 1,
+        Err(_) => 2,
+    });
     let left_out = matching.len() - MAX_MATCHING;
     matching.truncate(MAX_MATCHING);
     matching.sort();
@@ -183,6 +189,21 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_keeps_the_values_sqlcron_writes_before_others_that_parse() {
+        // Spacing and order of a value that parses, each its own value (`{ "nodes":...` sorts
+        // before `{"nodes":...`): the ones sqlcron writes come first, whatever their number.
+        let mut values: Vec<String> = (0..MAX_MATCHING + 50)
+            .map(|i| format!(r#"{{ "nodes":["n{i}"]}}"#))
+            .collect();
+        values.push(r#"{"nodes":["b"]}"#.to_string());
+        values.push(r#"{"tags":["gpu"]}"#.to_string());
+        let (kept, left_out) = bounded(values);
+        assert_eq!((kept.len(), left_out), (MAX_MATCHING, 52));
+        assert!(kept.contains(&r#"{"nodes":["b"]}"#.to_string()));
+        assert!(kept.contains(&r#"{"tags":["gpu"]}"#.to_string()));
+    }
 
     #[test]
     fn bounded_keeps_values_that_parse_before_garbage() {

@@ -17,6 +17,7 @@ for_each_dialect!(
     an_idle_heartbeat_reads_no_templates_and_a_change_still_reaches_the_copy,
     a_flood_of_placement_values_is_bounded_and_pruned,
     a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_values,
+    a_placement_value_differing_in_case_stands_for_no_other,
 );
 
 // The node's side alone (the same on every database): one is enough for a test of a minute.
@@ -260,6 +261,60 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
         assert!(d.stop().success(), "{log}");
     }
     assert_eq!(count(&read(), "pinned a"), 0, "{}", read());
+    store.close().await;
+}
+
+/// A value in `cron_placements` that no node can parse (`"Nodes"` is no key) is matched by every
+/// node, so that one of them parks a row that has it. Written before the value of a job placed
+/// on `b` is in use (an editor may insert values), it stands for no other value: under MySQL's
+/// default collation `placement IN (...)` was blind to case, and every node ran the job. Nor do
+/// two jobs placed on the tags `GPU` and `gpu` share a value.
+async fn a_placement_value_differing_in_case_stands_for_no_other(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let store = db.store().await;
+    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
+    store
+        .execute_raw(r#"INSERT INTO cron_placements (placement) VALUES ('{"Nodes":["b"]}')"#)
+        .await
+        .unwrap();
+    store
+        .execute_raw(&format!(
+            r#"INSERT INTO cron_table (name, schedule, command, placement) VALUES
+               ('pinned', '* * * * * *', '{line}', '{{"nodes":["b"]}}'),
+               ('upper', '* * * * * *', '{line}', '{{"tags":["GPU"]}}'),
+               ('lower', '* * * * * *', '{line}', '{{"tags":["gpu"]}}')"#
+        ))
+        .await
+        .unwrap();
+    // Four values, each its own.
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_placements")
+            .await
+            .unwrap(),
+        Some(4)
+    );
+    let daemons: Vec<DaemonProcess> = [("a", "\"gpu\""), ("b", "")]
+        .iter()
+        .map(|(n, tags)| DaemonProcess::start(dir.path(), n, &node_with_tags(&db.url, n, tags, "")))
+        .collect();
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
+    eventually(Duration::from_secs(40), "runs on both nodes", || async {
+        let text = read();
+        (count(&text, "pinned b") >= 3 && count(&text, "lower a") >= 3).then_some(())
+    })
+    .await;
+    for d in daemons {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+    let text = read();
+    for wrong in ["pinned a", "upper a", "upper b", "lower b"] {
+        assert_eq!(count(&text, wrong), 0, "{wrong}: {text}");
+    }
     store.close().await;
 }
 
