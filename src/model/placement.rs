@@ -145,7 +145,9 @@ pub const MAX_MATCHING: usize = 400;
 /// those in the form sqlcron writes ([`Placement::to_json`]), then others that parse, then the
 /// rest. A flood of garbage values (each matched by every node, so that its rows get parked), or
 /// of a real value written over and over with other spacing or order (each its own value, which
-/// no row need use), cannot push out the placements of the jobs sqlcron wrote.
+/// no row need use), cannot push out the placements of the jobs sqlcron wrote. A flood of values
+/// in sqlcron's own form that a node matches still can (an editor may insert values; it may as
+/// well pause or delete the jobs), until the pruning duty deletes the values no row uses.
 pub fn bounded(mut matching: Vec<String>) -> (Vec<String>, usize) {
     if matching.len() <= MAX_MATCHING {
         return (matching, 0);
