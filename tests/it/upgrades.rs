@@ -17,6 +17,60 @@ for_each_dialect!(
     a_newer_schema_is_used_until_it_needs_a_newer_node
 );
 
+// MySQL/MariaDB's own migration of data (`mysql/0031`).
+mod mysql_placement_bytes {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn placement_values_differing_in_case_are_told_apart_after_the_upgrade() {
+        super::placement_values_differing_in_case_are_told_apart_after_the_upgrade().await
+    }
+}
+
+/// Before `mysql/0031` the placement columns compared blind to case: the jobs placed on the
+/// tags `GPU` and `gpu` shared the value written first, and `placement IN (...)` matched both.
+/// The migration makes them compare bytes and puts back the value it had dropped.
+async fn placement_values_differing_in_case_are_told_apart_after_the_upgrade() {
+    let db = TestDb::new(Dialect::Mysql).await;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let migrator = sqlx::migrate::Migrator::new(folder(Dialect::Mysql))
+        .await
+        .unwrap();
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
+            n
+        }
+    };
+    let matching = "SELECT COUNT(*) FROM cron_table WHERE placement IN ('{\"tags\":[\"gpu\"]}')";
+    let values = "SELECT COUNT(*) FROM cron_placements";
+    migrator.run_to(30, &pool).await.unwrap();
+    sqlx::query(
+        r#"INSERT INTO cron_table (name, schedule, command, placement) VALUES
+           ('upper', '* * * * *', 'true', '{"tags":["GPU"]}'),
+           ('lower', '* * * * *', 'true', '{"tags":["gpu"]}')"#,
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (count(values).await, count(matching).await),
+        (1, 2),
+        "before"
+    );
+    migrator.run_to(31, &pool).await.unwrap();
+    assert_eq!(
+        (count(values).await, count(matching).await),
+        (2, 1),
+        "after"
+    );
+    pool.close().await;
+}
+
 fn folder(dialect: Dialect) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("migrations")
