@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::exec::runner::StopRequest;
 use crate::model::job::{OnLeaseLost, Policy};
 use crate::model::lease::trusted_until;
+use crate::model::placement;
 use crate::model::policy::{self, ClaimAction, jitter_ms, plan_claim};
 use crate::schedule::Schedule;
 use crate::store::{JobRow, PoolWait, RunKey, StoreError};
@@ -29,6 +30,27 @@ type Ready = (
     Route,
     tokio::sync::OwnedSemaphorePermit,
 );
+
+/// A claimed row whose placement excludes this node, which the claim's SQL did not take as
+/// such: on MySQL/MariaDB a writer changed its placement between the claim and the read of the
+/// claimed rows. It is handed over at once, not run; the nodes its placement names take it
+/// (`placement::*::a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun`).
+async fn hand_back_misplaced(shared: &Shared, row: &JobRow) {
+    tracing::warn!(
+        job = %row.name,
+        token = row.token,
+        "a claimed row's placement excludes this node (changed as it was claimed); handed over, not run"
+    );
+    if let Err(e) = shared
+        .store
+        .release_for_takeover(row.id, &shared.node, row.token)
+        .await
+    {
+        // Its lease runs out instead: nothing supervises it here.
+        tracing::warn!(job = %row.name, error = %e, "could not hand the row over; its lease will run out");
+        shared.metrics.database_error(e.kind());
+    }
+}
 
 /// How many new or changed rows one tick prepares.
 const PREPARE_BATCH: i64 = 500;
@@ -190,6 +212,10 @@ impl Daemon {
         let mut ready = Vec::new();
         let turns_from = Instant::now();
         for (row, turn) in rows.into_iter().zip(turns) {
+            if placement::excludes(row.placement.as_deref(), &shared.node, &config.node_tags) {
+                hand_back_misplaced(shared, &row).await;
+                continue;
+            }
             let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
                 // Cannot happen (we claimed at most the free permits); the lease will expire.
                 tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");

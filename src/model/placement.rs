@@ -136,6 +136,15 @@ pub fn matching_values<'a>(
         .collect()
 }
 
+/// Whether a claimed row's placement keeps it from this node: a value that parses and does not
+/// admit it. The claim's SQL takes only rows whose value the node matches, but on MySQL/MariaDB
+/// the claim and the read of the claimed rows are two statements, and a writer may change the
+/// placement between them. A value that does not parse excludes no node (every node matches
+/// it, and the one that claims the row parks it).
+pub fn excludes(placement: Option<&str>, node: &str, tags: &[String]) -> bool {
+    placement.is_some_and(|v| Placement::from_json(v).is_ok_and(|p| !p.matches(node, tags)))
+}
+
 /// The most placement values a node filters its claim by: each is a bound parameter of the
 /// claim and the peek (twice, once on MySQL), and the databases limit those (SQLite to 32,766,
 /// older builds to 999). Beyond it a node keeps the first values and says so (see [`bounded`]).
@@ -190,6 +199,23 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_claimed_row_placed_elsewhere_is_excluded_and_no_other() {
+        let tags = ["gpu".to_string()];
+        assert!(!excludes(None, "a", &tags));
+        assert!(!excludes(Some(r#"{"nodes":["a"]}"#), "a", &tags));
+        assert!(!excludes(
+            Some(r#"{"tags":["gpu"],"nodes":["a*"]}"#),
+            "a1",
+            &tags
+        ));
+        assert!(excludes(Some(r#"{"nodes":["b"]}"#), "a", &tags));
+        assert!(excludes(Some(r#"{"tags":["ssd"]}"#), "a", &tags));
+        // Not parseable: matched by every node, parked by the one that claims it.
+        assert!(!excludes(Some(r#"{"Nodes":["b"]}"#), "a", &tags));
+        assert!(!excludes(Some("garbage"), "a", &tags));
+    }
+
     use super::*;
 
     #[test]

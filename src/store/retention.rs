@@ -290,17 +290,19 @@ impl Store {
     }
 
     /// Keeps `cron_placements` to the values rows use: deletes the others, then adds back any
-    /// value a row uses that is missing (a row inserted while its value was being deleted).
-    /// Returns (deleted, restored).
+    /// value a row uses that is missing (a row written with the triggers off). Returns
+    /// (deleted, restored).
     pub async fn tidy_placements(&self) -> Result<(u64, u64)> {
-        let deleted = sqlx::query(
-            "DELETE FROM cron_placements WHERE NOT EXISTS \
-             (SELECT 1 FROM cron_table t WHERE t.placement = cron_placements.placement)",
-        )
-        .execute(&self.db)
-        .await
-        .map_err(sql_err!(self, "prune placements"))?
-        .rows_affected();
+        let mut deleted = 0;
+        loop {
+            let (n, unused) = self.delete_unused_placements().await?;
+            deleted += n;
+            // A full batch of which none went (each locked by a writer, or in use by the time
+            // of the second read) would be found again at once.
+            if unused < PLACEMENT_BATCH || n == 0 {
+                break;
+            }
+        }
         let insert = match self.dialect {
             Dialect::Sqlite => "INSERT OR IGNORE INTO cron_placements (placement)",
             Dialect::Postgres => "INSERT INTO cron_placements (placement)",
@@ -321,4 +323,78 @@ impl Store {
         .rows_affected();
         Ok((deleted, restored))
     }
+
+    /// Deletes up to `PLACEMENT_BATCH` values no row uses; returns (deleted, unused found).
+    ///
+    /// A plain read finds them; a transaction then locks them, skipping any a writer holds (the
+    /// triggers lock a value in use while the row that uses it is written: PostgreSQL's
+    /// `ON CONFLICT DO UPDATE ... WHERE FALSE`, InnoDB's duplicate check of `INSERT IGNORE`),
+    /// reads the rows again with a snapshot taken after the locks, so that a row committed
+    /// meanwhile is seen, and deletes the rest. It never waits for a writer, and a writer that
+    /// comes after the locks waits for the commit, then adds the value anew. A single
+    /// `DELETE ... WHERE NOT EXISTS` read the rows with the snapshot of its start: it deleted a
+    /// value a row was being written with, and the job waited for it, on no node, until the
+    /// next round. On SQLite `BEGIN IMMEDIATE` holds off every writer instead.
+    async fn delete_unused_placements(&self) -> Result<(u64, usize)> {
+        let unused: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT p.placement FROM cron_placements p WHERE NOT EXISTS \
+             (SELECT 1 FROM cron_table t WHERE t.placement = p.placement) \
+             ORDER BY p.placement LIMIT {PLACEMENT_BATCH}"
+        )))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "prune placements"))?;
+        if unused.is_empty() {
+            return Ok((0, 0));
+        }
+        let found = unused.len();
+        let lock = match self.dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres | Dialect::Mysql => " FOR UPDATE SKIP LOCKED",
+        };
+        let err = sql_err!(self, "prune placements");
+        let mut tx = self.begin_write().await.map_err(err)?;
+        let marks = |n: usize| vec!["?"; n].join(", ");
+        let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT placement FROM cron_placements WHERE placement IN ({}) \
+             ORDER BY placement{lock}",
+            marks(unused.len())
+        ))))
+        .persistent(false);
+        for p in &unused {
+            q = q.bind(p.clone());
+        }
+        let locked = q.fetch_all(&mut *tx).await.map_err(err)?;
+        if locked.is_empty() {
+            return Ok((0, found));
+        }
+        let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT DISTINCT placement FROM cron_table WHERE placement IN ({})",
+            marks(locked.len())
+        ))))
+        .persistent(false);
+        for p in &locked {
+            q = q.bind(p.clone());
+        }
+        let used = q.fetch_all(&mut *tx).await.map_err(err)?;
+        let gone: Vec<&String> = locked.iter().filter(|p| !used.contains(p)).collect();
+        let mut deleted = 0;
+        if !gone.is_empty() {
+            let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+                "DELETE FROM cron_placements WHERE placement IN ({})",
+                marks(gone.len())
+            ))))
+            .persistent(false);
+            for p in gone {
+                q = q.bind(p.clone());
+            }
+            deleted = q.execute(&mut *tx).await.map_err(err)?.rows_affected();
+        }
+        tx.commit().await.map_err(err)?;
+        Ok((deleted, found))
+    }
 }
+
+/// Placement values checked and deleted per transaction: a flood of unused values is deleted a
+/// batch at a time.
+const PLACEMENT_BATCH: usize = 500;

@@ -43,6 +43,8 @@ mod outage;
 mod patroni;
 mod peek;
 mod placement;
+mod placement_claim_race;
+mod placement_tidy;
 mod pool_connections;
 mod pooler;
 mod proxied;
