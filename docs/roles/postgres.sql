@@ -32,8 +32,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON cron_table, cron_runs, cron_nodes, cron_
 GRANT SELECT ON _sqlx_migrations, cron_schema TO sqlcron_daemon;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO sqlcron_daemon;
 
--- Editors: jobs; the triggers of cron_table write the audit trail and the placement list with
--- the editor's rights, hence INSERT there.
+-- Editors: jobs; the triggers of cron_table write the audit trail with the editor's rights,
+-- hence INSERT there; the placement list's trigger runs with its owner's (it locks a value in
+-- use, which needs UPDATE), and INSERT on cron_placements is for older schemas.
 GRANT SELECT ON cron_table, cron_runs, cron_nodes, cron_locks, cron_pools, cron_duties, cron_events, cron_watch, cron_placements, cron_audit, cron_calendars, cron_start_rate, _sqlx_migrations, cron_schema TO sqlcron_editor;
 GRANT INSERT, UPDATE, DELETE ON cron_table, cron_calendars TO sqlcron_editor;
 GRANT INSERT ON cron_audit, cron_placements TO sqlcron_editor;

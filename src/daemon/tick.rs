@@ -185,6 +185,16 @@ impl Daemon {
         report.saturated = rows.len() == limit;
         shared.claim_filled(report.saturated && budgets.is_none());
         let now = now.unwrap_or(peek.now);
+        // Before the start rate charges them: rows this node may not run, handed over unrun.
+        if rows.iter().any(|r| r.placement.is_some()) {
+            let misplaced;
+            (misplaced, rows) = rows.into_iter().partition(|r| {
+                placement::excludes(r.placement.as_deref(), &shared.node, &config.node_tags)
+            });
+            for row in &misplaced {
+                hand_back_misplaced(shared, row).await;
+            }
+        }
         // Each row's turn from the start rate (none without budgets).
         let mut turns = vec![None; rows.len()];
         if let Some(budgets) = budgets {
@@ -212,10 +222,6 @@ impl Daemon {
         let mut ready = Vec::new();
         let turns_from = Instant::now();
         for (row, turn) in rows.into_iter().zip(turns) {
-            if placement::excludes(row.placement.as_deref(), &shared.node, &config.node_tags) {
-                hand_back_misplaced(shared, &row).await;
-                continue;
-            }
             let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
                 // Cannot happen (we claimed at most the free permits); the lease will expire.
                 tracing::error!(job = %row.name, "claimed beyond capacity; leaving it to expire");

@@ -289,20 +289,11 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Keeps `cron_placements` to the values rows use: deletes the others, then adds back any
-    /// value a row uses that is missing (a row written with the triggers off). Returns
+    /// Keeps `cron_placements` to the values rows use: first adds back any value a row uses
+    /// that is missing (a row written with the triggers off, a writer who deleted values), then
+    /// deletes the values no row uses, at most `PLACEMENT_BATCHES` batches a round. Returns
     /// (deleted, restored).
     pub async fn tidy_placements(&self) -> Result<(u64, u64)> {
-        let mut deleted = 0;
-        loop {
-            let (n, unused) = self.delete_unused_placements().await?;
-            deleted += n;
-            // A full batch of which none went (each locked by a writer, or in use by the time
-            // of the second read) would be found again at once.
-            if unused < PLACEMENT_BATCH || n == 0 {
-                break;
-            }
-        }
         let insert = match self.dialect {
             Dialect::Sqlite => "INSERT OR IGNORE INTO cron_placements (placement)",
             Dialect::Postgres => "INSERT INTO cron_placements (placement)",
@@ -321,38 +312,59 @@ impl Store {
         .await
         .map_err(sql_err!(self, "restore placements"))?
         .rows_affected();
+        let (mut deleted, mut after) = (0, None);
+        for _ in 0..PLACEMENT_BATCHES {
+            let (n, last) = self.delete_unused_placements(after.as_deref()).await?;
+            deleted += n;
+            // The next batch starts past this one, past any value kept in it (locked by a
+            // writer): such values cannot hold up the rest.
+            match last {
+                Some(last) => after = Some(last),
+                None => break,
+            }
+        }
         Ok((deleted, restored))
     }
 
-    /// Deletes up to `PLACEMENT_BATCH` values no row uses; returns (deleted, unused found).
+    /// Deletes values no row uses among the first `PLACEMENT_BATCH` of them after `after`;
+    /// returns how many it deleted and, when the batch was full, the last value it looked at.
     ///
     /// A plain read finds them; a transaction then locks them, skipping any a writer holds (the
     /// triggers lock a value in use while the row that uses it is written: PostgreSQL's
-    /// `ON CONFLICT DO UPDATE ... WHERE FALSE`, InnoDB's duplicate check of `INSERT IGNORE`),
-    /// reads the rows again with a snapshot taken after the locks, so that a row committed
-    /// meanwhile is seen, and deletes the rest. It never waits for a writer, and a writer that
-    /// comes after the locks waits for the commit, then adds the value anew. A single
-    /// `DELETE ... WHERE NOT EXISTS` read the rows with the snapshot of its start: it deleted a
-    /// value a row was being written with, and the job waited for it, on no node, until the
-    /// next round. On SQLite `BEGIN IMMEDIATE` holds off every writer instead.
-    async fn delete_unused_placements(&self) -> Result<(u64, usize)> {
-        let unused: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+    /// `FOR KEY SHARE`, shared between writers, InnoDB's duplicate check of `INSERT IGNORE`),
+    /// reads the rows again with a snapshot taken after the locks (READ COMMITTED, which the
+    /// daemon's sessions use), so that a row committed meanwhile is seen, and deletes the rest.
+    /// It never waits for a writer, and a writer that comes after the locks waits for the
+    /// commit, then adds the value anew. A single `DELETE ... WHERE NOT EXISTS` read the rows
+    /// with the snapshot of its start: it deleted a value a row was being written with, and the
+    /// job waited for it, on no node, until the next round. On SQLite `BEGIN IMMEDIATE` holds
+    /// off every writer instead (and gives up after `busy_timeout` while one is open).
+    async fn delete_unused_placements(&self, after: Option<&str>) -> Result<(u64, Option<String>)> {
+        let err = sql_err!(self, "prune placements");
+        let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
             "SELECT p.placement FROM cron_placements p WHERE NOT EXISTS \
-             (SELECT 1 FROM cron_table t WHERE t.placement = p.placement) \
-             ORDER BY p.placement LIMIT {PLACEMENT_BATCH}"
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "prune placements"))?;
-        if unused.is_empty() {
-            return Ok((0, 0));
+             (SELECT 1 FROM cron_table t WHERE t.placement = p.placement){} \
+             ORDER BY p.placement LIMIT {PLACEMENT_BATCH}",
+            if after.is_some() {
+                " AND p.placement > ?"
+            } else {
+                ""
+            }
+        ))));
+        if let Some(after) = after {
+            q = q.bind(after.to_string());
         }
-        let found = unused.len();
+        let unused = q.fetch_all(&self.db).await.map_err(err)?;
+        let last = (unused.len() == PLACEMENT_BATCH)
+            .then(|| unused.last().cloned())
+            .flatten();
+        if unused.is_empty() {
+            return Ok((0, None));
+        }
         let lock = match self.dialect {
             Dialect::Sqlite => "",
             Dialect::Postgres | Dialect::Mysql => " FOR UPDATE SKIP LOCKED",
         };
-        let err = sql_err!(self, "prune placements");
         let mut tx = self.begin_write().await.map_err(err)?;
         let marks = |n: usize| vec!["?"; n].join(", ");
         let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
@@ -366,10 +378,13 @@ impl Store {
         }
         let locked = q.fetch_all(&mut *tx).await.map_err(err)?;
         if locked.is_empty() {
-            return Ok((0, found));
+            return Ok((0, last));
         }
+        // The values as `cron_placements` spells them: MySQL's `utf8mb4_bin` ignores trailing
+        // spaces, so a row's value may be written with fewer than its entry here.
         let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT DISTINCT placement FROM cron_table WHERE placement IN ({})",
+            "SELECT p.placement FROM cron_placements p WHERE p.placement IN ({}) \
+             AND EXISTS (SELECT 1 FROM cron_table t WHERE t.placement = p.placement)",
             marks(locked.len())
         ))))
         .persistent(false);
@@ -380,8 +395,15 @@ impl Store {
         let gone: Vec<&String> = locked.iter().filter(|p| !used.contains(p)).collect();
         let mut deleted = 0;
         if !gone.is_empty() {
+            // InnoDB's DELETE locks every row it reads, without the latest-version read an
+            // UPDATE gets under READ COMMITTED: planned as a scan of the table, it waited for a
+            // writer's lock on a value it was not deleting. By the key, it reads only these.
+            let delete = match self.dialect {
+                Dialect::Mysql => "DELETE p FROM cron_placements p FORCE INDEX (PRIMARY)",
+                Dialect::Postgres | Dialect::Sqlite => "DELETE FROM cron_placements",
+            };
             let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-                "DELETE FROM cron_placements WHERE placement IN ({})",
+                "{delete} WHERE placement IN ({})",
                 marks(gone.len())
             ))))
             .persistent(false);
@@ -391,10 +413,14 @@ impl Store {
             deleted = q.execute(&mut *tx).await.map_err(err)?.rows_affected();
         }
         tx.commit().await.map_err(err)?;
-        Ok((deleted, found))
+        Ok((deleted, last))
     }
 }
 
 /// Placement values checked and deleted per transaction: a flood of unused values is deleted a
 /// batch at a time.
 const PLACEMENT_BATCH: usize = 500;
+
+/// Batches a round: 10,000 values at most, so that a flood still being written cannot keep the
+/// round from the history.
+const PLACEMENT_BATCHES: usize = 20;

@@ -14,6 +14,22 @@ for_each_dialect!(
     values_no_row_uses_are_pruned_and_values_in_use_put_back,
 );
 
+// SQLite has one writer at a time: no round runs beside an open writer there.
+mod postgres_paging {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn values_past_a_batch_a_writer_holds_are_pruned() {
+        super::values_past_a_batch_a_writer_holds_are_pruned(sqlcron::store::Dialect::Postgres)
+            .await
+    }
+}
+
+mod mysql_paging {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn values_past_a_batch_a_writer_holds_are_pruned() {
+        super::values_past_a_batch_a_writer_holds_are_pruned(sqlcron::store::Dialect::Mysql).await
+    }
+}
+
 const VALUE: &str = r#"{"nodes":["b"]}"#;
 
 fn insert(name: &str, placement: &str) -> String {
@@ -62,6 +78,16 @@ async fn a_value_a_row_is_being_written_with_is_not_pruned(dialect: Dialect) {
         (Dialect::Sqlite, Err(e)) => assert!(e.to_string().contains("locked"), "{e}"),
         (_, Err(e)) => panic!("the round failed: {e}"),
     }
+    // Writers of rows with the same value do not wait for each other (the lock is shared).
+    if dialect != Dialect::Sqlite {
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            store.execute_raw(&insert("beside", VALUE)),
+        )
+        .await
+        .expect("a writer waited for another writer of the same value")
+        .unwrap();
+    }
     tx.commit().await.unwrap();
     assert_eq!(
         values(&store).await,
@@ -69,9 +95,9 @@ async fn a_value_a_row_is_being_written_with_is_not_pruned(dialect: Dialect) {
         "the row committed with a value that is gone"
     );
 
-    // Once the row is gone, the value goes at the next round.
+    // Once the rows are gone, the value goes at the next round.
     store
-        .execute_raw("DELETE FROM cron_table WHERE name = 'new'")
+        .execute_raw("DELETE FROM cron_table WHERE name IN ('new', 'beside')")
         .await
         .unwrap();
     assert_eq!(store.tidy_placements().await.unwrap(), (1, 0));
@@ -109,4 +135,47 @@ async fn values_no_row_uses_are_pruned_and_values_in_use_put_back(dialect: Diale
 
     assert_eq!(store.tidy_placements().await.unwrap(), (1_200, 1));
     assert_eq!(values(&store).await, [VALUE, missing]);
+}
+
+/// A whole batch of values (the 500 that sort first) is held by an open writer whose rows use
+/// them: the round skips them and goes on to the unused values after them.
+async fn values_past_a_batch_a_writer_holds_are_pruned(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let value = |prefix: &str, i: usize| format!(r#"{{"nodes":["{prefix}{i:03}"]}}"#);
+    let held: Vec<String> = (0..500).map(|i| value("a", i)).collect();
+    let unused: Vec<String> = (0..100).map(|i| value("b", i)).collect();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_placements (placement) VALUES {}",
+            held.iter()
+                .chain(&unused)
+                .map(|v| format!("('{v}')"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .await
+        .unwrap();
+    sqlx::any::install_default_drivers();
+    let mut writer = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    let mut tx = writer.begin().await.unwrap();
+    let rows: Vec<String> = held
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("('h{i}', '0 0 1 1 *', 'true', 0, 0, '{v}')"))
+        .collect();
+    tx.execute(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO cron_table (name, schedule, command, next_exec, slot, placement) VALUES {}",
+        rows.join(", ")
+    )))
+    .await
+    .unwrap();
+    let round = tokio::time::timeout(Duration::from_secs(30), store.tidy_placements())
+        .await
+        .expect("the round waited for the writer")
+        .unwrap();
+    assert_eq!(round, (100, 0));
+    tx.commit().await.unwrap();
+    assert_eq!(values(&store).await, held);
+    writer.close().await.unwrap();
 }

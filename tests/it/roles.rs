@@ -149,6 +149,19 @@ async fn roles_as_documented(dialect: Dialect) {
         )
         .await
         .unwrap();
+    // Placed jobs: a new placement value, the same value again (the trigger then finds it in
+    // `cron_placements` and locks it while the row is written), a placement changed to it.
+    for sql in [
+        r#"INSERT INTO cron_table (name, schedule, command, placement) VALUES ('p1', '@yearly', 'true', '{"nodes":["z"]}')"#,
+        r#"INSERT INTO cron_table (name, schedule, command, placement) VALUES ('p2', '@yearly', 'true', '{"nodes":["z"]}')"#,
+        "INSERT INTO cron_table (name, schedule, command) VALUES ('p3', '@yearly', 'true')",
+        r#"UPDATE cron_table SET placement = '{"nodes":["z"]}' WHERE name = 'p3'"#,
+    ] {
+        editor
+            .execute_raw(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
     let reader = Store::connect(&db_url(&url_of("reader")), 1).unwrap();
     ran_ok(&reader, "hi").await;
     let out = run("editor", &["pause", "hi"]);
