@@ -123,10 +123,12 @@ inside systemd-sysusers >/dev/null
 # As the package's postinst and install.sh do.
 inside chown root:sqlcron /etc/sqlcron/sqlcron.toml
 
-# The newest run of JOB as JSON fields "outcome output", waiting up to 60 s for a finished one.
+# The newest run of JOB as JSON fields "outcome output", waiting up to 180 s for a finished one
+# (the suite runs this beside its own tests, at the lowest priority: on two cores a run of the
+# container's daemon once took longer than 60 s).
 finished() {
     local job=$1 i out
-    for i in $(seq 120); do
+    for i in $(seq 360); do
         out=$(inside sqlcron history "$job" --json 2>/dev/null | python3 -c '
 import json, sys
 runs = [r for r in json.load(sys.stdin) if r["outcome"] not in ("running",)]

@@ -8,11 +8,16 @@
 -- pruning duty between the two statements is inserted anew (ours then, invisible to it until we
 -- commit). Locking a row needs the UPDATE privilege on cron_placements, which an editor
 -- (docs/roles/postgres.sql: INSERT only) lacks: the function runs with its owner's rights
--- (SECURITY DEFINER, its search_path pinned below); it writes nothing but the row's own value,
--- which an editor may insert anyway.
+-- (SECURITY DEFINER, its search_path pinned below, EXECUTE revoked from PUBLIC, and a trigger of
+-- cron_table only); it writes nothing but the row's own value, which an editor may insert anyway.
 CREATE OR REPLACE FUNCTION cron_placement_seen() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER AS $$
 BEGIN
+    -- Only as cron_table's trigger: attached to another table (a temporary one of any role),
+    -- it would write values with its owner's rights.
+    IF TG_RELID <> 'cron_table'::regclass THEN
+        RAISE EXCEPTION 'cron_placement_seen: a trigger of cron_table only';
+    END IF;
     LOOP
         PERFORM 1 FROM cron_placements WHERE placement = NEW.placement FOR KEY SHARE;
         EXIT WHEN FOUND;
@@ -30,3 +35,7 @@ BEGIN
                    current_schema(), current_schema());
 END
 $$;
+
+-- No role but the owner may attach it to a trigger of its own (EXECUTE is checked when a trigger
+-- is created, not when it fires).
+REVOKE ALL ON FUNCTION cron_placement_seen() FROM PUBLIC;

@@ -88,15 +88,20 @@ async fn prune(
     let store = &shared.store;
     let history = shared.config().history.clone();
     // First: a value in use that went missing keeps its jobs from every node (a node claims a
-    // placed row only with its value) until it is back, and a round may stop early below. Its
-    // failure does not stop the round's pruning.
-    match store.tidy_placements().await {
-        Ok((deleted, restored)) => {
-            pruned.placements += deleted;
-            if restored > 0 {
-                tracing::info!(restored, "placement values in use were missing; added back");
-            }
+    // placed row only with its value) until it is back, and a round may stop early below.
+    // Neither failure stops the round's pruning, nor the other.
+    match store.restore_placements().await {
+        Ok(restored) if restored > 0 => {
+            tracing::info!(restored, "placement values in use were missing; added back");
         }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "could not add back the placement values in use; pruning goes on");
+            shared.metrics.database_error(e.kind());
+        }
+    }
+    match store.prune_placements().await {
+        Ok(deleted) => pruned.placements += deleted,
         Err(e) => {
             tracing::warn!(error = %e, "could not tidy the placement values; pruning goes on");
             shared.metrics.database_error(e.kind());

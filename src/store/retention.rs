@@ -289,11 +289,9 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Keeps `cron_placements` to the values rows use: first adds back any value a row uses
-    /// that is missing (a row written with the triggers off, a writer who deleted values), then
-    /// deletes the values no row uses, at most `PLACEMENT_BATCHES` batches a round. Returns
-    /// (deleted, restored).
-    pub async fn tidy_placements(&self) -> Result<(u64, u64)> {
+    /// Adds back every value a row uses that is missing from `cron_placements` (a row written
+    /// with the triggers off, a writer who deleted values); returns how many.
+    pub async fn restore_placements(&self) -> Result<u64> {
         let insert = match self.dialect {
             Dialect::Sqlite => "INSERT OR IGNORE INTO cron_placements (placement)",
             Dialect::Postgres => "INSERT INTO cron_placements (placement)",
@@ -312,6 +310,12 @@ impl Store {
         .await
         .map_err(sql_err!(self, "restore placements"))?
         .rows_affected();
+        Ok(restored)
+    }
+
+    /// Deletes the values of `cron_placements` no row uses, at most `PLACEMENT_BATCHES` batches
+    /// a round; returns how many.
+    pub async fn prune_placements(&self) -> Result<u64> {
         let (mut deleted, mut after) = (0, None);
         for _ in 0..PLACEMENT_BATCHES {
             let (n, last) = self.delete_unused_placements(after.as_deref()).await?;
@@ -323,7 +327,7 @@ impl Store {
                 None => break,
             }
         }
-        Ok((deleted, restored))
+        Ok(deleted)
     }
 
     /// Deletes values no row uses among the first `PLACEMENT_BATCH` of them after `after`;
@@ -334,8 +338,8 @@ impl Store {
     /// `FOR KEY SHARE`, shared between writers, InnoDB's duplicate check of `INSERT IGNORE`),
     /// reads the rows again with a snapshot taken after the locks (READ COMMITTED, which the
     /// daemon's sessions use), so that a row committed meanwhile is seen, and deletes the rest.
-    /// It never waits for a writer, and a writer that comes after the locks waits for the
-    /// commit, then adds the value anew. A single `DELETE ... WHERE NOT EXISTS` read the rows
+    /// It does not wait for a writer of a value, and a writer that comes after the locks waits
+    /// for the commit, then adds the value anew. A single `DELETE ... WHERE NOT EXISTS` read the rows
     /// with the snapshot of its start: it deleted a value a row was being written with, and the
     /// job waited for it, on no node, until the next round. On SQLite `BEGIN IMMEDIATE` holds
     /// off every writer instead (and gives up after `busy_timeout` while one is open).
@@ -378,6 +382,7 @@ impl Store {
         }
         let locked = q.fetch_all(&mut *tx).await.map_err(err)?;
         if locked.is_empty() {
+            tx.rollback().await.map_err(err)?;
             return Ok((0, last));
         }
         // The values as `cron_placements` spells them: MySQL's `utf8mb4_bin` ignores trailing

@@ -37,9 +37,59 @@ async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: D
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("runs.txt");
     let store = db.store().await;
+    insert_jobs(&store, &out).await;
+    for sql in mover(dialect) {
+        store.execute_raw(sql).await.unwrap();
+    }
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
+
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
+    eventually(Duration::from_secs(40), "a's hand-over", || async {
+        a.log_text()
+            .contains("a claimed row's placement excludes this node")
+            .then_some(())
+    })
+    .await;
+    // `a` goes on with the job any node runs, and never runs the moved one.
+    let base = count(&read(), "any a");
+    eventually(Duration::from_secs(30), "two more runs on a", || async {
+        (count(&read(), "any a") >= base + 2).then_some(())
+    })
+    .await;
+    let text = read();
+    assert_eq!(count(&text, "moved a"), 0, "{text}");
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'moved'")
+            .await
+            .unwrap(),
+        Some(0),
+        "a run of the moved job was recorded"
+    );
+
+    // The node the placement names takes it over and runs it.
+    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
+    eventually(
+        Duration::from_secs(40),
+        "the moved job's run on b",
+        || async { (count(&read(), "moved b") >= 1).then_some(()) },
+    )
+    .await;
+    for d in [a, b] {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+    assert_eq!(count(&read(), "moved a"), 0, "{}", read());
+    store.close().await;
+}
+
+/// `moved`, placed on `a`, and `any`, run by any node, each second, writing their name and node
+/// to `out`.
+async fn insert_jobs(store: &sqlcron::store::Store, out: &std::path::Path) {
     let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
-    // `keeps`, disabled, keeps b's placement value in use: the trigger's change of the placement
-    // below is no `UPDATE OF placement`, which adds the value on PostgreSQL.
+    // `keeps`, disabled, keeps b's placement value in use: the change of the placement by the
+    // test's trigger (`mover`) is no `UPDATE OF placement`, which adds the value on PostgreSQL.
     store
         .execute_raw(&format!(
             r#"INSERT INTO cron_table (name, schedule, command, placement, enabled) VALUES
@@ -49,8 +99,11 @@ async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: D
         ))
         .await
         .unwrap();
-    // The writer: the claim of `moved` (its holder set) moves it to `b` in the same statement.
-    let writer: &[&str] = match dialect {
+}
+
+/// The writer: the claim of `moved` (its holder set) moves it to `b` in the same statement.
+fn mover(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
         Dialect::Postgres => &[
             r#"CREATE FUNCTION test_move() RETURNS trigger LANGUAGE plpgsql AS $$
                BEGIN
@@ -71,40 +124,75 @@ async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: D
                END"#,
         ],
         Dialect::Sqlite => unreachable!("the race needs two statements"),
+    }
+}
+
+mod postgres_fault {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease() {
+        super::a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(
+            sqlcron::store::Dialect::Postgres,
+        )
+        .await
+    }
+}
+
+mod mysql_fault {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease() {
+        super::a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(
+            sqlcron::store::Dialect::Mysql,
+        )
+        .await
+    }
+}
+
+/// The hand-over itself fails (a trigger of the test refuses it, as a database error would):
+/// the node does not run the row and does not extend its lease (it supervises no run of it), so
+/// the lease runs out and the node the placement names takes it over.
+async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let store = db.store().await;
+    insert_jobs(&store, &out).await;
+    for sql in mover(dialect) {
+        store.execute_raw(sql).await.unwrap();
+    }
+    // The hand-over: `a`'s update that keeps the token and sets the due time to the end of the
+    // lease (`next_exec = lease_until = now`); `a` extends no lease of a row it does not run.
+    let refuse: &[&str] = match dialect {
+        Dialect::Postgres => &[
+            "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'hand-over refused by the test'; END $$",
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON cron_table FOR EACH ROW \
+             WHEN (NEW.name = 'moved' AND NEW.exec_by = 'a' AND NEW.token = OLD.token \
+                   AND NEW.next_exec = NEW.lease_until) \
+             EXECUTE FUNCTION test_refuse()",
+        ],
+        _ => &[
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON cron_table FOR EACH ROW \
+             BEGIN IF NEW.name = 'moved' AND NEW.exec_by = 'a' AND NEW.token = OLD.token \
+                   AND NEW.next_exec = NEW.lease_until THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'hand-over refused by the test'; END IF; END",
+        ],
     };
-    for sql in writer {
+    for sql in refuse {
         store.execute_raw(sql).await.unwrap();
     }
     let read = || std::fs::read_to_string(&out).unwrap_or_default();
     let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
 
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
-    eventually(Duration::from_secs(40), "a's hand-over", || async {
+    eventually(Duration::from_secs(40), "a's failed hand-over", || async {
         a.log_text()
-            .contains("a claimed row's placement excludes this node")
+            .contains("could not hand the row over; its lease will run out")
             .then_some(())
     })
     .await;
-    // `a` goes on with the job any node runs, and never runs the moved one.
-    eventually(Duration::from_secs(30), "two more runs on a", || async {
-        (count(&read(), "any a") >= 2).then_some(())
-    })
-    .await;
-    let text = read();
-    assert_eq!(count(&text, "moved a"), 0, "{text}");
-    assert_eq!(
-        store
-            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'moved'")
-            .await
-            .unwrap(),
-        Some(0),
-        "a run of the moved job was recorded"
-    );
-
-    // The node the placement names takes it over and runs it.
     let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
     eventually(
-        Duration::from_secs(40),
+        Duration::from_secs(60),
         "the moved job's run on b",
         || async { (count(&read(), "moved b") >= 1).then_some(()) },
     )

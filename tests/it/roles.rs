@@ -203,6 +203,22 @@ async fn roles_as_documented(dialect: Dialect) {
         .await
         .unwrap_err();
     assert!(denied(e));
+    if !mysql {
+        // The placement list's trigger function runs with its owner's rights: no other role
+        // may attach it to a table of its own (a temporary one) to write with them.
+        editor
+            .execute_raw("CREATE TEMP TABLE seen (placement TEXT)")
+            .await
+            .unwrap();
+        let e = editor
+            .execute_raw(
+                "CREATE TRIGGER seen AFTER INSERT ON seen FOR EACH ROW \
+                 EXECUTE FUNCTION cron_placement_seen()",
+            )
+            .await
+            .unwrap_err();
+        assert!(denied(e));
+    }
     let locker = Store::connect(&db_url(&url_of("locker")), 1).unwrap();
     let e = locker
         .execute_raw("UPDATE cron_table SET command = 'id'")
