@@ -9,6 +9,15 @@ macro_rules! for_each_dialect {
     };
 }
 
+/// The cases on PostgreSQL and MySQL/MariaDB only: races and locks of concurrent sessions that
+/// SQLite, one writer at a time, rules out.
+macro_rules! for_each_server {
+    ($($case:ident),* $(,)?) => {
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $case() { super::$case(sqlcron::store::Dialect::Mysql).await } )* }
+    };
+}
+
 mod alerts;
 mod architecture;
 mod audit_writer;

@@ -12,35 +12,13 @@ use sqlcron::store::Dialect;
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config};
 
-mod postgres {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun() {
-        super::a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(
-            sqlcron::store::Dialect::Postgres,
-        )
-        .await
-    }
-}
-
-mod mysql {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun() {
-        super::a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(
-            sqlcron::store::Dialect::Mysql,
-        )
-        .await
-    }
-}
+for_each_server!(
+    a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun,
+    a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease,
+);
 
 async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: Dialect) {
-    let db = TestDb::new(dialect).await;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.txt");
-    let store = db.store().await;
-    insert_jobs(&store, &out).await;
-    for sql in mover(dialect) {
-        store.execute_raw(sql).await.unwrap();
-    }
+    let (db, dir, out, store) = moving_job(dialect).await;
     let read = || std::fs::read_to_string(&out).unwrap_or_default();
     let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
 
@@ -69,24 +47,24 @@ async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: D
     );
 
     // The node the placement names takes it over and runs it.
-    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
-    eventually(
-        Duration::from_secs(40),
-        "the moved job's run on b",
-        || async { (count(&read(), "moved b") >= 1).then_some(()) },
-    )
-    .await;
-    for d in [a, b] {
-        let log = d.log_text();
-        assert!(d.stop().success(), "{log}");
-    }
-    assert_eq!(count(&read(), "moved a"), 0, "{}", read());
+    b_runs_it_a_never_did(&db, dir.path(), &out, a).await;
     store.close().await;
 }
 
-/// `moved`, placed on `a`, and `any`, run by any node, each second, writing their name and node
-/// to `out`.
-async fn insert_jobs(store: &sqlcron::store::Store, out: &std::path::Path) {
+/// A database with `moved`, placed on `a`, and `any`, run by any node, each second, each
+/// writing its name and node to `out` (in the directory returned), and `mover` in place.
+async fn moving_job(
+    dialect: Dialect,
+) -> (
+    TestDb,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    sqlcron::store::Store,
+) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs.txt");
+    let store = db.store().await;
     let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
     // `keeps`, disabled, keeps b's placement value in use: the change of the placement by the
     // test's trigger (`mover`) is no `UPDATE OF placement`, which adds the value on PostgreSQL.
@@ -99,6 +77,10 @@ async fn insert_jobs(store: &sqlcron::store::Store, out: &std::path::Path) {
         ))
         .await
         .unwrap();
+    for sql in mover(dialect) {
+        store.execute_raw(sql).await.unwrap();
+    }
+    (db, dir, out, store)
 }
 
 /// The writer: the claim of `moved` (its holder set) moves it to `b` in the same statement.
@@ -127,38 +109,11 @@ fn mover(dialect: Dialect) -> &'static [&'static str] {
     }
 }
 
-mod postgres_fault {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease() {
-        super::a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(
-            sqlcron::store::Dialect::Postgres,
-        )
-        .await
-    }
-}
-
-mod mysql_fault {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease() {
-        super::a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(
-            sqlcron::store::Dialect::Mysql,
-        )
-        .await
-    }
-}
-
 /// The hand-over itself fails (a trigger of the test refuses it, as a database error would):
 /// the node does not run the row and does not extend its lease (it supervises no run of it), so
 /// the lease runs out and the node the placement names takes it over.
 async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect: Dialect) {
-    let db = TestDb::new(dialect).await;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.txt");
-    let store = db.store().await;
-    insert_jobs(&store, &out).await;
-    for sql in mover(dialect) {
-        store.execute_raw(sql).await.unwrap();
-    }
+    let (db, dir, out, store) = moving_job(dialect).await;
     // The hand-over: `a`'s update that keeps the token and sets the due time to the end of the
     // lease (`next_exec = lease_until = now`); `a` extends no lease of a row it does not run.
     let refuse: &[&str] = match dialect {
@@ -180,9 +135,6 @@ async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect
     for sql in refuse {
         store.execute_raw(sql).await.unwrap();
     }
-    let read = || std::fs::read_to_string(&out).unwrap_or_default();
-    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
-
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
     eventually(Duration::from_secs(40), "a's failed hand-over", || async {
         a.log_text()
@@ -190,7 +142,21 @@ async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect
             .then_some(())
     })
     .await;
-    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
+    b_runs_it_a_never_did(&db, dir.path(), &out, a).await;
+    store.close().await;
+}
+
+/// Starts `b`, waits for its run of `moved` (after `a`'s lease at most), stops both, and checks
+/// that `a` never ran it.
+async fn b_runs_it_a_never_did(
+    db: &TestDb,
+    dir: &std::path::Path,
+    out: &std::path::Path,
+    a: DaemonProcess,
+) {
+    let read = || std::fs::read_to_string(out).unwrap_or_default();
+    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
+    let b = DaemonProcess::start(dir, "b", &node_config(&db.url, "b", ""));
     eventually(
         Duration::from_secs(60),
         "the moved job's run on b",
@@ -202,5 +168,4 @@ async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect
         assert!(d.stop().success(), "{log}");
     }
     assert_eq!(count(&read(), "moved a"), 0, "{}", read());
-    store.close().await;
 }
