@@ -34,7 +34,7 @@ type Ready = (
 /// A claimed row whose placement excludes this node, which the claim's SQL did not take as
 /// such: on MySQL/MariaDB a writer changed its placement between the claim and the read of the
 /// claimed rows. It is handed over at once, not run; the nodes its placement names take it
-/// (`placement::*::a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun`).
+/// (`placement_claim_race::*::a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun`).
 async fn hand_back_misplaced(shared: &Shared, row: &JobRow) {
     tracing::warn!(
         job = %row.name,

@@ -199,6 +199,8 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_claimed_row_placed_elsewhere_is_excluded_and_no_other() {
         let tags = ["gpu".to_string()];
@@ -215,8 +217,6 @@ mod tests {
         assert!(!excludes(Some(r#"{"Nodes":["b"]}"#), "a", &tags));
         assert!(!excludes(Some("garbage"), "a", &tags));
     }
-
-    use super::*;
 
     #[test]
     fn bounded_keeps_the_values_sqlcron_writes_before_others_that_parse() {

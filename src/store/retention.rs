@@ -339,10 +339,11 @@ impl Store {
     /// reads the rows again with a snapshot taken after the locks (READ COMMITTED, which the
     /// daemon's sessions use), so that a row committed meanwhile is seen, and deletes the rest.
     /// It does not wait for a writer of a value, and a writer that comes after the locks waits
-    /// for the commit, then adds the value anew. A single `DELETE ... WHERE NOT EXISTS` read the rows
-    /// with the snapshot of its start: it deleted a value a row was being written with, and the
-    /// job waited for it, on no node, until the next round. On SQLite `BEGIN IMMEDIATE` holds
-    /// off every writer instead (and gives up after `busy_timeout` while one is open).
+    /// for the commit, then adds the value anew. A single `DELETE ... WHERE NOT EXISTS` read
+    /// the rows with the snapshot of its start: it deleted a value a row was being written
+    /// with, and the job waited for it, on no node, until the next round. On SQLite
+    /// `BEGIN IMMEDIATE` holds off every writer instead (and gives up after `busy_timeout`
+    /// while one is open).
     async fn delete_unused_placements(&self, after: Option<&str>) -> Result<(u64, Option<String>)> {
         let err = sql_err!(self, "prune placements");
         let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
@@ -359,9 +360,10 @@ impl Store {
             q = q.bind(after.to_string());
         }
         let unused = q.fetch_all(&self.db).await.map_err(err)?;
-        let last = (unused.len() == PLACEMENT_BATCH)
-            .then(|| unused.last().cloned())
-            .flatten();
+        let last = unused
+            .last()
+            .filter(|_| unused.len() == PLACEMENT_BATCH)
+            .cloned();
         if unused.is_empty() {
             return Ok((0, None));
         }
