@@ -62,6 +62,13 @@ impl Placement {
 
     /// Parses the `placement` column.
     pub fn from_json(text: &str) -> Result<Placement, String> {
+        // The raw text too: MySQL/MariaDB keep at most this many characters of a value in
+        // `cron_placements` (`INSERT IGNORE` cuts a longer one), so a row with a longer value,
+        // however it parses, would match no node's filter and wait unseen; refused, it is
+        // matched by every node and parked by the one that claims or prepares it.
+        if text.chars().count() > PLACEMENT_MAX {
+            return Err(format!("placement: longer than {PLACEMENT_MAX} characters"));
+        }
         let p: Placement = serde_json::from_str(text).map_err(|e| {
             format!("placement: not a JSON object {{\"tags\": [...], \"nodes\": [...]}} ({e})")
         })?;
@@ -216,6 +223,18 @@ mod tests {
         // Not parseable: matched by every node, parked by the one that claims it.
         assert!(!excludes(Some(r#"{"Nodes":["b"]}"#), "a", &tags));
         assert!(!excludes(Some("garbage"), "a", &tags));
+    }
+
+    #[test]
+    fn a_value_longer_than_mysql_keeps_does_not_parse_however_it_is_spaced() {
+        let spaced = format!(r#"{{"nodes":["b"{}]}}"#, " ".repeat(PLACEMENT_MAX));
+        assert!(
+            Placement::from_json(&spaced)
+                .unwrap_err()
+                .contains("longer than 700")
+        );
+        let fits = format!(r#"{{"nodes":["b"{}]}}"#, " ".repeat(PLACEMENT_MAX - 20));
+        assert!(Placement::from_json(&fits).is_ok());
     }
 
     #[test]

@@ -18,6 +18,7 @@ for_each_dialect!(
     a_flood_of_placement_values_is_bounded_and_pruned,
     a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_values,
     a_placement_value_differing_in_case_stands_for_no_other,
+    an_overlong_placement_written_with_sql_is_parked_with_its_reason,
 );
 
 // The node's side alone (the same on every database): one is enough for a test of a minute.
@@ -982,5 +983,38 @@ async fn a_flood_of_placement_values_is_bounded_and_pruned(dialect: Dialect) {
         },
     )
     .await;
+    store.close().await;
+}
+
+/// A placement longer than MySQL/MariaDB keep in `cron_placements` (700 characters; padded
+/// with spaces, it parses as a short one): cut there, its value matched no row and no node
+/// claimed the job, nor parked it. Now it is refused as it is read, on every database: the row
+/// is parked with the reason.
+async fn an_overlong_placement_written_with_sql_is_parked_with_its_reason(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let long = format!(r#"{{"nodes":["b"{}]}}"#, " ".repeat(800));
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, placement) \
+             VALUES ('long', '* * * * * *', 'true', '{long}')"
+        ))
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
+    let error = eventually(Duration::from_secs(40), "the row parked", || async {
+        store
+            .scalars::<Option<String>>("SELECT error FROM cron_table WHERE name = 'long'")
+            .await
+            .unwrap()
+            .into_iter()
+            .next()
+            .flatten()
+    })
+    .await;
+    assert!(error.contains("longer than 700 characters"), "{error}");
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
     store.close().await;
 }
