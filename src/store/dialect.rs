@@ -208,13 +208,18 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
 /// values, or the first placed row came after its peek) still takes only the rows without one.
 /// MySQL tells those by `placed`, the last column of `cron_table_due` (migration `mysql/0030`),
 /// so that the claim keeps its ordered scan of that index and never turns to the index by
-/// placement (and a sort) for `placement IS NULL`.
+/// placement (and a sort) for `placement IS NULL`. `placed` is 0 too for a placement longer
+/// than `cron_placements` keeps (migration `mysql/0032`): no value matches it, and any node
+/// claims the row and parks it.
 fn placement_filter(dialect: Dialect, n: usize) -> String {
-    match (n, dialect) {
-        (0, Dialect::Mysql) => " AND placed = 0".into(),
-        (0, _) => " AND placement IS NULL".into(),
-        (n, _) => format!(
-            " AND (placement IS NULL OR placement IN ({}))",
+    let anybodys = match dialect {
+        Dialect::Mysql => "placed = 0",
+        Dialect::Postgres | Dialect::Sqlite => "placement IS NULL",
+    };
+    match n {
+        0 => format!(" AND {anybodys}"),
+        n => format!(
+            " AND ({anybodys} OR placement IN ({}))",
             vec!["?"; n].join(", ")
         ),
     }
@@ -441,11 +446,18 @@ mod tests {
                     assert!(!sql.contains("placement IS NULL"), "{sql}");
                 }
             }
+            // With values known, the same condition or one of them; on MySQL never
+            // `placement IS NULL`, which misses a row whose value is too long to be one.
             let some = claim_sql(dialect, 0, 2);
-            assert!(
-                some.contains("(placement IS NULL OR placement IN ("),
-                "{dialect:?}: {some}"
-            );
+            let condition = if dialect == Dialect::Mysql {
+                "(placed = 0 OR placement IN (?, ?))"
+            } else {
+                "(placement IS NULL OR placement IN ("
+            };
+            assert!(some.contains(condition), "{dialect:?}: {some}");
+            if dialect == Dialect::Mysql {
+                assert!(!some.contains("placement IS NULL"), "{some}");
+            }
         }
     }
 

@@ -302,8 +302,19 @@ impl Store {
         } else {
             ""
         };
+        // MySQL's key keeps 700 characters: a longer value would go in cut, match no row, be
+        // deleted by the pruning and come back cut at each round. Its row is `placed = 0`
+        // there (migration `mysql/0032`), claimed by any node and parked.
+        let kept = if self.dialect == Dialect::Mysql {
+            format!(
+                " AND CHAR_LENGTH(t.placement) <= {}",
+                crate::model::placement::PLACEMENT_MAX
+            )
+        } else {
+            String::new()
+        };
         let restored = sqlx::query(AssertSqlSafe(format!(
-            "{insert} SELECT DISTINCT t.placement FROM cron_table t WHERE t.placement IS NOT NULL \
+            "{insert} SELECT DISTINCT t.placement FROM cron_table t WHERE t.placement IS NOT NULL{kept} \
              AND NOT EXISTS (SELECT 1 FROM cron_placements p WHERE p.placement = t.placement){tail}"
         )))
         .execute(&self.db)

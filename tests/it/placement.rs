@@ -989,12 +989,15 @@ async fn a_flood_of_placement_values_is_bounded_and_pruned(dialect: Dialect) {
 /// A placement longer than MySQL/MariaDB keep in `cron_placements` (700 characters; padded
 /// with spaces, it parses as a short one): cut there, its value matched no row and no node
 /// claimed the job, nor parked it. Now it is refused as it is read, on every database: the row
-/// is parked with the reason.
+/// is parked with the reason, whether a node prepares it (`long`, written without `next_exec`)
+/// or only claims it (`long_due`, written due, its value cut mid-word on MySQL: that row is
+/// `placed = 0` there, migration `mysql/0032`).
 async fn an_overlong_placement_written_with_sql_is_parked_with_its_reason(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
     let store = db.store().await;
     let long = format!(r#"{{"nodes":["b"{}]}}"#, " ".repeat(800));
+    let long_due = format!(r#"{{"nodes":["b"],"tags":["{}"]}}"#, "t".repeat(800));
     store
         .execute_raw(&format!(
             "INSERT INTO cron_table (name, schedule, command, placement) \
@@ -1002,18 +1005,37 @@ async fn an_overlong_placement_written_with_sql_is_parked_with_its_reason(dialec
         ))
         .await
         .unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot, placement) \
+             VALUES ('long_due', '* * * * * *', 'true', 1000, 1000, '{long_due}')"
+        ))
+        .await
+        .unwrap();
     let node = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
-    let error = eventually(Duration::from_secs(40), "the row parked", || async {
-        store
-            .scalars::<Option<String>>("SELECT error FROM cron_table WHERE name = 'long'")
+    let errors = eventually(Duration::from_secs(40), "both rows parked", || async {
+        let errors = store
+            .scalars::<Option<String>>(
+                "SELECT error FROM cron_table WHERE name IN ('long', 'long_due') ORDER BY name",
+            )
             .await
-            .unwrap()
-            .into_iter()
-            .next()
-            .flatten()
+            .unwrap();
+        errors.iter().all(Option::is_some).then_some(errors)
     })
     .await;
-    assert!(error.contains("longer than 700 characters"), "{error}");
+    for error in errors.into_iter().flatten() {
+        assert!(error.contains("longer than 700 characters"), "{error}");
+    }
+    // Nothing ran.
+    let runs = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_runs")
+        .await
+        .unwrap();
+    assert_eq!(runs, Some(0));
+    // A round of the pruning duty leaves nothing to put back: on MySQL the value cut to 700
+    // characters matches no row and goes, and is not written again, cut, at each round.
+    store.prune_placements().await.unwrap();
+    assert_eq!(store.restore_placements().await.unwrap(), 0);
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
     store.close().await;
