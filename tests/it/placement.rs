@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use sqlcron::store::Dialect;
 
-use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
+use crate::util::{
+    DaemonProcess, RunLog, TestDb, count_lines, eventually, node_config, sqlcron, stderr, stdout,
+};
 
 for_each_dialect!(
     only_matching_nodes_run_a_placed_job,
@@ -169,9 +171,9 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
 ) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.txt");
+    let runs = RunLog::in_dir(dir.path());
     let store = db.store().await;
-    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
+    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", runs.0.display());
     store
         .execute_raw(&format!(
             r#"INSERT INTO cron_table (name, schedule, command, placement) VALUES
@@ -184,12 +186,10 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
         .iter()
         .map(|n| DaemonProcess::start(dir.path(), n, &node_config(&db.url, n, "")))
         .collect();
-    let read = || std::fs::read_to_string(&out).unwrap_or_default();
-    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
-    let runs_of_any = |text: &str| count(text, "any a") + count(text, "any b");
+    let runs_of_any = |text: &str| count_lines(text, "any a") + count_lines(text, "any b");
     eventually(Duration::from_secs(40), "runs of both jobs", || async {
-        let text = read();
-        (count(&text, "pinned b") >= 2 && runs_of_any(&text) >= 2).then_some(())
+        let text = runs.text();
+        (count_lines(&text, "pinned b") >= 2 && runs_of_any(&text) >= 2).then_some(())
     })
     .await;
     // After the pruning duty's first round (the next is `prune_interval`, 10 minutes, away): the
@@ -206,7 +206,7 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
         .execute_raw("DELETE FROM cron_placements")
         .await
         .unwrap();
-    let deleted = read();
+    let deleted = runs.text();
     eventually(
         Duration::from_secs(30),
         "both nodes' read of no value",
@@ -223,14 +223,14 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
     )
     .await;
     // Both nodes claim on: five more seconds of the job any node runs.
-    let base = runs_of_any(&read());
+    let base = runs_of_any(&runs.text());
     eventually(
         Duration::from_secs(30),
         "runs with no value known",
-        || async { (runs_of_any(&read()) >= base + 5).then_some(()) },
+        || async { (runs_of_any(&runs.text()) >= base + 5).then_some(()) },
     )
     .await;
-    let text = read();
+    let text = runs.text();
     assert_eq!(
         store
             .scalar_i64("SELECT COUNT(*) FROM cron_placements")
@@ -239,10 +239,10 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
         Some(0),
         "the values stayed deleted throughout"
     );
-    assert_eq!(count(&text, "pinned a"), 0, "{text}");
+    assert_eq!(count_lines(&text, "pinned a"), 0, "{text}");
     // No node knows the value: the pinned job waits.
     assert!(
-        count(&text, "pinned b") <= count(&deleted, "pinned b") + 2,
+        count_lines(&text, "pinned b") <= count_lines(&deleted, "pinned b") + 2,
         "{text}"
     );
     // The value back (the housekeeping puts back a value a row uses): `b` runs it again.
@@ -250,18 +250,18 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
         .execute_raw(r#"INSERT INTO cron_placements (placement) VALUES ('{"nodes":["b"]}')"#)
         .await
         .unwrap();
-    let before = count(&read(), "pinned b");
+    let before = count_lines(&runs.text(), "pinned b");
     eventually(
         Duration::from_secs(30),
         "the pinned job's runs on b again",
-        || async { (count(&read(), "pinned b") >= before + 2).then_some(()) },
+        || async { (count_lines(&runs.text(), "pinned b") >= before + 2).then_some(()) },
     )
     .await;
     for d in daemons {
         let log = d.log_text();
         assert!(d.stop().success(), "{log}");
     }
-    assert_eq!(count(&read(), "pinned a"), 0, "{}", read());
+    assert_eq!(count_lines(&runs.text(), "pinned a"), 0, "{}", runs.text());
     store.close().await;
 }
 
@@ -273,9 +273,9 @@ async fn a_placed_job_runs_nowhere_else_when_a_writer_deletes_the_placement_valu
 async fn a_placement_value_differing_in_case_stands_for_no_other(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.txt");
+    let runs = RunLog::in_dir(dir.path());
     let store = db.store().await;
-    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
+    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", runs.0.display());
     store
         .execute_raw(r#"INSERT INTO cron_placements (placement) VALUES ('{"Nodes":["b"]}')"#)
         .await
@@ -301,20 +301,18 @@ async fn a_placement_value_differing_in_case_stands_for_no_other(dialect: Dialec
         .iter()
         .map(|(n, tags)| DaemonProcess::start(dir.path(), n, &node_with_tags(&db.url, n, tags, "")))
         .collect();
-    let read = || std::fs::read_to_string(&out).unwrap_or_default();
-    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
     eventually(Duration::from_secs(40), "runs on both nodes", || async {
-        let text = read();
-        (count(&text, "pinned b") >= 3 && count(&text, "lower a") >= 3).then_some(())
+        let text = runs.text();
+        (count_lines(&text, "pinned b") >= 3 && count_lines(&text, "lower a") >= 3).then_some(())
     })
     .await;
     for d in daemons {
         let log = d.log_text();
         assert!(d.stop().success(), "{log}");
     }
-    let text = read();
+    let text = runs.text();
     for wrong in ["pinned a", "upper a", "upper b", "lower b"] {
-        assert_eq!(count(&text, wrong), 0, "{wrong}: {text}");
+        assert_eq!(count_lines(&text, wrong), 0, "{wrong}: {text}");
     }
     store.close().await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sqlcron::store::Dialect;
 
-use crate::util::{DaemonProcess, TestDb, eventually, node_config};
+use crate::util::{DaemonProcess, RunLog, TestDb, count_lines, eventually, node_config};
 
 for_each_server!(
     a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun,
@@ -18,10 +18,7 @@ for_each_server!(
 );
 
 async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: Dialect) {
-    let (db, dir, out, store) = moving_job(dialect).await;
-    let read = || std::fs::read_to_string(&out).unwrap_or_default();
-    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
-
+    let (db, dir, runs, store) = moving_job(dialect).await;
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
     eventually(Duration::from_secs(40), "a's hand-over", || async {
         a.log_text()
@@ -30,13 +27,13 @@ async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: D
     })
     .await;
     // `a` goes on with the job any node runs, and never runs the moved one.
-    let base = count(&read(), "any a");
+    let base = runs.count("any a");
     eventually(Duration::from_secs(30), "two more runs on a", || async {
-        (count(&read(), "any a") >= base + 2).then_some(())
+        (runs.count("any a") >= base + 2).then_some(())
     })
     .await;
-    let text = read();
-    assert_eq!(count(&text, "moved a"), 0, "{text}");
+    let text = runs.text();
+    assert_eq!(count_lines(&text, "moved a"), 0, "{text}");
     assert_eq!(
         store
             .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'moved'")
@@ -47,25 +44,20 @@ async fn a_job_placed_elsewhere_as_it_is_claimed_is_handed_over_unrun(dialect: D
     );
 
     // The node the placement names takes it over and runs it.
-    b_runs_it_a_never_did(&db, dir.path(), &out, a).await;
+    b_runs_it_a_never_did(&db, dir.path(), &runs, a).await;
     store.close().await;
 }
 
 /// A database with `moved`, placed on `a`, and `any`, run by any node, each second, each
-/// writing its name and node to `out` (in the directory returned), and `mover` in place.
+/// writing its name and node to the run log (in the directory returned), and `mover` in place.
 async fn moving_job(
     dialect: Dialect,
-) -> (
-    TestDb,
-    tempfile::TempDir,
-    std::path::PathBuf,
-    sqlcron::store::Store,
-) {
+) -> (TestDb, tempfile::TempDir, RunLog, sqlcron::store::Store) {
     let db = TestDb::new(dialect).await;
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.txt");
+    let runs = RunLog::in_dir(dir.path());
     let store = db.store().await;
-    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", out.display());
+    let line = format!("echo $SQLCRON_JOB $SQLCRON_NODE >> {}", runs.0.display());
     // `keeps`, disabled, keeps b's placement value in use: the change of the placement by the
     // test's trigger (`mover`) is no `UPDATE OF placement`, which adds the value on PostgreSQL.
     store
@@ -80,7 +72,7 @@ async fn moving_job(
     for sql in mover(dialect) {
         store.execute_raw(sql).await.unwrap();
     }
-    (db, dir, out, store)
+    (db, dir, runs, store)
 }
 
 /// The writer: the claim of `moved` (its holder set) moves it to `b` in the same statement.
@@ -113,7 +105,7 @@ fn mover(dialect: Dialect) -> &'static [&'static str] {
 /// the node does not run the row and does not extend its lease (it supervises no run of it), so
 /// the lease runs out and the node the placement names takes it over.
 async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect: Dialect) {
-    let (db, dir, out, store) = moving_job(dialect).await;
+    let (db, dir, runs, store) = moving_job(dialect).await;
     // The hand-over: `a`'s update that keeps the token and sets the due time to the end of the
     // lease (`next_exec = lease_until = now`); `a` extends no lease of a row it does not run.
     let refuse: &[&str] = match dialect {
@@ -142,7 +134,7 @@ async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect
             .then_some(())
     })
     .await;
-    b_runs_it_a_never_did(&db, dir.path(), &out, a).await;
+    b_runs_it_a_never_did(&db, dir.path(), &runs, a).await;
     store.close().await;
 }
 
@@ -151,21 +143,20 @@ async fn a_hand_over_refused_by_the_database_leaves_the_row_to_its_lease(dialect
 async fn b_runs_it_a_never_did(
     db: &TestDb,
     dir: &std::path::Path,
-    out: &std::path::Path,
+    runs: &RunLog,
     a: DaemonProcess,
 ) {
-    let read = || std::fs::read_to_string(out).unwrap_or_default();
-    let count = |text: &str, what: &str| text.lines().filter(|l| *l == what).count();
     let b = DaemonProcess::start(dir, "b", &node_config(&db.url, "b", ""));
     eventually(
         Duration::from_secs(60),
         "the moved job's run on b",
-        || async { (count(&read(), "moved b") >= 1).then_some(()) },
+        || async { (runs.count("moved b") >= 1).then_some(()) },
     )
     .await;
     for d in [a, b] {
         let log = d.log_text();
         assert!(d.stop().success(), "{log}");
     }
-    assert_eq!(count(&read(), "moved a"), 0, "{}", read());
+    let text = runs.text();
+    assert_eq!(count_lines(&text, "moved a"), 0, "{text}");
 }

@@ -377,6 +377,31 @@ pub async fn make_due_now(store: &Store, job: &str) -> i64 {
     slot
 }
 
+/// The file a test's jobs append a line to at each run (`echo $SQLCRON_JOB $SQLCRON_NODE >>`).
+pub struct RunLog(pub PathBuf);
+
+impl RunLog {
+    /// `runs.txt` in the test's directory.
+    pub fn in_dir(dir: &Path) -> RunLog {
+        RunLog(dir.join("runs.txt"))
+    }
+
+    /// What has been written so far (nothing before the first run).
+    pub fn text(&self) -> String {
+        std::fs::read_to_string(&self.0).unwrap_or_default()
+    }
+
+    /// How many lines so far are exactly `line` (`"job node"`).
+    pub fn count(&self, line: &str) -> usize {
+        count_lines(&self.text(), line)
+    }
+}
+
+/// How many lines of `text` are exactly `line`.
+pub fn count_lines(text: &str, line: &str) -> usize {
+    text.lines().filter(|l| *l == line).count()
+}
+
 /// Gives `path` and everything below it to `user` (`user:user`) when the tests run as root:
 /// servers that refuse root (initdb, PgBouncer) or switch to their own account (mariadbd
 /// `--user`) must own their files.
