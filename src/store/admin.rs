@@ -113,48 +113,81 @@ impl Store {
 
     /// Every job row, by name.
     pub async fn jobs(&self) -> Result<Vec<JobRow>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table ORDER BY name"
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list jobs"))?;
-        Ok(claim::decode_rows(&rows))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "list jobs",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    format!("SELECT {cols} FROM cron_table ORDER BY cron_table.name")
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(claim::decode_rows(&rows, bytes))
     }
 
     /// The name and signature of every signed row: what a node reads with each heartbeat to
     /// learn the newest signed generations (`daemon::generations::learn`).
+    /// A name or signature that is not UTF-8 is left out (no signature verifies it).
     pub async fn signatures(&self) -> Result<Vec<(String, String)>> {
-        sqlx::query_as(
-            "SELECT name, signature FROM cron_table WHERE signature IS NOT NULL ORDER BY name",
-        )
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list signatures"))
+        let (rows, _) = self
+            .read_job_rows(
+                "list signatures",
+                |bytes| {
+                    let cols = match bytes {
+                        true => dialect::as_bytes(self.dialect, ["name", "signature"]),
+                        false => "name, signature".to_string(),
+                    };
+                    format!(
+                        "SELECT {cols} FROM cron_table WHERE signature IS NOT NULL \
+                         ORDER BY cron_table.name"
+                    )
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(
+                |r| match (text_column(r, "name"), text_column(r, "signature")) {
+                    (Ok(Some(name)), Ok(Some(signature))) => Some((name, signature)),
+                    _ => None,
+                },
+            )
+            .collect())
     }
 
     /// Every signed row, by name.
     pub async fn signed_jobs(&self) -> Result<Vec<JobRow>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE signature IS NOT NULL ORDER BY name"
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list signed jobs"))?;
-        Ok(claim::decode_rows(&rows))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "list signed jobs",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    format!(
+                        "SELECT {cols} FROM cron_table WHERE signature IS NOT NULL \
+                         ORDER BY cron_table.name"
+                    )
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(claim::decode_rows(&rows, bytes))
     }
 
     pub async fn job(&self, name: &str) -> Result<Option<JobRow>> {
-        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE name = ?"
-        ))))
-        .bind(name.to_string())
-        .fetch_optional(&self.db)
-        .await
-        .map_err(sql_err!(self, "read job"))?;
-        Ok(row
-            .as_ref()
-            .and_then(|r| claim::decode_rows(std::slice::from_ref(r)).pop()))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "read job",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    self.dialect
+                        .render(&format!("SELECT {cols} FROM cron_table WHERE name = ?"))
+                },
+                |q| q.bind(name.to_string()),
+            )
+            .await?;
+        Ok(claim::decode_rows(&rows, bytes).pop())
     }
 
     /// The history, newest first, optionally of one job.

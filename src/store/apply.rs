@@ -33,19 +33,34 @@ impl Store {
         dry_run: bool,
         actor: &Actor,
     ) -> Result<ApplyReport> {
-        let existing = sqlx::query(AssertSqlSafe(format!(
-            "SELECT name, source, toml_hash, changed_by, {} FROM cron_table",
-            JOB_VALUE_COLUMNS.join(", ")
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read jobs for apply"))?;
+        // A row holding text that is not UTF-8 is read as bytes (`read_job_rows`): a TOML
+        // job's bad value is drift the apply restores; a name that is not UTF-8 is no TOML
+        // job's.
+        let columns = || ["name", "source", "toml_hash", "changed_by"].into_iter();
+        let (existing, _) = self
+            .read_job_rows(
+                "read jobs for apply",
+                |bytes| {
+                    let columns = columns().chain(JOB_VALUE_COLUMNS);
+                    let list = if bytes {
+                        dialect::as_bytes(self.dialect, columns)
+                    } else {
+                        columns.collect::<Vec<_>>().join(", ")
+                    };
+                    format!("SELECT {list} FROM cron_table")
+                },
+                |q| q,
+            )
+            .await?;
         let mut rows: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
         let mut stored: BTreeMap<String, &sqlx::any::AnyRow> = BTreeMap::new();
         for r in &existing {
-            let name: String = r.try_get("name").map_err(sql_err!(self, "apply"))?;
-            let source: String = r.try_get("source").map_err(sql_err!(self, "apply"))?;
-            let hash: Option<String> = r.try_get("toml_hash").map_err(sql_err!(self, "apply"))?;
+            let Ok(Some(name)) = text_column(r, "name") else {
+                continue;
+            };
+            // A source that cannot be read is no TOML job's: the apply leaves the row alone.
+            let source = text_column(r, "source").ok().flatten().unwrap_or_default();
+            let hash = text_column(r, "toml_hash").ok().flatten();
             stored.insert(name.clone(), r);
             rows.insert(name, (source, hash));
         }
@@ -117,7 +132,7 @@ impl Store {
                         let mark = self.mark(&mut tx, actor, action, Some(&detail)).await?;
                         let read_by: Option<String> = stored
                             .get(&job.name)
-                            .and_then(|r| r.try_get("changed_by").ok())
+                            .and_then(|r| text_column(r, "changed_by").ok())
                             .flatten();
                         let done = q
                             .bind(i64::from(job.enabled))
@@ -344,9 +359,7 @@ fn changed_columns(row: &sqlx::any::AnyRow, values: &[Value]) -> Vec<&'static st
             **c != "enabled"
                 && **c != "error"
                 && match v {
-                    Value::Text(t) => {
-                        row.try_get::<Option<String>, _>(**c).ok().as_ref() != Some(t)
-                    }
+                    Value::Text(t) => text_column(row, c).ok().as_ref() != Some(t),
                     Value::Int(i) => row.try_get::<Option<i64>, _>(**c).ok() != Some(*i),
                 }
         })

@@ -34,9 +34,7 @@ impl Store {
             .await
             .map_err(sql_err!(self, "peek"))?;
         let (next_due, next_name) = if self.dialect == Dialect::Mysql {
-            let both: Option<String> = row
-                .try_get("next_due_name")
-                .map_err(sql_err!(self, "peek"))?;
+            let both = text_lossy(&row, "next_due_name").map_err(sql_err!(self, "peek"))?;
             match both.as_deref().map(split_due_name) {
                 None => (None, None),
                 Some(Some((due, name))) => (Some(due), Some(name)),
@@ -48,7 +46,7 @@ impl Store {
         } else {
             (
                 row.try_get("next_due").map_err(sql_err!(self, "peek"))?,
-                row.try_get("next_name").map_err(sql_err!(self, "peek"))?,
+                text_lossy(&row, "next_name").map_err(sql_err!(self, "peek"))?,
             )
         };
         Ok(Peek {
@@ -75,22 +73,44 @@ impl Store {
         })
     }
 
-    /// Every placement value in use (`cron_placements`).
+    /// Every placement value in use (`cron_placements`). A value that is not UTF-8 (which a
+    /// writer could insert on SQLite and MariaDB) is left out: no node can name it in its claim,
+    /// and it must not stop the others being read.
     pub async fn placement_values(&self) -> Result<Vec<String>> {
-        sqlx::query_scalar("SELECT placement FROM cron_placements ORDER BY placement")
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read placements"))
+        let (rows, _) = self
+            .read_job_rows(
+                "read placements",
+                |bytes| {
+                    let col = match bytes {
+                        true => dialect::as_bytes(self.dialect, ["placement"]),
+                        false => "placement".to_string(),
+                    };
+                    format!("SELECT {col} FROM cron_placements ORDER BY placement")
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| text_column(r, "placement").ok().flatten())
+            .collect())
     }
 
     /// Rows without a `next_exec` (new or changed with SQL), oldest first.
     pub async fn rows_to_prepare(&self, limit: i64) -> Result<Vec<JobRow>> {
-        let rows = sqlx::query(AssertSqlSafe(self.sql.to_prepare.clone()))
-            .bind(limit)
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "select rows to prepare"))?;
-        Ok(decode_rows(&rows))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "select rows to prepare",
+                |bytes| match bytes {
+                    false => self.sql.to_prepare.clone(),
+                    true => self
+                        .dialect
+                        .render(&to_prepare_sql(&job_columns_as_bytes(self.dialect))),
+                },
+                |q| q.bind(limit),
+            )
+            .await?;
+        Ok(decode_rows(&rows, bytes))
     }
 
     /// Gives a prepared row its first slot. False if another node did it first.
@@ -174,7 +194,8 @@ impl Store {
         } else {
             claim_sql(self.dialect, excluded, placements.len())
         };
-        let rows = if self.dialect.has_returning() {
+        // SQLite's claim returns its text columns as bytes (`claim_sql`).
+        let (rows, bytes) = if self.dialect.has_returning() {
             let mut q = sqlx::query(AssertSqlSafe(text))
                 .bind(node.to_string())
                 .bind(lease_ms)
@@ -185,11 +206,13 @@ impl Store {
             for p in placements {
                 q = q.bind(p.clone());
             }
-            q.bind(node.to_string())
+            let rows = q
+                .bind(node.to_string())
                 .bind(limit as i64)
                 .fetch_all(&self.db)
                 .await
-                .map_err(sql_err!(self, "claim"))?
+                .map_err(sql_err!(self, "claim"))?;
+            (rows, self.dialect == Dialect::Sqlite)
         } else {
             let claim_id = new_claim_id(node);
             let mut q = sqlx::query(AssertSqlSafe(text))
@@ -212,17 +235,23 @@ impl Store {
             if marked.rows_affected() == 0 {
                 return Ok((None, vec![]));
             }
-            sqlx::query(AssertSqlSafe(self.sql.claim_read.clone()))
-                .bind(claim_id)
-                .fetch_all(&self.db)
-                .await
-                .map_err(sql_err!(self, "read claimed rows"))?
+            self.read_job_rows(
+                "read claimed rows",
+                |bytes| match bytes {
+                    false => self.sql.claim_read.clone(),
+                    true => self
+                        .dialect
+                        .render(&claim_read_sql(&job_columns_as_bytes(self.dialect))),
+                },
+                |q| q.bind(claim_id.clone()),
+            )
+            .await?
         };
         let now = match rows.first() {
             Some(r) => Some(r.try_get("db_now").map_err(sql_err!(self, "claim"))?),
             None => None,
         };
-        Ok((now, decode_rows(&rows)))
+        Ok((now, decode_rows(&rows, bytes)))
     }
 
     /// Records the start of a run in `cron_runs`, fenced by the claim: one statement that
@@ -461,12 +490,46 @@ fn new_claim_id(node: &str) -> String {
     format!("{short}-{:x}-{n:x}-{r:016x}", std::process::id())
 }
 
-/// Decodes rows one at a time: a row of the wrong shape becomes a [`JobRow`] with its
-/// `decode_error` set (and is parked by the daemon); only a row whose identity cannot be read is
-/// left out, with an error in the log.
-pub(super) fn decode_rows(rows: &[AnyRow]) -> Vec<JobRow> {
+/// A query of the `Any` driver, its values bound.
+pub(super) type AnyQuery = sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>;
+
+impl Store {
+    /// A read of rows of `cron_table`: `sql` its text (with `true`, each text column read as
+    /// bytes: [`dialect::as_bytes`]), `bind` binding its values. When the driver cannot decode
+    /// a row of it (text that is not UTF-8: SQLite keeps any bytes as text, MariaDB accepts
+    /// encoded surrogates), the whole read fails in the driver; it is made again as bytes, each
+    /// value then checked on its own, so that only that row is parked with the reason. Returns
+    /// the rows and whether they were read as bytes (for [`decode_rows`]).
+    pub(super) async fn read_job_rows(
+        &self,
+        op: &'static str,
+        sql: impl Fn(bool) -> String,
+        bind: impl Fn(AnyQuery) -> AnyQuery,
+    ) -> Result<(Vec<AnyRow>, bool)> {
+        let plain = bind(sqlx::query(AssertSqlSafe(sql(false))))
+            .fetch_all(&self.db)
+            .await;
+        match plain {
+            Ok(rows) => Ok((rows, false)),
+            Err(sqlx::Error::Decode(e)) if self.dialect != Dialect::Postgres => {
+                tracing::warn!(statement = op, error = %e, "a job row holds text that is not UTF-8; read again as bytes");
+                let rows = bind(sqlx::query(AssertSqlSafe(sql(true))))
+                    .fetch_all(&self.db)
+                    .await
+                    .map_err(sql_err!(self, op))?;
+                Ok((rows, true))
+            }
+            Err(e) => Err(sql_err!(self, op)(e)),
+        }
+    }
+}
+
+/// Decodes rows one at a time (`bytes`: their text columns read as bytes): a row of the wrong
+/// shape becomes a [`JobRow`] with its `decode_error` set (and is parked by the daemon); only a
+/// row whose identity cannot be read is left out, with an error in the log.
+pub(super) fn decode_rows(rows: &[AnyRow], bytes: bool) -> Vec<JobRow> {
     rows.iter()
-        .filter_map(|r| match JobRow::from_row(r) {
+        .filter_map(|r| match JobRow::from_row(r, bytes) {
             Ok(row) => Some(row),
             Err(e) => {
                 tracing::error!(error = %e, "cron_table row cannot be read; left alone");

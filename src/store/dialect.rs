@@ -202,6 +202,76 @@ pub const JOB_COLUMNS: &str = "id, name, schedule, timezone, command, argv, env,
     last_end, last_node, error, claimed_at, pool_wait, run_user, run_group, env_file, inherit_env, \
     limits, alerts, placement, overlap, run_on, template, http, signature, calendars, requires, after_jobs, upstream_run";
 
+/// The columns of [`JOB_COLUMNS`] that hold whole numbers; every other holds text.
+const JOB_NUMBER_COLUMNS: [&str; 17] = [
+    "id",
+    "enabled",
+    "max_catch_up",
+    "retries",
+    "rerun_lost",
+    "next_exec",
+    "slot",
+    "attempt",
+    "lease_until",
+    "token",
+    "run_now",
+    "dirty",
+    "last_exit",
+    "last_start",
+    "last_end",
+    "claimed_at",
+    "pool_wait",
+];
+
+/// [`JOB_COLUMNS`] with each text column read as bytes, under its own name: the read made again
+/// when the driver could not decode a row of the plain one (a text value that is not UTF-8,
+/// which SQLite keeps as it is given and MariaDB accepts as encoded surrogates), so that each
+/// value is checked on its own (`store::rows`) and only its row is parked. PostgreSQL refuses
+/// such text when it is written: the plain columns.
+pub fn job_columns_as_bytes(dialect: Dialect) -> String {
+    as_bytes(dialect, JOB_COLUMNS.split(", "))
+}
+
+/// [`JOB_COLUMNS`], or with `bytes` [`job_columns_as_bytes`].
+pub fn job_columns(dialect: Dialect, bytes: bool) -> String {
+    if bytes {
+        job_columns_as_bytes(dialect)
+    } else {
+        JOB_COLUMNS.to_string()
+    }
+}
+
+/// `columns` of `cron_table` for a select list, each text column read as bytes (see
+/// [`job_columns_as_bytes`]; every column not in [`JOB_COLUMNS`]'s numbers is taken for text).
+pub fn as_bytes<'c>(dialect: Dialect, columns: impl IntoIterator<Item = &'c str>) -> String {
+    let cast = match dialect {
+        Dialect::Sqlite => "BLOB",
+        Dialect::Mysql => "BINARY",
+        Dialect::Postgres => "",
+    };
+    columns
+        .into_iter()
+        .map(|c| {
+            if cast.is_empty() || JOB_NUMBER_COLUMNS.contains(&c) {
+                c.to_string()
+            } else {
+                format!("CAST({c} AS {cast}) AS {c}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The read of the rows waiting to be prepared (no `next_exec`), with the columns `cols`.
+pub fn to_prepare_sql(cols: &str) -> String {
+    format!("SELECT {cols} FROM cron_table WHERE next_exec IS NULL ORDER BY id LIMIT ?")
+}
+
+/// MySQL's read of the rows its claim marked (by `claim_id`), with the columns `cols`.
+pub fn claim_read_sql(cols: &str) -> String {
+    format!("SELECT {cols}, {{now}} AS db_now FROM cron_table WHERE claim_id = ?")
+}
+
 /// The placement condition of the claim and the peek: rows any node may run, or whose placement
 /// value is one of the `n` the node matches. Never absent: a node that knows of no value in use
 /// (`cron_placements` empty, whether because no row has a placement, or a writer deleted the
@@ -285,14 +355,19 @@ pub const DUE_WIDTH: usize = 20;
 /// zero-padded to [`DUE_WIDTH`], so that the earlier sorts first, then the name), so that each
 /// is made once; a sentinel of `'1'`, after any padded time, stands for a lookup that found no
 /// row. PostgreSQL, woken by notifications, and SQLite, one host, keep the one ordered scan of
-/// `(enabled, next_exec)`.
+/// `(enabled, next_exec)`. The name comes as bytes on SQLite and MySQL (a label, read as
+/// UTF-8 with replacements): a name that is not UTF-8 would fail the whole peek in the driver.
 fn next_due_sql(dialect: Dialect, placements: usize) -> String {
     if dialect != Dialect::Mysql {
         let filter = placement_filter(dialect, placements);
+        let name = match dialect {
+            Dialect::Sqlite => "CAST(name AS BLOB)",
+            _ => "name",
+        };
         return format!(
             "(SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
               ORDER BY next_exec LIMIT 1) AS next_due, \
-             (SELECT name FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
+             (SELECT {name} FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
               ORDER BY next_exec LIMIT 1) AS next_name"
         );
     }
@@ -304,9 +379,10 @@ fn next_due_sql(dialect: Dialect, placements: usize) -> String {
     };
     let anybodys = first(" FORCE INDEX (cron_table_due)", " AND placed = 0");
     match placements {
-        0 => format!("{anybodys} AS next_due_name"),
+        0 => format!("CAST({anybodys} AS BINARY) AS next_due_name"),
         n => format!(
-            "NULLIF(LEAST(IFNULL({anybodys}, '1'), IFNULL({}, '1')), '1') AS next_due_name",
+            "CAST(NULLIF(LEAST(IFNULL({anybodys}, '1'), IFNULL({}, '1')), '1') AS BINARY) \
+             AS next_due_name",
             // The optimizer's own choice: `cron_table_placement` (and a sort) when the node's
             // values have few rows, as a host-local job's; the ordered `cron_table_due`, which
             // stops at the first, when they have many (a job placed by a tag on most nodes).
@@ -365,11 +441,14 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: usize) -> String
     due.push_str(&placement_filter(dialect, placements));
     due.push_str(" AND NOT EXISTS (SELECT 1 FROM cron_nodes WHERE name = ? AND drain = 1)");
     let template = match dialect {
-        // Writes are serialised by SQLite itself: a plain UPDATE ... RETURNING.
+        // Writes are serialised by SQLite itself: a plain UPDATE ... RETURNING. Its text
+        // columns come as bytes, each checked on its own (`store::rows`): the rows it returns
+        // are claimed by then, and a value that is not UTF-8 would fail them all in the driver.
         Dialect::Sqlite => format!(
             "UPDATE cron_table SET {set} WHERE id IN \
              (SELECT id FROM cron_table WHERE {due} ORDER BY next_exec LIMIT ?) \
-             RETURNING {JOB_COLUMNS}, {{now}} AS db_now"
+             RETURNING {}, {{now}} AS db_now",
+            job_columns_as_bytes(Dialect::Sqlite)
         ),
         // SKIP LOCKED: concurrent claimers take different rows instead of queueing.
         Dialect::Postgres => format!(
@@ -459,6 +538,34 @@ mod tests {
                 assert!(!some.contains("placement IS NULL"), "{some}");
             }
         }
+    }
+
+    #[test]
+    fn the_columns_as_bytes_cast_each_text_column_and_no_number() {
+        let cols = job_columns_as_bytes(Dialect::Mysql);
+        assert!(
+            cols.contains("CAST(command AS BINARY) AS command"),
+            "{cols}"
+        );
+        assert!(
+            cols.contains("CAST(after_jobs AS BINARY) AS after_jobs"),
+            "{cols}"
+        );
+        assert!(!cols.contains("CAST(token"), "{cols}");
+        assert!(
+            cols.starts_with("id, CAST(name AS BINARY) AS name"),
+            "{cols}"
+        );
+        let sqlite = job_columns_as_bytes(Dialect::Sqlite);
+        assert!(sqlite.contains("CAST(env AS BLOB) AS env"), "{sqlite}");
+        assert_eq!(
+            sqlite.matches("CAST(").count(),
+            JOB_COLUMNS.split(", ").count() - JOB_NUMBER_COLUMNS.len()
+        );
+        for c in JOB_NUMBER_COLUMNS {
+            assert!(JOB_COLUMNS.split(", ").any(|j| j == c), "{c}");
+        }
+        assert_eq!(job_columns_as_bytes(Dialect::Postgres), JOB_COLUMNS);
     }
 
     #[test]

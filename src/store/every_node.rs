@@ -27,13 +27,20 @@ const REMOVING: &str = "removing (every_node copy)";
 impl Store {
     /// The templates (`run_on = 'every_node'`), by name.
     pub async fn every_node_templates(&self) -> Result<Vec<JobRow>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE run_on = 'every_node' ORDER BY name"
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read every_node templates"))?;
-        Ok(decode_rows(&rows))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "read every_node templates",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    format!(
+                        "SELECT {cols} FROM cron_table WHERE run_on = 'every_node' \
+                         ORDER BY cron_table.name"
+                    )
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(decode_rows(&rows, bytes))
     }
 
     /// The copies named `names` that exist: one node's own. Each node reads only its own, so
@@ -44,17 +51,20 @@ impl Store {
             return Ok(vec![]);
         }
         let marks = vec!["?"; names.len()].join(", ");
-        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE template IS NOT NULL AND name IN ({marks})"
-        ))));
-        for n in names {
-            q = q.bind(n.clone());
-        }
-        let rows = q
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read every_node copies"))?;
-        Ok(decode_rows(&rows))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "read every_node copies",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    self.dialect.render(&format!(
+                        "SELECT {cols} FROM cron_table WHERE template IS NOT NULL \
+                         AND name IN ({marks})"
+                    ))
+                },
+                |q| names.iter().fold(q, |q, n| q.bind(n.clone())),
+            )
+            .await?;
+        Ok(decode_rows(&rows, bytes))
     }
 
     /// Copies whose template no longer exists or is no longer `every_node`, whichever node

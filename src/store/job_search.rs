@@ -126,33 +126,36 @@ impl Store {
         let (page_cond, order, cursor_binds): (String, String, Vec<Bind>) = match (sort, after) {
             (JobSort::Name, after) => (
                 "name > ?".into(),
-                "name".into(),
+                // The column, not the name of a column read as bytes (MySQL takes the name in
+                // ORDER BY for the select list's, in its bytes' order).
+                "cron_table.name".into(),
                 vec![Bind::Text(after.unwrap_or("").to_string())],
             ),
-            (JobSort::Next, None) => ("1 = 1".into(), format!("{due}, name"), vec![]),
+            (JobSort::Next, None) => ("1 = 1".into(), format!("{due}, cron_table.name"), vec![]),
             (JobSort::Next, Some(cursor)) => {
                 let (at, name) = cursor.split_once('|').unwrap_or(("", cursor));
                 let at: i64 = at.parse().unwrap_or(i64::MIN);
                 (
                     format!("({due} > ? OR ({due} = ? AND name > ?))"),
-                    format!("{due}, name"),
+                    format!("{due}, cron_table.name"),
                     vec![Bind::Int(at), Bind::Int(at), Bind::Text(name.to_string())],
                 )
             }
         };
-        let text = format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE {matching} AND {page_cond} \
-             ORDER BY {order} LIMIT ?"
-        );
         binds.extend(cursor_binds);
-        let rows = bound(
-            sqlx::query(AssertSqlSafe(self.dialect.render(&text))),
-            &binds,
-        )
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list jobs"))?;
-        Ok((claim::decode_rows(&rows), total))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "list jobs",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    self.dialect.render(&format!(
+                        "SELECT {cols} FROM cron_table WHERE {matching} AND {page_cond} \
+                         ORDER BY {order} LIMIT ?"
+                    ))
+                },
+                |q| bound(q, &binds).bind(limit),
+            )
+            .await?;
+        Ok((claim::decode_rows(&rows, bytes), total))
     }
 }

@@ -19,7 +19,10 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, Row};
 
 pub use crate::model::database_url::{DatabaseUrl, Dialect};
-use dialect::{JOB_COLUMNS, claim_sql, peek_placement_uses, peek_sql, split_due_name};
+use dialect::{
+    JOB_COLUMNS, claim_read_sql, claim_sql, job_columns_as_bytes, peek_placement_uses, peek_sql,
+    split_due_name, to_prepare_sql,
+};
 pub use rows::*;
 
 /// `next_exec` of a row that cannot run until it is fixed (9999-12-31T23:59:59Z): it stays out
@@ -271,14 +274,10 @@ fn statements(d: Dialect) -> Statements {
     );
     Statements {
         claim: claim_sql(d, 0, 0),
-        claim_read: d.render(&format!(
-            "SELECT {JOB_COLUMNS}, {{now}} AS db_now FROM cron_table WHERE claim_id = ?"
-        )),
+        claim_read: d.render(&claim_read_sql(JOB_COLUMNS)),
         peek: peek_sql(d, 0, false),
         peek_alive: peek_sql(d, 0, true),
-        to_prepare: d.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE next_exec IS NULL ORDER BY id LIMIT ?"
-        )),
+        to_prepare: d.render(&to_prepare_sql(JOB_COLUMNS)),
         prepared: d.render(
             // The fencing token never goes down for a job name: a row deleted and created again
             // continues above the highest token its history holds.

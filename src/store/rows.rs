@@ -17,6 +17,8 @@ pub use crate::model::job_row::{JobRow, POLICY_COLUMNS, PoolWait};
 struct Lenient<'r> {
     row: &'r AnyRow,
     error: Option<String>,
+    /// The text columns were read as bytes ([`super::dialect::job_columns_as_bytes`]).
+    bytes: bool,
 }
 
 impl Lenient<'_> {
@@ -40,8 +42,21 @@ impl Lenient<'_> {
         "a value of an unexpected type".to_string()
     }
 
-    /// Text, or an integer written where text was expected (kept as its digits).
+    /// Text, or an integer written where text was expected (kept as its digits). Read as
+    /// bytes, text that is not UTF-8 is a bad value like any other.
     fn text(&mut self, col: &str) -> Option<String> {
+        if self.bytes
+            && let Ok(v) = self.row.try_get::<Option<Vec<u8>>, _>(col)
+        {
+            return match v.map(String::from_utf8).transpose() {
+                Ok(text) => text,
+                Err(e) => {
+                    let what = format!("{} bytes that are not UTF-8", e.as_bytes().len());
+                    self.fail(col, what);
+                    None
+                }
+            };
+        }
         if let Ok(v) = self.row.try_get::<Option<String>, _>(col) {
             return v;
         }
@@ -77,6 +92,28 @@ impl Lenient<'_> {
     }
 }
 
+/// The text of `col`, read as text or as bytes ([`super::dialect::as_bytes`]): `Ok(None)` for
+/// NULL, `Err` for bytes that are not UTF-8 or a value that is neither.
+pub(crate) fn text_column(row: &AnyRow, col: &str) -> std::result::Result<Option<String>, ()> {
+    if let Ok(v) = row.try_get::<Option<String>, _>(col) {
+        return Ok(v);
+    }
+    match row.try_get::<Option<Vec<u8>>, _>(col) {
+        Ok(v) => v.map(String::from_utf8).transpose().map_err(|_| ()),
+        Err(_) => Err(()),
+    }
+}
+
+/// A label (a name in the peek) read as text or as bytes, bytes that are not UTF-8 replaced.
+pub(crate) fn text_lossy(row: &AnyRow, col: &str) -> Result<Option<String>, sqlx::Error> {
+    match row.try_get::<Option<String>, _>(col) {
+        Ok(v) => Ok(v),
+        Err(_) => Ok(row
+            .try_get::<Option<Vec<u8>>, _>(col)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned())),
+    }
+}
+
 /// A row whose identity (`id`, `token`) cannot be read at all: it can be neither claimed
 /// safely nor parked, only reported.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,10 +124,13 @@ pub struct UnreadableRow {
 }
 
 impl JobRow {
-    /// Decodes one row. A bad value in any column but the row's identity is kept in
-    /// [`JobRow::decode_error`] (the row is then parked with that message); only a row whose
-    /// `id` or `token` cannot be read is an error.
-    pub(crate) fn from_row(row: &AnyRow) -> std::result::Result<JobRow, UnreadableRow> {
+    /// Decodes one row (`bytes`: its text columns read as bytes). A bad value in any column but
+    /// the row's identity is kept in [`JobRow::decode_error`] (the row is then parked with that
+    /// message); only a row whose `id` or `token` cannot be read is an error.
+    pub(crate) fn from_row(
+        row: &AnyRow,
+        bytes: bool,
+    ) -> std::result::Result<JobRow, UnreadableRow> {
         let id: i64 = row.try_get("id").map_err(|e| UnreadableRow {
             id: None,
             message: e.to_string(),
@@ -99,7 +139,11 @@ impl JobRow {
             id: Some(id),
             message: format!("column token: {e}"),
         })?;
-        let mut r = Lenient { row, error: None };
+        let mut r = Lenient {
+            row,
+            error: None,
+            bytes,
+        };
         let mut policy = BTreeMap::new();
         for col in POLICY_COLUMNS {
             let v = match col {

@@ -70,16 +70,20 @@ pub struct WebSession {
 impl Store {
     /// The enabled jobs that fall due next, soonest first (parked rows excluded).
     pub async fn next_due(&self, limit: i64) -> Result<Vec<JobRow>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE enabled = 1 AND next_exec < ? \
-             ORDER BY next_exec LIMIT ?"
-        ))))
-        .bind(PARKED)
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list due jobs"))?;
-        Ok(claim::decode_rows(&rows))
+        let (rows, bytes) = self
+            .read_job_rows(
+                "list due jobs",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    self.dialect.render(&format!(
+                        "SELECT {cols} FROM cron_table WHERE enabled = 1 AND next_exec < ? \
+                         ORDER BY next_exec LIMIT ?"
+                    ))
+                },
+                |q| q.bind(PARKED).bind(limit),
+            )
+            .await?;
+        Ok(claim::decode_rows(&rows, bytes))
     }
 
     /// The names of parked rows (they run nowhere until fixed), at most `limit`.
@@ -142,14 +146,20 @@ impl Store {
             Dialect::Mysql => "claim_id IS NOT NULL",
             Dialect::Postgres | Dialect::Sqlite => "exec_by IS NOT NULL",
         };
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {JOB_COLUMNS} FROM cron_table WHERE {held} ORDER BY name LIMIT ?"
-        ))))
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list running jobs"))?;
-        Ok(claim::decode_rows(&rows)
+        let (rows, bytes) = self
+            .read_job_rows(
+                "list running jobs",
+                |bytes| {
+                    let cols = dialect::job_columns(self.dialect, bytes);
+                    self.dialect.render(&format!(
+                        "SELECT {cols} FROM cron_table WHERE {held} \
+                         ORDER BY cron_table.name LIMIT ?"
+                    ))
+                },
+                |q| q.bind(limit),
+            )
+            .await?;
+        Ok(claim::decode_rows(&rows, bytes)
             .into_iter()
             .filter(|j| j.exec_by.is_some())
             .collect())

@@ -407,3 +407,144 @@ async fn run_pause_and_resume_commands(dialect: Dialect) {
     }
     assert!(node.stop().success());
 }
+
+// SQLite keeps any bytes as text and MariaDB accepts encoded surrogates in utf8mb4; PostgreSQL
+// refuses such text when it is written (checked below).
+mod text_not_utf8 {
+    use sqlcron::store::Dialect;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(Dialect::Sqlite)
+            .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        super::rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(Dialect::Mysql)
+            .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_refuses_it() {
+        let db = crate::util::TestDb::new(Dialect::Postgres).await;
+        let store = db.store().await;
+        let refused = store
+            .execute_raw(
+                "INSERT INTO cron_table (name, schedule, command) \
+                 VALUES ('bad', '* * * * *', convert_from('\\xeda080'::bytea, 'UTF8'))",
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("invalid byte sequence"),
+            "{refused}"
+        );
+        store.close().await;
+    }
+}
+
+/// A row holding text that is not UTF-8 failed every read of the rows around it in the driver:
+/// the daemon did not start ("read jobs for apply"), and a running one could claim, prepare and
+/// peek nothing. Now each such read is made again with the text as bytes, and each bad value
+/// parks its own row: written without `next_exec` (prepared), written due (claimed), with a
+/// name that is not UTF-8 (the peek's label too), and a placement value no node can name.
+async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let out = dir.path().join("good.txt");
+    let bytes = |hex: &str| match dialect {
+        Dialect::Mysql => format!("X'{hex}'"),
+        _ => format!("CAST(X'{hex}' AS TEXT)"),
+    };
+    let (surrogate, named) = if dialect == Dialect::Mysql {
+        ("EDA080", "6EEDA080")
+    } else {
+        ("FF", "6EFF")
+    };
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command) \
+             VALUES ('good', '* * * * * *', 'echo $SQLCRON_SLOT >> {}')",
+            out.display()
+        ))
+        .await
+        .unwrap();
+    for sql in [
+        format!(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('bad', '* * * * * *', {})",
+            bytes(surrogate)
+        ),
+        format!(
+            "INSERT INTO cron_table (name, schedule, command, env, next_exec, slot) \
+             VALUES ('bad_due', '* * * * * *', 'true', {}, 1000, 1000)",
+            bytes(surrogate)
+        ),
+        format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot) \
+             VALUES ({}, '* * * * * *', 'true', 999, 999)",
+            bytes(named)
+        ),
+        format!(
+            "INSERT INTO cron_placements (placement) VALUES ({})",
+            bytes(surrogate)
+        ),
+    ] {
+        store.execute_raw(&sql).await.unwrap();
+    }
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    let runs = || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the three bad rows parked",
+        || async {
+            let parked = store
+                .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE error IS NOT NULL")
+                .await
+                .unwrap();
+            (parked == Some(3)).then_some(())
+        },
+    )
+    .await;
+    let errors = store
+        .scalars::<String>(
+            "SELECT error FROM cron_table WHERE name IN ('bad', 'bad_due') ORDER BY name",
+        )
+        .await
+        .unwrap();
+    assert!(
+        errors[0].starts_with("column command: ")
+            && errors[0].ends_with("bytes that are not UTF-8"),
+        "{errors:?}"
+    );
+    assert!(errors[1].starts_with("column env: "), "{errors:?}");
+    // The good job goes on, and the operator's status reads every row.
+    let before = runs();
+    eventually(Duration::from_secs(10), "two more good runs", || async {
+        (runs() >= before + 2).then_some(())
+    })
+    .await;
+    let cli = dir.path().join("cli.toml");
+    std::fs::write(&cli, node_config(&db.url, "cli", "")).unwrap();
+    let status = sqlcron(&["--config", cli.to_str().unwrap(), "status"]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let said = crate::util::stdout(&status);
+    assert!(said.contains("bad_due") && said.contains("good"), "{said}");
+    let log = node.log_text();
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name <> 'good'")
+            .await
+            .unwrap(),
+        Some(0),
+        "{log}"
+    );
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
