@@ -125,10 +125,10 @@ async fn prune(
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         // Jobs a page at a time, each page one statement: a table of thousands of jobs costs
         // a few statements per round, not one per job.
-        let mut after = String::new();
+        let mut after = i64::MIN;
         loop {
-            let page = store.run_count_boundaries(&after, keep, BATCH).await?;
-            for (job, boundary) in &page {
+            let page = store.run_count_boundaries(after, keep, BATCH).await?;
+            for (_, job, boundary) in &page {
                 let Some(boundary) = *boundary else { continue };
                 loop {
                     if store.claimed_jobs().await?.contains_key(job) {
@@ -143,7 +143,7 @@ async fn prune(
                 }
             }
             match page.last() {
-                Some((job, _)) if page.len() as i64 == BATCH => after = job.clone(),
+                Some((id, _, _)) if page.len() as i64 == BATCH => after = *id,
                 _ => break,
             }
             tokio::time::sleep(BATCH_PAUSE).await;

@@ -432,11 +432,12 @@ impl Shared {
                     }
                 }
                 Err(message) => {
-                    if self
-                        .store
-                        .set_invalid(row.id, row.signature.as_deref(), &message)
-                        .await?
-                    {
+                    // A value that could not be read parks the row whatever its signature.
+                    let fence = row
+                        .decode_error
+                        .is_none()
+                        .then_some(row.signature.as_deref());
+                    if self.store.set_invalid(row.id, fence, &message).await? {
                         bad += 1;
                         tracing::error!(job = %row.name, error = %message, "job row is invalid; skipped until fixed");
                     }

@@ -215,23 +215,36 @@ impl Store {
     /// Every row's upstreams as written: `(name, requires, after_jobs)` of the rows that have
     /// either.
     pub async fn upstream_edges(&self) -> Result<Vec<(String, Option<String>, Option<String>)>> {
-        let rows = sqlx::query(AssertSqlSafe(
-            "SELECT name, requires, after_jobs FROM cron_table \
-             WHERE requires IS NOT NULL OR after_jobs IS NOT NULL",
-        ))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read upstreams"))?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("name")?,
-                    r.try_get("requires")?,
-                    r.try_get("after_jobs")?,
-                ))
+        let (rows, _) = self
+            .read_job_rows(
+                "read upstreams",
+                |bytes| {
+                    let cols = match bytes {
+                        true => dialect::as_bytes(self.dialect, ["name", "requires", "after_jobs"]),
+                        false => "name, requires, after_jobs".to_string(),
+                    };
+                    format!(
+                        "SELECT {cols} FROM cron_table \
+                         WHERE requires IS NOT NULL OR after_jobs IS NOT NULL"
+                    )
+                },
+                |q| q,
+            )
+            .await?;
+        // A row whose name or upstreams are not UTF-8 names no edge (it is parked).
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                match (
+                    text_column(r, "name"),
+                    text_column(r, "requires"),
+                    text_column(r, "after_jobs"),
+                ) {
+                    (Ok(Some(name)), Ok(requires), Ok(after)) => Some((name, requires, after)),
+                    _ => None,
+                }
             })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read upstreams"))
+            .collect())
     }
 
     /// The history read as `cols` ([`HISTORY_COLUMNS`] or [`LIGHT_HISTORY_COLUMNS`]).

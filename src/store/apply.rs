@@ -58,9 +58,17 @@ impl Store {
             let Ok(Some(name)) = text_column(r, "name") else {
                 continue;
             };
-            // A source that cannot be read is no TOML job's: the apply leaves the row alone.
-            let source = text_column(r, "source").ok().flatten().unwrap_or_default();
-            let hash = text_column(r, "toml_hash").ok().flatten();
+            // A source, hash or writer's mark that cannot be read makes the row no TOML job's:
+            // the apply leaves it alone and reports it (its update, fenced by the hash and the
+            // mark as read, could never match).
+            let (source, hash) = match (
+                text_column(r, "source"),
+                text_column(r, "toml_hash"),
+                text_column(r, "changed_by"),
+            ) {
+                (Ok(source), Ok(hash), Ok(_)) => (source.unwrap_or_default(), hash),
+                _ => (String::new(), None),
+            };
             stored.insert(name.clone(), r);
             rows.insert(name, (source, hash));
         }

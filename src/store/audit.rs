@@ -231,9 +231,15 @@ impl Store {
         .map_err(sql_err!(self, "read when the job was created"))
     }
 
-    /// The audit trail, newest first, optionally of one job.
+    /// The audit trail, newest first, optionally of one job. Its text is read as bytes and
+    /// shown with replacements where it is not UTF-8 (the triggers copy a row's name as it was
+    /// written with SQL; an editor may write the trail too): one such row must not hide the
+    /// trail.
     pub async fn audit_log(&self, job: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
-        let cols = "id, at, action, job, who, host, pid, detail, db_user";
+        let text_cols = ["action", "job", "who", "host", "detail", "db_user"]
+            .map(|c| format!("{} AS {c}", dialect::bytes_of(self.dialect, c)))
+            .join(", ");
+        let cols = format!("id, at, pid, {text_cols}");
         let text = match job {
             Some(_) => format!(
                 "SELECT {cols} FROM cron_audit WHERE job = ? ORDER BY at DESC, id DESC LIMIT ?"
@@ -254,13 +260,13 @@ impl Store {
                 Ok(AuditRow {
                     id: r.try_get("id")?,
                     at: r.try_get("at")?,
-                    action: r.try_get("action")?,
-                    job: r.try_get("job")?,
-                    who: r.try_get("who")?,
-                    host: r.try_get("host")?,
+                    action: text_lossy(r, "action")?.unwrap_or_default(),
+                    job: text_lossy(r, "job")?,
+                    who: text_lossy(r, "who")?.unwrap_or_default(),
+                    host: text_lossy(r, "host")?,
                     pid: r.try_get("pid")?,
-                    detail: r.try_get("detail")?,
-                    db_user: r.try_get("db_user")?,
+                    detail: text_lossy(r, "detail")?,
+                    db_user: text_lossy(r, "db_user")?,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()

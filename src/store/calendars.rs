@@ -3,7 +3,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Actor, Result, Store, StoreError};
+use super::{Actor, Dialect, Result, Store, StoreError, dialect, text_column};
 
 /// One row of `cron_calendars`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,27 +22,50 @@ pub struct CalendarReport {
     pub removed: Vec<String>,
 }
 
-fn calendar_row(r: &sqlx::any::AnyRow) -> std::result::Result<CalendarRow, sqlx::Error> {
-    Ok(CalendarRow {
-        name: r.try_get("name")?,
-        entries: r.try_get("entries")?,
-        from_toml: r.try_get::<i64, _>("from_toml")? != 0,
-    })
+/// A calendar as read, or `None` for one whose name or entries are not UTF-8 (written with
+/// SQL on SQLite or MariaDB): left out with a warning, as a calendar that does not exist.
+fn calendar_row(r: &sqlx::any::AnyRow) -> Option<CalendarRow> {
+    let name = text_column(r, "name");
+    match (
+        &name,
+        text_column(r, "entries"),
+        r.try_get::<i64, _>("from_toml"),
+    ) {
+        (Ok(Some(name)), Ok(Some(entries)), Ok(from_toml)) => Some(CalendarRow {
+            name: name.clone(),
+            entries,
+            from_toml: from_toml != 0,
+        }),
+        _ => {
+            let name = name.ok().flatten().unwrap_or_else(|| "?".into());
+            tracing::warn!(calendar = %name, "a calendar that cannot be read (text that is not UTF-8); left out");
+            None
+        }
+    }
+}
+
+/// The columns of a calendar read, as text or (`bytes`) as bytes.
+fn calendar_columns(dialect: Dialect, bytes: bool) -> String {
+    match bytes {
+        true => dialect::as_bytes(dialect, ["name", "entries", "from_toml"]),
+        false => "name, entries, from_toml".to_string(),
+    }
 }
 
 impl Store {
     /// Every calendar, by name.
     pub async fn calendars(&self) -> Result<Vec<CalendarRow>> {
-        let rows = sqlx::query(AssertSqlSafe(
-            "SELECT name, entries, from_toml FROM cron_calendars ORDER BY name",
-        ))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read calendars"))?;
-        rows.iter()
-            .map(calendar_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read calendars"))
+        let (rows, _) = self
+            .read_job_rows(
+                "read calendars",
+                |bytes| {
+                    let cols = calendar_columns(self.dialect, bytes);
+                    format!("SELECT {cols} FROM cron_calendars ORDER BY cron_calendars.name")
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(rows.iter().filter_map(calendar_row).collect())
     }
 
     /// The calendars named (those that exist).
@@ -51,21 +74,19 @@ impl Store {
             return Ok(vec![]);
         }
         let marks = vec!["?"; names.len()].join(", ");
-        let text = self.dialect.render(&format!(
-            "SELECT name, entries, from_toml FROM cron_calendars WHERE name IN ({marks})"
-        ));
-        let mut q = sqlx::query(AssertSqlSafe(text));
-        for n in names {
-            q = q.bind(n.clone());
-        }
-        let rows = q
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read calendars"))?;
-        rows.iter()
-            .map(calendar_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read calendars"))
+        let (rows, _) = self
+            .read_job_rows(
+                "read calendars",
+                |bytes| {
+                    let cols = calendar_columns(self.dialect, bytes);
+                    self.dialect.render(&format!(
+                        "SELECT {cols} FROM cron_calendars WHERE name IN ({marks})"
+                    ))
+                },
+                |q| names.iter().fold(q, |q, n| q.bind(n.clone())),
+            )
+            .await?;
+        Ok(rows.iter().filter_map(calendar_row).collect())
     }
 
     /// Writes the TOML's calendars `(name, entries)`, in one transaction: those whose entries

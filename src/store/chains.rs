@@ -5,7 +5,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Result, Store, StoreError};
+use super::{Result, Store, StoreError, dialect, text_column};
 use crate::model::actor::Actor;
 use crate::model::chains::UpstreamRun;
 
@@ -54,26 +54,48 @@ pub struct NewTrigger {
 impl Store {
     /// The rows that name upstreams (a host-local job's template and copies have no chains).
     pub async fn chain_rows(&self) -> Result<Vec<ChainRow>> {
-        let rows = sqlx::query(AssertSqlSafe(
-            "SELECT name, after_jobs, chain_cursor, enabled, error FROM cron_table \
-             WHERE after_jobs IS NOT NULL AND template IS NULL \
-             AND (run_on IS NULL OR run_on <> 'every_node')",
-        ))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read chains"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(ChainRow {
-                    name: r.try_get("name")?,
-                    after: r.try_get("after_jobs")?,
-                    cursor: r.try_get("chain_cursor")?,
-                    enabled: r.try_get::<i64, _>("enabled").unwrap_or(1) != 0
-                        && r.try_get::<Option<String>, _>("error")?.is_none(),
+        let (rows, _) = self
+            .read_job_rows(
+                "read chains",
+                |bytes| {
+                    let cols = ["name", "after_jobs", "chain_cursor", "enabled", "error"];
+                    let cols = match bytes {
+                        true => dialect::as_bytes(self.dialect, cols),
+                        false => cols.join(", "),
+                    };
+                    format!(
+                        "SELECT {cols} FROM cron_table \
+                         WHERE after_jobs IS NOT NULL AND template IS NULL \
+                         AND (run_on IS NULL OR run_on <> 'every_node')"
+                    )
+                },
+                |q| q,
+            )
+            .await?;
+        // A row whose name, upstreams or cursor are not UTF-8 (written with SQL) starts no
+        // chain: it is parked for its own columns, and its cursor is left alone.
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let (Ok(Some(name)), Ok(Some(after)), Ok(cursor), Ok(error)) = (
+                    text_column(r, "name"),
+                    text_column(r, "after_jobs"),
+                    text_column(r, "chain_cursor"),
+                    text_column(r, "error"),
+                ) else {
+                    tracing::debug!(
+                        "a chained row holds text that is not UTF-8; left out of the chains"
+                    );
+                    return None;
+                };
+                Some(ChainRow {
+                    name,
+                    after,
+                    cursor,
+                    enabled: r.try_get::<i64, _>("enabled").unwrap_or(1) != 0 && error.is_none(),
                 })
             })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read chains"))
+            .collect())
     }
 
     /// The runs of `job` (its own and its chained rows') with a history id above `after`, in id

@@ -127,13 +127,30 @@ impl Store {
 
     /// Parks an unusable row with the reason in `error`. False if another node did it first, or
     /// if the row's `signature` is no longer the one read with it (it is then read again).
-    pub async fn set_invalid(&self, id: i64, signature: Option<&str>, error: &str) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.invalid.clone()))
+    /// `signature` `None`: no such check, for a row that cannot run whatever its signature (a
+    /// value that could not be read, the signature's own perhaps, which no fence could name).
+    pub async fn set_invalid(
+        &self,
+        id: i64,
+        signature: Option<Option<&str>>,
+        error: &str,
+    ) -> Result<bool> {
+        let q = match signature {
+            Some(signature) => sqlx::query(AssertSqlSafe(self.sql.invalid.clone()))
+                .bind(error.to_string())
+                .bind(PARKED)
+                .bind(id)
+                .bind(signature.map(str::to_string))
+                .bind(signature.map(str::to_string)),
+            None => sqlx::query(AssertSqlSafe(self.dialect.render(
+                "UPDATE cron_table SET error = ?, next_exec = ?, slot = NULL, dirty = 0 \
+                 WHERE id = ? AND next_exec IS NULL",
+            )))
             .bind(error.to_string())
             .bind(PARKED)
-            .bind(id)
-            .bind(signature.map(str::to_string))
-            .bind(signature.map(str::to_string))
+            .bind(id),
+        };
+        let done = q
             .execute(&self.db)
             .await
             .map_err(sql_err!(self, "mark row invalid"))?;

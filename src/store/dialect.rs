@@ -241,6 +241,16 @@ pub fn job_columns(dialect: Dialect, bytes: bool) -> String {
     }
 }
 
+/// The text expression `expr` as bytes on SQLite and MySQL (see [`job_columns_as_bytes`]); as
+/// it is on PostgreSQL. For labels read with `store::rows::text_lossy`.
+pub fn bytes_of(dialect: Dialect, expr: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("CAST({expr} AS BLOB)"),
+        Dialect::Mysql => format!("CAST({expr} AS BINARY)"),
+        Dialect::Postgres => expr.to_string(),
+    }
+}
+
 /// `columns` of `cron_table` for a select list, each text column read as bytes (see
 /// [`job_columns_as_bytes`]; every column not in [`JOB_COLUMNS`]'s numbers is taken for text).
 pub fn as_bytes<'c>(dialect: Dialect, columns: impl IntoIterator<Item = &'c str>) -> String {
@@ -252,10 +262,12 @@ pub fn as_bytes<'c>(dialect: Dialect, columns: impl IntoIterator<Item = &'c str>
     columns
         .into_iter()
         .map(|c| {
-            if cast.is_empty() || JOB_NUMBER_COLUMNS.contains(&c) {
+            // A column named with its table (`c.name`) keeps its own name.
+            let name = c.rsplit('.').next().unwrap_or(c);
+            if cast.is_empty() || JOB_NUMBER_COLUMNS.contains(&name) {
                 c.to_string()
             } else {
-                format!("CAST({c} AS {cast}) AS {c}")
+                format!("CAST({c} AS {cast}) AS {name}")
             }
         })
         .collect::<Vec<_>>()
@@ -566,6 +578,10 @@ mod tests {
             assert!(JOB_COLUMNS.split(", ").any(|j| j == c), "{c}");
         }
         assert_eq!(job_columns_as_bytes(Dialect::Postgres), JOB_COLUMNS);
+        assert_eq!(
+            as_bytes(Dialect::Mysql, ["c.name", "c.id"]),
+            "CAST(c.name AS BINARY) AS name, c.id"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! with its own slots, lease and history. Copies are written here; which ones a node needs is
 //! decided by the daemon (`daemon/every_node.rs`).
 
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use super::claim::decode_rows;
 
@@ -76,25 +76,36 @@ impl Store {
             Dialect::Mysql => "CAST(t.name AS BINARY) = CAST(c.template AS BINARY)",
             _ => "t.name = c.template",
         };
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT c.name, c.template FROM cron_table c WHERE c.template IS NOT NULL \
-             AND NOT EXISTS (SELECT 1 FROM cron_table t \
-             WHERE {same} AND t.run_on = 'every_node') ORDER BY c.name",
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read every_node copies"))?;
-        // A row whose name or template cannot be read as text (a blob written with SQL) is
-        // left alone, logged, and does not stop the sync of the others.
+        let (rows, _) = self
+            .read_job_rows(
+                "read every_node copies",
+                |bytes| {
+                    let cols = match bytes {
+                        true => dialect::as_bytes(self.dialect, ["c.name", "c.template"]),
+                        false => "c.name, c.template".to_string(),
+                    };
+                    format!(
+                        "SELECT {cols} FROM cron_table c WHERE c.template IS NOT NULL \
+                         AND NOT EXISTS (SELECT 1 FROM cron_table t \
+                         WHERE {same} AND t.run_on = 'every_node') ORDER BY c.name",
+                    )
+                },
+                |q| q,
+            )
+            .await?;
+        // A row whose name or template cannot be read as text (a blob written with SQL, text
+        // that is not UTF-8) is left alone, logged, and does not stop the sync of the others.
         Ok(rows
             .iter()
-            .filter_map(|r| match (r.try_get("name"), r.try_get("template")) {
-                (Ok(name), Ok(template)) => Some((name, template)),
-                (Err(e), _) | (_, Err(e)) => {
-                    tracing::error!(error = %e, "cron_table row cannot be read; left alone");
-                    None
-                }
-            })
+            .filter_map(
+                |r| match (text_column(r, "name"), text_column(r, "template")) {
+                    (Ok(Some(name)), Ok(Some(template))) => Some((name, template)),
+                    _ => {
+                        tracing::error!("cron_table row cannot be read; left alone");
+                        None
+                    }
+                },
+            )
             .collect())
     }
 

@@ -27,11 +27,19 @@ impl Store {
         }
         // Some claims are gone, or asked to stop: find which. The list is padded to a power of
         // two, as the extension's pairs are below.
+        // Whether this node holds the row is the database's comparison, byte for byte: the
+        // holder's name is never read as text (a writer's bytes that are not UTF-8 would fail
+        // the whole read in the driver, and with it every run's lease on this node).
         let ids = vec!["?"; held.len().next_power_of_two()].join(", ");
+        let mine = match self.dialect {
+            Dialect::Mysql => "CAST(exec_by AS BINARY) = CAST(? AS BINARY)",
+            Dialect::Postgres | Dialect::Sqlite => "exec_by = ?",
+        };
         let text = self.dialect.render(&format!(
-            "SELECT id, token, exec_by, stop_token FROM cron_table WHERE id IN ({ids})"
+            "SELECT id, token, CASE WHEN {mine} THEN 1 ELSE 0 END AS mine, stop_token \
+             FROM cron_table WHERE id IN ({ids})"
         ));
-        let mut q = sqlx::query(AssertSqlSafe(text));
+        let mut q = sqlx::query(AssertSqlSafe(text)).bind(node.to_string());
         for (id, _) in padded(held) {
             q = q.bind(id);
         }
@@ -46,12 +54,12 @@ impl Store {
                 Ok((
                     r.try_get::<i64, _>("id")?,
                     r.try_get::<i64, _>("token")?,
-                    r.try_get::<Option<String>, _>("exec_by")?,
+                    r.try_get::<i64, _>("mine")?,
                     r.try_get::<Option<i64>, _>("stop_token")?,
                 ))
             };
-            let (id, token, by, stop) = decode().map_err(sql_err!(self, "check leases"))?;
-            if by.as_deref() == Some(node) && held.contains(&(id, token)) {
+            let (id, token, mine, stop) = decode().map_err(sql_err!(self, "check leases"))?;
+            if mine == 1 && held.contains(&(id, token)) {
                 still.insert(id);
                 if stop == Some(token) {
                     stopping.push((id, token));

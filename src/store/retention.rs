@@ -152,14 +152,21 @@ impl Store {
     /// The jobs whose row is claimed now, each with the slot it serves (the runs of that slot
     /// are not pruned).
     pub async fn claimed_jobs(&self) -> Result<std::collections::HashMap<String, i64>> {
-        let rows = sqlx::query("SELECT name, slot FROM cron_table WHERE exec_by IS NOT NULL")
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read claimed jobs"))?;
+        // The name as bytes: one that is not UTF-8 (written with SQL) must not stop the round.
+        let name = dialect::bytes_of(self.dialect, "name");
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {name} AS name, slot FROM cron_table WHERE exec_by IS NOT NULL"
+        )))
+        .fetch_all(&self.db)
+        .await
+        .map_err(sql_err!(self, "read claimed jobs"))?;
         rows.iter()
             .map(|r| {
                 let slot: Option<i64> = r.try_get("slot")?;
-                Ok((r.try_get("name")?, slot.unwrap_or(i64::MIN)))
+                Ok((
+                    text_lossy(r, "name")?.unwrap_or_default(),
+                    slot.unwrap_or(i64::MIN),
+                ))
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(sql_err!(self, "read claimed jobs"))
@@ -174,12 +181,19 @@ impl Store {
         cutoff: i64,
         limit: i64,
     ) -> Result<Vec<(i64, Option<String>, Option<i64>)>> {
+        // Job names as bytes (see `claimed_jobs`).
+        let (run_job, audit_job) = (
+            dialect::bytes_of(self.dialect, "job_name"),
+            dialect::bytes_of(self.dialect, "job"),
+        );
         let text = match table {
-            Pruned::Runs => {
-                "SELECT id, job_name AS job, slot FROM cron_runs WHERE ended < ? \
+            Pruned::Runs => &format!(
+                "SELECT id, {run_job} AS job, slot FROM cron_runs WHERE ended < ? \
                  ORDER BY ended LIMIT ?"
-            }
-            Pruned::Audit => "SELECT id, job FROM cron_audit WHERE at < ? ORDER BY at LIMIT ?",
+            ),
+            Pruned::Audit => &format!(
+                "SELECT id, {audit_job} AS job FROM cron_audit WHERE at < ? ORDER BY at LIMIT ?"
+            ),
             // Only events whose delivery ended (sent, given up, or only recorded).
             Pruned::Events => {
                 "SELECT id, NULL AS job FROM cron_events WHERE created < ? AND next_try IS NULL \
@@ -198,34 +212,43 @@ impl Store {
                     Pruned::Runs => r.try_get("slot")?,
                     _ => None,
                 };
-                Ok((r.try_get("id")?, r.try_get("job")?, slot))
+                Ok((r.try_get("id")?, text_lossy(r, "job")?, slot))
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(sql_err!(self, "find old rows"))
     }
 
-    /// Up to `limit` jobs named after `after`, by name, each with the id of its newest run
-    /// beyond the `keep` newest (every run with this id or a lower one is beyond the limit;
-    /// `None` when it has `keep` runs or fewer). One statement per page.
+    /// Up to `limit` jobs whose row's id is above `after`, by id, each `(id, name, boundary)`:
+    /// the id of its newest run beyond the `keep` newest (every run with this id or a lower one
+    /// is beyond the limit; `None` when it has `keep` runs or fewer). One statement per page,
+    /// paged by id: a name written with SQL that is not UTF-8 is read as bytes (shown with
+    /// replacements), and could not carry a page on.
     pub async fn run_count_boundaries(
         &self,
-        after: &str,
+        after: i64,
         keep: i64,
         limit: i64,
-    ) -> Result<Vec<(String, Option<i64>)>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "SELECT j.name AS name, (SELECT r.id FROM cron_runs r WHERE r.job_name = j.name \
-             ORDER BY r.id DESC LIMIT 1 OFFSET ?) AS boundary \
-             FROM cron_table j WHERE j.name > ? ORDER BY j.name LIMIT ?",
-        )))
+    ) -> Result<Vec<(i64, String, Option<i64>)>> {
+        let name = dialect::bytes_of(self.dialect, "j.name");
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT j.id AS id, {name} AS name, (SELECT r.id FROM cron_runs r \
+             WHERE r.job_name = j.name ORDER BY r.id DESC LIMIT 1 OFFSET ?) AS boundary \
+             FROM cron_table j WHERE j.id > ? ORDER BY j.id LIMIT ?",
+        ))))
         .bind(keep)
-        .bind(after.to_string())
+        .bind(after)
         .bind(limit)
         .fetch_all(&self.db)
         .await
         .map_err(sql_err!(self, "count runs"))?;
         rows.iter()
-            .map(|r| Ok((r.try_get("name")?, r.try_get("boundary")?)))
+            .map(|r| {
+                Ok((
+                    r.try_get("id")?,
+                    text_lossy(r, "name")?.unwrap_or_default(),
+                    r.try_get("boundary")?,
+                ))
+            })
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(sql_err!(self, "count runs"))
     }

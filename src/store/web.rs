@@ -86,26 +86,39 @@ impl Store {
         Ok(claim::decode_rows(&rows, bytes))
     }
 
-    /// The names of parked rows (they run nowhere until fixed), at most `limit`.
+    /// The names of parked rows (they run nowhere until fixed), at most `limit`. Read as bytes
+    /// (a name written with SQL may not be UTF-8: shown with replacements, it must not fail
+    /// the page).
     pub async fn parked_jobs(&self, limit: i64) -> Result<Vec<String>> {
-        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
-            "SELECT name FROM cron_table WHERE error IS NOT NULL OR next_exec = ? ORDER BY name LIMIT ?",
-        )))
+        let name = dialect::bytes_of(self.dialect, "name");
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {name} AS name FROM cron_table WHERE error IS NOT NULL OR next_exec = ? \
+             ORDER BY cron_table.name LIMIT ?",
+        ))))
         .bind(PARKED)
         .bind(limit)
         .fetch_all(&self.db)
         .await
-        .map_err(sql_err!(self, "list parked jobs"))
+        .map_err(sql_err!(self, "list parked jobs"))?;
+        rows.iter()
+            .map(|r| Ok(text_lossy(r, "name")?.unwrap_or_default()))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "list parked jobs"))
     }
 
     /// Each placement that enabled jobs ask for, with how many ask and the first of them by
     /// name, at most `limit` placements (one pass over the table, no per-row work).
     pub async fn placements_in_use(&self, limit: i64) -> Result<Vec<(String, i64, String)>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "SELECT placement, COUNT(*) AS n, MIN(name) AS first FROM cron_table \
-             WHERE enabled = 1 AND placement IS NOT NULL GROUP BY placement \
-             ORDER BY placement LIMIT ?",
-        )))
+        // As bytes, the labels shown with replacements (see `parked_jobs`).
+        let (placement, first) = (
+            dialect::bytes_of(self.dialect, "cron_table.placement"),
+            dialect::bytes_of(self.dialect, "MIN(cron_table.name)"),
+        );
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {placement} AS placement, COUNT(*) AS n, {first} AS first FROM cron_table \
+             WHERE enabled = 1 AND placement IS NOT NULL GROUP BY cron_table.placement \
+             ORDER BY cron_table.placement LIMIT ?",
+        ))))
         .bind(limit)
         .fetch_all(&self.db)
         .await
@@ -113,9 +126,9 @@ impl Store {
         rows.iter()
             .map(|r| {
                 Ok((
-                    r.try_get("placement")?,
+                    text_lossy(r, "placement")?.unwrap_or_default(),
                     r.try_get("n")?,
-                    r.try_get("first")?,
+                    text_lossy(r, "first")?.unwrap_or_default(),
                 ))
             })
             .collect::<std::result::Result<_, sqlx::Error>>()

@@ -426,6 +426,16 @@ mod text_not_utf8 {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_holder() {
+        super::a_holder_that_is_not_utf8_costs_only_its_own_run(Dialect::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_holder() {
+        super::a_holder_that_is_not_utf8_costs_only_its_own_run(Dialect::Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_refuses_it() {
         let db = crate::util::TestDb::new(Dialect::Postgres).await;
         let store = db.store().await;
@@ -490,10 +500,27 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
             "INSERT INTO cron_placements (placement) VALUES ({})",
             bytes(surrogate)
         ),
+        // Read by every node at start and reload, and by the chains and their edges.
+        format!(
+            "INSERT INTO cron_calendars (name, entries) VALUES ({}, '2000-01-01 x')",
+            bytes(named)
+        ),
+        format!(
+            "INSERT INTO cron_table (name, schedule, command, after_jobs) \
+             VALUES ({}, '* * * * *', 'true', '[\"lead\"]')",
+            bytes(&format!("{named}6368")),
+        ),
     ] {
         store.execute_raw(&sql).await.unwrap();
     }
-    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    // A chained job of the TOML: its edges and its chain are read beside the bad chained row.
+    let follows = dir.path().join("follow.txt");
+    let jobs = format!(
+        "[[job]]\nname = \"lead\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"follow\"\nafter = [\"lead\"]\ncommand = \"echo x >> {}\"\n",
+        follows.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
     let runs = || {
         std::fs::read_to_string(&out)
             .unwrap_or_default()
@@ -502,13 +529,13 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
     };
     eventually(
         Duration::from_secs(30),
-        "the three bad rows parked",
+        "the four bad rows parked",
         || async {
             let parked = store
                 .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE error IS NOT NULL")
                 .await
                 .unwrap();
-            (parked == Some(3)).then_some(())
+            (parked == Some(4)).then_some(())
         },
     )
     .await;
@@ -530,21 +557,98 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
         (runs() >= before + 2).then_some(())
     })
     .await;
-    let cli = dir.path().join("cli.toml");
-    std::fs::write(&cli, node_config(&db.url, "cli", "")).unwrap();
-    let status = sqlcron(&["--config", cli.to_str().unwrap(), "status"]);
+    eventually(
+        Duration::from_secs(20),
+        "the chained job's runs",
+        || async {
+            let n = std::fs::read_to_string(&follows)
+                .unwrap_or_default()
+                .lines()
+                .count();
+            (n >= 2).then_some(())
+        },
+    )
+    .await;
+    let cli = cli_path(&dir, &db.url);
+    let audit = sqlcron(&["--config", &cli, "audit"]);
+    assert!(audit.status.success(), "{}", stderr(&audit));
+    let status = sqlcron(&["--config", &cli, "status"]);
     assert!(status.status.success(), "{}", stderr(&status));
     let said = crate::util::stdout(&status);
     assert!(said.contains("bad_due") && said.contains("good"), "{said}");
     let log = node.log_text();
     assert_eq!(
         store
-            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name <> 'good'")
+            .scalar_i64(
+                "SELECT COUNT(*) FROM cron_runs WHERE job_name NOT IN ('good', 'lead') \
+                 AND job_name NOT LIKE 'follow#after-%'"
+            )
             .await
             .unwrap(),
         Some(0),
         "{log}"
     );
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
+/// A configuration for the CLI beside the test's node.
+fn cli_path(dir: &tempfile::TempDir, url: &str) -> String {
+    let cli = dir.path().join("cli.toml");
+    std::fs::write(&cli, node_config(url, "cli", "")).unwrap();
+    cli.display().to_string()
+}
+
+/// A holder's name written as bytes that are not UTF-8 on one running row: that row's lease is
+/// not extended, and the check of which claims are gone read every held row's holder as text,
+/// failed in the driver, and left the node's every run without a trusted lease (killed, lost).
+/// The check compares the holder in the database now: only that run is lost.
+async fn a_holder_that_is_not_utf8_costs_only_its_own_run(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let out = dir.path().join("ends.txt");
+    let line = format!("sleep 5; echo $SQLCRON_JOB >> {}", out.display());
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot) VALUES \
+             ('a', '0 0 1 1 *', '{line}', 1000, 1000), ('b', '0 0 1 1 *', '{line}', 1000, 1000)"
+        ))
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", ""));
+    eventually(Duration::from_secs(20), "both running", || async {
+        let n = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE outcome = 'running'")
+            .await
+            .unwrap();
+        (n == Some(2)).then_some(())
+    })
+    .await;
+    let bad = if dialect == Dialect::Mysql {
+        "X'EDA080'"
+    } else {
+        "CAST(X'FF' AS TEXT)"
+    };
+    store
+        .execute_raw(&format!(
+            "UPDATE cron_table SET exec_by = {bad} WHERE name = 'a'"
+        ))
+        .await
+        .unwrap();
+    let outcome = eventually(Duration::from_secs(30), "b's run ended", || async {
+        store
+            .scalars::<String>(
+                "SELECT outcome FROM cron_runs WHERE job_name = 'b' AND outcome <> 'skipped'",
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|o| o != "running")
+    })
+    .await;
+    let log = node.log_text();
+    assert_eq!(outcome, "ok", "{log}");
     assert!(node.stop().success(), "{log}");
     store.close().await;
 }

@@ -531,7 +531,7 @@ async fn schedule_change_with_sql_resets_next_exec(dialect: Dialect) {
     assert!(store.peek("a", &[], true).await.unwrap().pending_prepare);
     // An invalid row is parked with its error, and a fix clears it.
     store
-        .set_invalid(row.id, row.signature.as_deref(), "schedule: bad")
+        .set_invalid(row.id, Some(row.signature.as_deref()), "schedule: bad")
         .await
         .unwrap();
     let parked = store.job("s").await.unwrap().unwrap();
