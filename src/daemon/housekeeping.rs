@@ -51,7 +51,10 @@ pub(super) async fn housekeeping_loop(shared: Arc<Shared>) {
             .await
         {
             Ok(Some(duty)) => duty,
-            Ok(None) => continue,
+            Ok(None) => {
+                tracing::debug!("history pruning: another node holds the duty");
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not take the history pruning duty");
                 shared.metrics.database_error(e.kind());
@@ -68,6 +71,7 @@ pub(super) async fn housekeeping_loop(shared: Arc<Shared>) {
                 if let Err(e) = shared.store.duty_done(&duty, &pruned.to_string()).await {
                     tracing::warn!(error = %e, "could not record the pruning round");
                 }
+                tracing::debug!("history pruning round done");
             }
             Err(Halt::Lost) => tracing::info!("history pruning stopped: the duty was lost"),
             Err(Halt::Db(e)) => {
