@@ -83,32 +83,33 @@ impl Store {
         Ok(())
     }
 
+    /// Every node's row, by name. A row with text that is not UTF-8 (written with SQL on SQLite
+    /// or MariaDB) is shown with replacement characters, and one with a number the node cannot
+    /// read is left out with a warning: neither holds up every node's start, which reads these.
     pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
-        let rows = sqlx::query(
-            "SELECT name, host, pid, version, started, last_seen, stopped, toml_jobs, tags, drain, \
-             clock_offset FROM cron_nodes ORDER BY name",
-        )
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "list nodes"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(NodeRow {
-                    name: r.try_get("name")?,
-                    host: r.try_get("host")?,
-                    pid: r.try_get("pid")?,
-                    version: r.try_get("version")?,
-                    started: r.try_get("started")?,
-                    last_seen: r.try_get("last_seen")?,
-                    stopped: r.try_get("stopped")?,
-                    toml_jobs: r.try_get("toml_jobs")?,
-                    tags: r.try_get("tags")?,
-                    drain: r.try_get::<i64, _>("drain")? != 0,
-                    clock_offset: r.try_get("clock_offset")?,
-                })
-            })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode node"))
+        let (rows, _) = self
+            .read_job_rows(
+                "list nodes",
+                |bytes| {
+                    let cols = dialect::select_list(
+                        self.dialect,
+                        &["name", "host", "version", "toml_jobs", "tags"],
+                        &[
+                            "pid",
+                            "started",
+                            "last_seen",
+                            "stopped",
+                            "drain",
+                            "clock_offset",
+                        ],
+                        bytes,
+                    );
+                    format!("SELECT {cols} FROM cron_nodes ORDER BY cron_nodes.name")
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(rows.iter().filter_map(node_row).collect())
     }
 
     /// Every job row, by name.
@@ -134,10 +135,7 @@ impl Store {
             .read_job_rows(
                 "list signatures",
                 |bytes| {
-                    let cols = match bytes {
-                        true => dialect::as_bytes(self.dialect, ["name", "signature"]),
-                        false => "name, signature".to_string(),
-                    };
+                    let cols = dialect::columns(self.dialect, &["name", "signature"], bytes);
                     format!(
                         "SELECT {cols} FROM cron_table WHERE signature IS NOT NULL \
                          ORDER BY cron_table.name"
@@ -219,10 +217,8 @@ impl Store {
             .read_job_rows(
                 "read upstreams",
                 |bytes| {
-                    let cols = match bytes {
-                        true => dialect::as_bytes(self.dialect, ["name", "requires", "after_jobs"]),
-                        false => "name, requires, after_jobs".to_string(),
-                    };
+                    let cols =
+                        dialect::columns(self.dialect, &["name", "requires", "after_jobs"], bytes);
                     format!(
                         "SELECT {cols} FROM cron_table \
                          WHERE requires IS NOT NULL OR after_jobs IS NOT NULL"
@@ -576,4 +572,31 @@ pub(super) fn history_row(r: &sqlx::any::AnyRow) -> std::result::Result<HistoryR
         message: r.try_get("message")?,
         held_ms: r.try_get("rate_held_ms")?,
     })
+}
+
+/// One row of `cron_nodes`, its text read with replacements for bytes that are not UTF-8; `None`
+/// (with a warning) for a number that is not one.
+fn node_row(r: &sqlx::any::AnyRow) -> Option<NodeRow> {
+    let text = |col: &str| text_lossy(r, col).ok().flatten();
+    let numbers = || -> std::result::Result<NodeRow, sqlx::Error> {
+        Ok(NodeRow {
+            name: text("name").unwrap_or_default(),
+            host: text("host"),
+            pid: r.try_get("pid")?,
+            version: text("version"),
+            started: r.try_get("started")?,
+            last_seen: r.try_get("last_seen")?,
+            stopped: r.try_get("stopped")?,
+            toml_jobs: text("toml_jobs"),
+            tags: text("tags"),
+            drain: r.try_get::<i64, _>("drain")? != 0,
+            clock_offset: r.try_get("clock_offset")?,
+        })
+    };
+    numbers()
+        .inspect_err(|e| {
+            let node = text("name").unwrap_or_default();
+            tracing::warn!(node = %node, error = %e, "a cron_nodes row that cannot be read; left out");
+        })
+        .ok()
 }

@@ -46,10 +46,7 @@ fn calendar_row(r: &sqlx::any::AnyRow) -> Option<CalendarRow> {
 
 /// The columns of a calendar read, as text or (`bytes`) as bytes.
 fn calendar_columns(dialect: Dialect, bytes: bool) -> String {
-    match bytes {
-        true => dialect::as_bytes(dialect, ["name", "entries", "from_toml"]),
-        false => "name, entries, from_toml".to_string(),
-    }
+    dialect::select_list(dialect, &["name", "entries"], &["from_toml"], bytes)
 }
 
 impl Store {

@@ -59,10 +59,7 @@ impl Store {
                 "read chains",
                 |bytes| {
                     let cols = ["name", "after_jobs", "chain_cursor", "enabled", "error"];
-                    let cols = match bytes {
-                        true => dialect::as_bytes(self.dialect, cols),
-                        false => cols.join(", "),
-                    };
+                    let cols = dialect::columns(self.dialect, &cols, bytes);
                     format!(
                         "SELECT {cols} FROM cron_table \
                          WHERE after_jobs IS NOT NULL AND template IS NULL \

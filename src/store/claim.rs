@@ -81,10 +81,7 @@ impl Store {
             .read_job_rows(
                 "read placements",
                 |bytes| {
-                    let col = match bytes {
-                        true => dialect::as_bytes(self.dialect, ["placement"]),
-                        false => "placement".to_string(),
-                    };
+                    let col = dialect::columns(self.dialect, &["placement"], bytes);
                     format!("SELECT {col} FROM cron_placements ORDER BY placement")
                 },
                 |q| q,

@@ -251,27 +251,67 @@ pub fn bytes_of(dialect: Dialect, expr: &str) -> String {
     }
 }
 
+/// `columns` for a select list, with `bytes` each text column read as bytes ([`as_bytes`]).
+pub fn columns(dialect: Dialect, columns: &[&str], bytes: bool) -> String {
+    if bytes {
+        as_bytes(dialect, columns.iter().copied())
+    } else {
+        columns.join(", ")
+    }
+}
+
 /// `columns` of `cron_table` for a select list, each text column read as bytes (see
 /// [`job_columns_as_bytes`]; every column not in [`JOB_COLUMNS`]'s numbers is taken for text).
 pub fn as_bytes<'c>(dialect: Dialect, columns: impl IntoIterator<Item = &'c str>) -> String {
-    let cast = match dialect {
-        Dialect::Sqlite => "BLOB",
-        Dialect::Mysql => "BINARY",
-        Dialect::Postgres => "",
-    };
     columns
         .into_iter()
         .map(|c| {
-            // A column named with its table (`c.name`) keeps its own name.
             let name = c.rsplit('.').next().unwrap_or(c);
-            if cast.is_empty() || JOB_NUMBER_COLUMNS.contains(&name) {
-                c.to_string()
-            } else {
-                format!("CAST({c} AS {cast}) AS {name}")
+            match JOB_NUMBER_COLUMNS.contains(&name) {
+                true => number_as_read(dialect, c),
+                false => text_as_bytes(dialect, c),
             }
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A select list of the `text` and `numbers` columns of any table, with `bytes` as
+/// [`as_bytes`] reads `cron_table`'s.
+pub fn select_list(dialect: Dialect, text: &[&str], numbers: &[&str], bytes: bool) -> String {
+    let text = text.iter().map(|c| match bytes {
+        true => text_as_bytes(dialect, c),
+        false => c.to_string(),
+    });
+    let numbers = numbers.iter().map(|c| match bytes {
+        true => number_as_read(dialect, c),
+        false => c.to_string(),
+    });
+    text.chain(numbers).collect::<Vec<_>>().join(", ")
+}
+
+/// The text column `c` as bytes on SQLite and MySQL, under its own name (a column named with
+/// its table, `c.name`, keeps its own name); as it is on PostgreSQL.
+fn text_as_bytes(dialect: Dialect, c: &str) -> String {
+    let name = c.rsplit('.').next().unwrap_or(c);
+    match dialect {
+        Dialect::Sqlite => format!("CAST({c} AS BLOB) AS {name}"),
+        Dialect::Mysql => format!("CAST({c} AS BINARY) AS {name}"),
+        Dialect::Postgres => c.to_string(),
+    }
+}
+
+/// The number column `c` in a read as bytes: SQLite keeps text a writer puts in a number
+/// column as text, which may be no more UTF-8 than any other, so such a value is read as bytes
+/// too (then no whole number); the row's `id` cannot hold text.
+fn number_as_read(dialect: Dialect, c: &str) -> String {
+    let name = c.rsplit('.').next().unwrap_or(c);
+    match dialect {
+        Dialect::Sqlite if name != "id" => {
+            format!("CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) ELSE {c} END AS {name}")
+        }
+        _ => c.to_string(),
+    }
 }
 
 /// The read of the rows waiting to be prepared (no `next_exec`), with the columns `cols`.
@@ -324,13 +364,23 @@ pub fn peek_sql(dialect: Dialect, placements: usize, alive: bool) -> String {
     } else {
         "NULL".to_string()
     };
+    // SQLite keeps text a writer puts in a number column, and orders it after every number:
+    // the earliest would be such text when no number is there, and the peek of every node
+    // would fail to read it. Only numbers are read (a job row's `next_exec` too, below).
+    let (drain, event_number) = match dialect {
+        Dialect::Sqlite => (
+            "CASE WHEN typeof(drain) = 'integer' THEN drain END",
+            " AND typeof(next_try) = 'integer'",
+        ),
+        _ => ("drain", ""),
+    };
     dialect.render(&format!(
         "SELECT {{now}} AS db_now, {}, \
          CASE WHEN EXISTS (SELECT 1 FROM cron_table WHERE next_exec IS NULL) THEN 1 ELSE 0 END AS pending, \
          (SELECT COUNT(*) FROM cron_placements) AS placements, \
          (SELECT COUNT(*) FROM cron_table WHERE run_on = 'every_node') AS templates, \
-         (SELECT MAX(drain) FROM cron_nodes WHERE name = ?) AS drain, \
-         (SELECT next_try FROM cron_events WHERE next_try IS NOT NULL \
+         (SELECT MAX({drain}) FROM cron_nodes WHERE name = ?) AS drain, \
+         (SELECT next_try FROM cron_events WHERE next_try IS NOT NULL{event_number} \
           ORDER BY next_try LIMIT 1) AS next_event, \
          {alive} AS alive{}",
         next_due_sql(dialect, placements),
@@ -372,15 +422,15 @@ pub const DUE_WIDTH: usize = 20;
 fn next_due_sql(dialect: Dialect, placements: usize) -> String {
     if dialect != Dialect::Mysql {
         let filter = placement_filter(dialect, placements);
-        let name = match dialect {
-            Dialect::Sqlite => "CAST(name AS BLOB)",
-            _ => "name",
+        let (name, number) = match dialect {
+            Dialect::Sqlite => ("CAST(name AS BLOB)", " AND typeof(next_exec) = 'integer'"),
+            _ => ("name", ""),
         };
         return format!(
-            "(SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
-              ORDER BY next_exec LIMIT 1) AS next_due, \
-             (SELECT {name} FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL{filter} \
-              ORDER BY next_exec LIMIT 1) AS next_name"
+            "(SELECT next_exec FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL\
+              {number}{filter} ORDER BY next_exec LIMIT 1) AS next_due, \
+             (SELECT {name} FROM cron_table WHERE enabled = 1 AND next_exec IS NOT NULL\
+              {number}{filter} ORDER BY next_exec LIMIT 1) AS next_name"
         );
     }
     let first = |index: &str, condition: &str| {
@@ -553,7 +603,7 @@ mod tests {
     }
 
     #[test]
-    fn the_columns_as_bytes_cast_each_text_column_and_no_number() {
+    fn the_columns_as_bytes_cast_each_text_column_and_a_number_only_where_it_holds_text() {
         let cols = job_columns_as_bytes(Dialect::Mysql);
         assert!(
             cols.contains("CAST(command AS BINARY) AS command"),
@@ -570,10 +620,18 @@ mod tests {
         );
         let sqlite = job_columns_as_bytes(Dialect::Sqlite);
         assert!(sqlite.contains("CAST(env AS BLOB) AS env"), "{sqlite}");
+        // SQLite's number columns too, when they hold text; every column but the row's id.
         assert_eq!(
             sqlite.matches("CAST(").count(),
-            JOB_COLUMNS.split(", ").count() - JOB_NUMBER_COLUMNS.len()
+            JOB_COLUMNS.split(", ").count() - 1
         );
+        assert!(
+            sqlite.contains(
+                "CASE WHEN typeof(token) = 'text' THEN CAST(token AS BLOB) ELSE token END AS token"
+            ),
+            "{sqlite}"
+        );
+        assert!(sqlite.starts_with("id, "), "{sqlite}");
         for c in JOB_NUMBER_COLUMNS {
             assert!(JOB_COLUMNS.split(", ").any(|j| j == c), "{c}");
         }

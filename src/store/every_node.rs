@@ -80,10 +80,7 @@ impl Store {
             .read_job_rows(
                 "read every_node copies",
                 |bytes| {
-                    let cols = match bytes {
-                        true => dialect::as_bytes(self.dialect, ["c.name", "c.template"]),
-                        false => "c.name, c.template".to_string(),
-                    };
+                    let cols = dialect::columns(self.dialect, &["c.name", "c.template"], bytes);
                     format!(
                         "SELECT {cols} FROM cron_table c WHERE c.template IS NOT NULL \
                          AND NOT EXISTS (SELECT 1 FROM cron_table t \

@@ -52,10 +52,36 @@ impl JobSort {
 
     /// The cursor of the page after `row`.
     pub fn cursor(self, row: &JobRow) -> String {
+        // A name that could not be read (not UTF-8, or not text) is shown as `#id`: the next
+        // page starts after that row's name as the database holds it. (A row whose real name is
+        // `#id` gets the same cursor, which names the same name.)
+        let name = if row.name == format!("#{}", row.id) {
+            format!("{NAME_OF_ROW}{}", row.id)
+        } else {
+            row.name.clone()
+        };
         match self {
-            JobSort::Name => row.name.clone(),
-            JobSort::Next => format!("{}|{}", row.next_exec.unwrap_or(PARKED), row.name),
+            JobSort::Name => name,
+            JobSort::Next => format!("{}|{name}", row.next_exec.unwrap_or(PARKED)),
         }
+    }
+}
+
+/// Opens a cursor's name that stands for the name of the row whose id follows.
+const NAME_OF_ROW: char = '\0';
+
+/// The name a cursor starts after, as SQL and its binds: the text, or the name of the row a
+/// [`NAME_OF_ROW`] cursor names (the empty text when that row is gone: the list starts again).
+fn cursor_name(name: &str) -> (String, Vec<Bind>) {
+    match name
+        .strip_prefix(NAME_OF_ROW)
+        .and_then(|id| id.parse::<i64>().ok())
+    {
+        Some(id) => (
+            "COALESCE((SELECT n.name FROM cron_table n WHERE n.id = ?), '')".into(),
+            vec![Bind::Int(id)],
+        ),
+        None => ("?".into(), vec![Bind::Text(name.to_string())]),
     }
 }
 
@@ -124,21 +150,27 @@ impl Store {
 
         let due = format!("COALESCE(next_exec, {PARKED})");
         let (page_cond, order, cursor_binds): (String, String, Vec<Bind>) = match (sort, after) {
-            (JobSort::Name, after) => (
-                "name > ?".into(),
-                // The column, not the name of a column read as bytes (MySQL takes the name in
-                // ORDER BY for the select list's, in its bytes' order).
-                "cron_table.name".into(),
-                vec![Bind::Text(after.unwrap_or("").to_string())],
-            ),
+            (JobSort::Name, after) => {
+                let (name, page_binds) = cursor_name(after.unwrap_or(""));
+                (
+                    format!("name > {name}"),
+                    // The column, not the name of a column read as bytes (MySQL takes the name
+                    // in ORDER BY for the select list's, in its bytes' order).
+                    "cron_table.name".into(),
+                    page_binds,
+                )
+            }
             (JobSort::Next, None) => ("1 = 1".into(), format!("{due}, cron_table.name"), vec![]),
             (JobSort::Next, Some(cursor)) => {
                 let (at, name) = cursor.split_once('|').unwrap_or(("", cursor));
                 let at: i64 = at.parse().unwrap_or(i64::MIN);
+                let (name, name_binds) = cursor_name(name);
+                let mut page_binds = vec![Bind::Int(at), Bind::Int(at)];
+                page_binds.extend(name_binds);
                 (
-                    format!("({due} > ? OR ({due} = ? AND name > ?))"),
+                    format!("({due} > ? OR ({due} = ? AND name > {name}))"),
                     format!("{due}, cron_table.name"),
-                    vec![Bind::Int(at), Bind::Int(at), Bind::Text(name.to_string())],
+                    page_binds,
                 )
             }
         };

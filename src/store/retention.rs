@@ -380,23 +380,39 @@ impl Store {
     /// while one is open).
     async fn delete_unused_placements(&self, after: Option<&str>) -> Result<(u64, Option<String>)> {
         let err = sql_err!(self, "prune placements");
-        let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT p.placement FROM cron_placements p WHERE NOT EXISTS \
-             (SELECT 1 FROM cron_table t WHERE t.placement = p.placement){} \
-             ORDER BY p.placement LIMIT {PLACEMENT_BATCH}",
-            if after.is_some() {
-                " AND p.placement > ?"
-            } else {
-                ""
-            }
-        ))));
-        if let Some(after) = after {
-            q = q.bind(after.to_string());
-        }
-        let unused = q.fetch_all(&self.db).await.map_err(err)?;
+        // Read as bytes when a value is not UTF-8 (SQLite, MariaDB): such a value is left
+        // alone, and the values around it are still pruned.
+        let (rows, _) = self
+            .read_job_rows(
+                "prune placements",
+                |bytes| {
+                    let col = dialect::columns(self.dialect, &["p.placement"], bytes);
+                    self.dialect.render(&format!(
+                        "SELECT {col} FROM cron_placements p WHERE NOT EXISTS \
+                         (SELECT 1 FROM cron_table t WHERE t.placement = p.placement){} \
+                         ORDER BY p.placement LIMIT {PLACEMENT_BATCH}",
+                        if after.is_some() {
+                            " AND p.placement > ?"
+                        } else {
+                            ""
+                        }
+                    ))
+                },
+                |q| match after {
+                    Some(after) => q.bind(after.to_string()),
+                    None => q,
+                },
+            )
+            .await?;
+        let unused: Vec<String> = rows
+            .iter()
+            .filter_map(|r| text_column(r, "placement").ok().flatten())
+            .collect();
+        // The next batch starts past the last value read that can be named; a full batch of
+        // values that cannot ends the round.
         let last = unused
             .last()
-            .filter(|_| unused.len() == PLACEMENT_BATCH)
+            .filter(|_| rows.len() == PLACEMENT_BATCH)
             .cloned();
         if unused.is_empty() {
             return Ok((0, None));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Fenced, PoolWait, Result, Store, StoreError};
+use super::{Fenced, PoolWait, Result, Store, StoreError, dialect, text_column, text_lossy};
 use crate::model::start_rate::{Grant, Rate};
 
 /// One budget as the database has it.
@@ -24,7 +24,10 @@ const TAKE_TRIES: usize = 20;
 fn budget(r: &sqlx::any::AnyRow) -> std::result::Result<Budget, sqlx::Error> {
     let burst: i64 = r.try_get("burst")?;
     Ok(Budget {
-        name: r.try_get("name")?,
+        name: text_column(r, "name")
+            .ok()
+            .flatten()
+            .ok_or_else(|| sqlx::Error::Decode("the name is not UTF-8 text".into()))?,
         rate: Rate {
             per_second: r.try_get("per_second")?,
             burst: burst.clamp(1, u32::MAX.into()) as u32,
@@ -44,7 +47,7 @@ fn usable(r: &sqlx::any::AnyRow) -> Option<Budget> {
             None
         }
         Err(e) => {
-            let name: String = r.try_get("name").unwrap_or_default();
+            let name = text_lossy(r, "name").ok().flatten().unwrap_or_default();
             tracing::warn!(budget = %name, error = %e, "cron_start_rate: a row that cannot be read; this budget is not applied");
             None
         }
@@ -86,12 +89,26 @@ impl Store {
 
     /// Every budget, and the database time of the read (milliseconds).
     pub async fn start_rates(&self) -> Result<(i64, Vec<Budget>)> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "SELECT name, per_second, burst, tat, {now} AS db_now FROM cron_start_rate ORDER BY name",
-        )))
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read start rates"))?;
+        // Read as bytes when a name is not UTF-8 (SQLite, MariaDB): that budget is not applied,
+        // and every claim is not held up by it.
+        let (rows, _) = self
+            .read_job_rows(
+                "read start rates",
+                |bytes| {
+                    let cols = dialect::select_list(
+                        self.dialect,
+                        &["name"],
+                        &["per_second", "burst", "tat"],
+                        bytes,
+                    );
+                    self.dialect.render(&format!(
+                        "SELECT {cols}, {{now}} AS db_now FROM cron_start_rate \
+                         ORDER BY cron_start_rate.name"
+                    ))
+                },
+                |q| q,
+            )
+            .await?;
         let budgets = rows.iter().filter_map(usable).collect();
         let now = match rows.first() {
             Some(r) => r

@@ -436,6 +436,26 @@ mod text_not_utf8 {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_placement_pruning() {
+        super::a_placement_value_that_is_not_utf8_holds_up_no_pruning(Dialect::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_placement_pruning() {
+        super::a_placement_value_that_is_not_utf8_holds_up_no_pruning(Dialect::Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_job_pages() {
+        super::a_name_that_is_not_utf8_holds_up_no_walk_of_the_job_list(Dialect::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_job_pages() {
+        super::a_name_that_is_not_utf8_holds_up_no_walk_of_the_job_list(Dialect::Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_refuses_it() {
         let db = crate::util::TestDb::new(Dialect::Postgres).await;
         let store = db.store().await;
@@ -510,14 +530,40 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
              VALUES ({}, '* * * * *', 'true', '[\"lead\"]')",
             bytes(&format!("{named}6368")),
         ),
+        // Read by every tick (the start rates) and at every start (the nodes).
+        format!(
+            "INSERT INTO cron_start_rate (name, per_second, burst, tat) VALUES ({}, 1, 1, 0)",
+            bytes(named)
+        ),
+        format!(
+            "INSERT INTO cron_nodes (name, host, version) VALUES ('other', 'h', {})",
+            bytes(surrogate)
+        ),
     ] {
         store.execute_raw(&sql).await.unwrap();
     }
+    if dialect == Dialect::Sqlite {
+        // SQLite keeps text in a number column, and orders it after every number: with no
+        // number there, the peek's earliest event and earliest job were such text, and every
+        // node's peek failed to read it.
+        for sql in [
+            "INSERT INTO cron_events (dedupe, job_name, kind, created, hook, payload, state, \
+             next_try) VALUES ('d', 'good', 'failure', 0, 'h', '{}', 'pending', 'soon')",
+            "INSERT INTO cron_table (name, schedule, command, next_exec) \
+             VALUES ('texty', '0 0 1 1 *', 'true', CAST(X'FF' AS TEXT))",
+            "UPDATE cron_nodes SET drain = CAST(X'FF' AS TEXT) WHERE name = 'other'",
+        ] {
+            store.execute_raw(sql).await.unwrap();
+        }
+    }
     // A chained job of the TOML: its edges and its chain are read beside the bad chained row.
     let follows = dir.path().join("follow.txt");
+    // And a calendar of the TOML, applied beside the bad one at start (the bad calendar's read
+    // as bytes once lost every calendar, and the apply wrote this one again: a unique key).
     let jobs = format!(
         "[[job]]\nname = \"lead\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
-         [[job]]\nname = \"follow\"\nafter = [\"lead\"]\ncommand = \"echo x >> {}\"\n",
+         [[job]]\nname = \"follow\"\nafter = [\"lead\"]\ncommand = \"echo x >> {}\"\n\
+         [[calendar]]\nname = \"window\"\nentries = [\"weekly Sat 02:00-04:00 Maintenance\"]\n",
         follows.display()
     );
     let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
@@ -589,6 +635,89 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
         "{log}"
     );
     assert!(node.stop().success(), "{log}");
+    // Started again: the TOML's calendar, now stored beside the bad one, is read and left as it
+    // is, and the good job runs again.
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
+    let before = runs();
+    eventually(
+        Duration::from_secs(20),
+        "good runs after a restart",
+        || async { (runs() >= before + 2).then_some(()) },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
+/// The pruning duty read the unused placement values as text: one value that is not UTF-8 failed
+/// that read at every round, and no value was pruned while it was there. It is left alone now,
+/// and the others go, across more than one batch.
+async fn a_placement_value_that_is_not_utf8_holds_up_no_pruning(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let bad = if dialect == Dialect::Mysql {
+        "X'EDA080'"
+    } else {
+        "CAST(X'FF' AS TEXT)"
+    };
+    let values: Vec<String> = (0..600).map(|i| format!("('v{i:03}')")).collect();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_placements (placement) VALUES {}, ({bad})",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    assert_eq!(store.prune_placements().await.unwrap(), 600);
+    assert_eq!(
+        store
+            .scalar_i64("SELECT COUNT(*) FROM cron_placements")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    store.close().await;
+}
+
+/// The job list's page after a row whose name is not UTF-8 (shown as `#id`) started after the
+/// text `#id`: from the top again, so a walk of `/api/v1/jobs`'s pages never ended. Now it
+/// starts after that row's name as the database holds it; both orders, a page of one row.
+async fn a_name_that_is_not_utf8_holds_up_no_walk_of_the_job_list(dialect: Dialect) {
+    use sqlcron::store::job_search::{JobFilter, JobSort};
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let bad = if dialect == Dialect::Mysql {
+        "X'6EEDA080'"
+    } else {
+        "CAST(X'6EFF' AS TEXT)"
+    };
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('a', '* * * * *', 'true'), \
+             ('c', '* * * * *', 'true'), ({bad}, '* * * * *', 'true'), ('z', '* * * * *', 'true')"
+        ))
+        .await
+        .unwrap();
+    for sort in [JobSort::Name, JobSort::Next] {
+        let (mut seen, mut after) = (vec![], None::<String>);
+        for _ in 0..10 {
+            let (page, total) = store
+                .jobs_filtered(&JobFilter::default(), sort, after.as_deref(), 1)
+                .await
+                .unwrap();
+            assert_eq!(total, 4);
+            let Some(last) = page.last() else { break };
+            seen.push(last.name.clone());
+            after = Some(sort.cursor(last));
+        }
+        let bad_id = store
+            .scalar_i64("SELECT id FROM cron_table WHERE name NOT IN ('a', 'c', 'z')")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen, ["a", "c", &format!("#{bad_id}"), "z"], "{sort:?}");
+    }
     store.close().await;
 }
 
