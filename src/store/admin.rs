@@ -250,48 +250,40 @@ impl Store {
         job: Option<&str>,
         limit: i64,
     ) -> Result<Vec<HistoryRow>> {
-        let text = match job {
+        let sql = match job {
             Some(_) => {
-                format!("SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY id DESC LIMIT ?")
+                "SELECT {cols} FROM cron_runs WHERE job_name = ? ORDER BY cron_runs.id DESC LIMIT ?"
             }
-            None => format!("SELECT {cols} FROM cron_runs ORDER BY id DESC LIMIT ?"),
+            None => "SELECT {cols} FROM cron_runs ORDER BY cron_runs.id DESC LIMIT ?",
         };
-        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&text)));
-        if let Some(j) = job {
-            q = q.bind(j.to_string());
-        }
-        let rows = q
-            .bind(limit)
-            .fetch_all(&self.db)
+        let bind = |q: claim::AnyQuery| match job {
+            Some(j) => q.bind(j.to_string()).bind(limit),
+            None => q.bind(limit),
+        };
+        self.read_runs("read history", cols, sql, bind, history_row)
             .await
-            .map_err(sql_err!(self, "read history"))?;
-        rows.iter()
-            .map(history_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode history"))
     }
 
     /// The runs of `job` whose slot is in `from..=to`, and the skipped-slots records that
     /// cover part of it, by slot and attempt; without their output (nobody reading a range
     /// shows it, and a day of a busy job's output is large).
     pub async fn runs_between(&self, job: &str, from: i64, to: i64) -> Result<Vec<HistoryRow>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE job_name = ? \
+        self.read_runs(
+            "read runs",
+            LIGHT_HISTORY_COLUMNS,
+            "SELECT {cols} FROM cron_runs WHERE job_name = ? \
              AND ((slot >= ? AND slot <= ?) OR (outcome = 'skipped' AND slot < ? AND skipped_last >= ?)) \
-             ORDER BY slot, attempt, id"
-        ))))
-        .bind(job.to_string())
-        .bind(from)
-        .bind(to)
-        .bind(from)
-        .bind(from)
-        .fetch_all(&self.db)
+             ORDER BY cron_runs.slot, cron_runs.attempt, cron_runs.id",
+            |q| {
+                q.bind(job.to_string())
+                    .bind(from)
+                    .bind(to)
+                    .bind(from)
+                    .bind(from)
+            },
+            history_row,
+        )
         .await
-        .map_err(sql_err!(self, "read runs"))?;
-        rows.iter()
-            .map(history_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode history"))
     }
 
     /// `pause` / `resume`, recorded in the audit trail in the same transaction. False if there
@@ -554,22 +546,23 @@ pub(super) const LIGHT_HISTORY_COLUMNS: &str = "id, job_name, slot, attempt, nod
      exit_code, exit_signal, NULL AS output, skipped_count, skipped_last, message, rate_held_ms";
 
 pub(super) fn history_row(r: &sqlx::any::AnyRow) -> std::result::Result<HistoryRow, sqlx::Error> {
+    let text = |col: &str| text_lossy(r, col);
     Ok(HistoryRow {
         id: r.try_get("id")?,
-        job: r.try_get("job_name")?,
+        job: text("job_name")?.unwrap_or_default(),
         slot: r.try_get("slot")?,
         attempt: r.try_get("attempt")?,
-        node: r.try_get("node")?,
+        node: text("node")?,
         token: r.try_get("token")?,
         started: r.try_get("started")?,
         ended: r.try_get("ended")?,
-        outcome: r.try_get("outcome")?,
+        outcome: text("outcome")?.unwrap_or_default(),
         exit_code: r.try_get("exit_code")?,
         signal: r.try_get("exit_signal")?,
-        output: r.try_get("output")?,
+        output: text("output")?,
         skipped_count: r.try_get("skipped_count")?,
         skipped_last: r.try_get("skipped_last")?,
-        message: r.try_get("message")?,
+        message: text("message")?,
         held_ms: r.try_get("rate_held_ms")?,
     })
 }

@@ -104,30 +104,33 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<UpstreamRun>> {
         let pattern = chained_pattern(self.dialect, job);
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT id, job_name, slot, outcome, ended FROM cron_runs \
-             WHERE {} AND id > ? ORDER BY id LIMIT ?",
+        // `of_job` is text of this build's own, with no `{cols}` in it.
+        let sql = format!(
+            "SELECT {{cols}} FROM cron_runs WHERE {} AND id > ? ORDER BY cron_runs.id LIMIT ?",
             of_job(self.dialect)
-        ))))
-        .bind(job.to_string())
-        .bind(pattern)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read upstream runs"))?;
-        rows.iter()
-            .map(|r| {
+        );
+        let bind = |q: super::claim::AnyQuery| {
+            q.bind(job.to_string())
+                .bind(pattern.clone())
+                .bind(after)
+                .bind(limit)
+        };
+        self.read_runs(
+            "read upstream runs",
+            "id, job_name, slot, outcome, ended",
+            &sql,
+            bind,
+            |r| {
                 Ok(UpstreamRun {
                     id: r.try_get("id")?,
-                    job: r.try_get("job_name")?,
+                    job: super::text_lossy(r, "job_name")?.unwrap_or_default(),
                     slot: r.try_get("slot")?,
-                    outcome: r.try_get("outcome")?,
+                    outcome: super::text_lossy(r, "outcome")?.unwrap_or_default(),
                     ended: r.try_get("ended")?,
                 })
-            })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read upstream runs"))
+            },
+        )
+        .await
     }
 
     /// The runs of `job`'s chained rows whose slot is in `from..=to`, by slot.
@@ -138,24 +141,26 @@ impl Store {
         to: i64,
     ) -> Result<Vec<crate::model::history::HistoryRow>> {
         let pattern = chained_pattern(self.dialect, job);
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {} FROM cron_runs WHERE {} AND job_name <> ? \
-             AND slot >= ? AND slot <= ? ORDER BY slot, id LIMIT 2000",
-            super::admin::LIGHT_HISTORY_COLUMNS,
+        let sql = format!(
+            "SELECT {{cols}} FROM cron_runs WHERE {} AND job_name <> ? \
+             AND slot >= ? AND slot <= ? ORDER BY cron_runs.slot, cron_runs.id LIMIT 2000",
             of_job(self.dialect)
-        ))))
-        .bind(job.to_string())
-        .bind(pattern)
-        .bind(job.to_string())
-        .bind(from)
-        .bind(to)
-        .fetch_all(&self.db)
+        );
+        let bind = |q: super::claim::AnyQuery| {
+            q.bind(job.to_string())
+                .bind(pattern.clone())
+                .bind(job.to_string())
+                .bind(from)
+                .bind(to)
+        };
+        self.read_runs(
+            "read chained runs",
+            super::admin::LIGHT_HISTORY_COLUMNS,
+            &sql,
+            bind,
+            super::admin::history_row,
+        )
         .await
-        .map_err(sql_err!(self, "read chained runs"))?;
-        rows.iter()
-            .map(super::admin::history_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode history"))
     }
 
     /// The highest history id of `job`'s runs (0 without any): where a new chain starts.

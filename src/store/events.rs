@@ -105,20 +105,21 @@ const RECORD_COLUMNS: &str = "id, job_name, slot, attempt, node, started, ended,
     exit_code, exit_signal, output, skipped_count, message";
 
 fn record(r: &sqlx::any::AnyRow) -> std::result::Result<Record, sqlx::Error> {
+    let text = |col: &str| text_lossy(r, col);
     Ok(Record {
         id: r.try_get("id")?,
-        job: r.try_get("job_name")?,
+        job: text("job_name")?.unwrap_or_default(),
         slot: r.try_get("slot")?,
         attempt: r.try_get("attempt")?,
-        node: r.try_get("node")?,
+        node: text("node")?,
         started: r.try_get("started")?,
         ended: r.try_get("ended")?,
-        outcome: r.try_get("outcome")?,
+        outcome: text("outcome")?.unwrap_or_default(),
         exit_code: r.try_get("exit_code")?,
         signal: r.try_get("exit_signal")?,
-        output: r.try_get("output")?,
+        output: text("output")?,
         skipped_count: r.try_get("skipped_count")?,
-        message: r.try_get("message")?,
+        message: text("message")?,
     })
 }
 
@@ -159,40 +160,34 @@ impl Store {
         after: (i64, i64),
         limit: i64,
     ) -> Result<Vec<Record>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {RECORD_COLUMNS} FROM cron_runs WHERE ended >= ? AND ended >= ? \
-             AND (ended > ? OR id > ?) ORDER BY ended, id LIMIT ?"
-        ))))
-        .bind(from)
-        .bind(after.0)
-        .bind(after.0)
-        .bind(after.1)
-        .bind(limit)
-        .fetch_all(&self.db)
+        self.read_runs(
+            "scan ended runs",
+            RECORD_COLUMNS,
+            "SELECT {cols} FROM cron_runs WHERE ended >= ? AND ended >= ? \
+             AND (ended > ? OR id > ?) ORDER BY cron_runs.ended, cron_runs.id LIMIT ?",
+            |q| {
+                q.bind(from)
+                    .bind(after.0)
+                    .bind(after.0)
+                    .bind(after.1)
+                    .bind(limit)
+            },
+            record,
+        )
         .await
-        .map_err(sql_err!(self, "scan ended runs"))?;
-        rows.iter()
-            .map(record)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(sql_err!(self, "scan ended runs"))
     }
 
     /// Up to `limit` of `job`'s records with an id below `before`, newest first.
     pub async fn records_before(&self, job: &str, before: i64, limit: i64) -> Result<Vec<Record>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {RECORD_COLUMNS} FROM cron_runs WHERE job_name = ? AND id < ? \
-             ORDER BY id DESC LIMIT ?"
-        ))))
-        .bind(job.to_string())
-        .bind(before)
-        .bind(limit)
-        .fetch_all(&self.db)
+        self.read_runs(
+            "read earlier runs",
+            RECORD_COLUMNS,
+            "SELECT {cols} FROM cron_runs WHERE job_name = ? AND id < ? \
+             ORDER BY cron_runs.id DESC LIMIT ?",
+            |q| q.bind(job.to_string()).bind(before).bind(limit),
+            record,
+        )
         .await
-        .map_err(sql_err!(self, "read earlier runs"))?;
-        rows.iter()
-            .map(record)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(sql_err!(self, "read earlier runs"))
     }
 
     /// Records an event unless one with its dedupe key exists; true if this call made it.

@@ -408,6 +408,7 @@ mod release;
 mod release_rows;
 pub mod resume;
 mod retention;
+mod run_reads;
 pub mod run_search;
 mod sqlite_plans;
 pub mod start_rate;

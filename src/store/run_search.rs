@@ -195,21 +195,18 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<HistoryRow>> {
         let text = format!(
-            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE {} ORDER BY {order} LIMIT {}",
+            "SELECT {{cols}} FROM cron_runs WHERE {} ORDER BY {order} LIMIT {}",
             where_of(conds),
             limit + 1
         );
-        let rows = bound(
-            sqlx::query(AssertSqlSafe(self.dialect.render(&text))),
-            binds,
+        self.read_runs(
+            "read runs",
+            LIGHT_HISTORY_COLUMNS,
+            &text,
+            |q| bound(q, binds),
+            history_row,
         )
-        .fetch_all(&self.db)
         .await
-        .map_err(sql_err!(self, "read runs"))?;
-        rows.iter()
-            .map(history_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode runs"))
     }
 }
 

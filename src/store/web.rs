@@ -180,67 +180,61 @@ impl Store {
 
     /// How many runs ended since `since` (database clock, ms), by outcome.
     pub async fn outcomes_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "SELECT outcome, COUNT(*) AS n FROM cron_runs WHERE ended >= ? GROUP BY outcome ORDER BY outcome",
-        )))
-        .bind(since)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "count outcomes"))?;
-        rows.iter()
-            .map(|r| {
+        self.read_runs(
+            "count outcomes",
+            "outcome",
+            "SELECT {cols}, COUNT(*) AS n FROM cron_runs WHERE ended >= ? \
+             GROUP BY cron_runs.outcome ORDER BY cron_runs.outcome",
+            |q| q.bind(since),
+            |r| {
                 Ok((
-                    r.try_get::<String, _>("outcome")?,
+                    text_lossy(r, "outcome")?.unwrap_or_default(),
                     r.try_get::<i64, _>("n")?,
                 ))
-            })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode outcomes"))
+            },
+        )
+        .await
     }
 
     /// One run record by its id.
     pub async fn run_record(&self, id: i64) -> Result<Option<HistoryRow>> {
-        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {HISTORY_COLUMNS} FROM cron_runs WHERE id = ?"
-        ))))
-        .bind(id)
-        .fetch_optional(&self.db)
-        .await
-        .map_err(sql_err!(self, "read run"))?;
-        row.as_ref()
-            .map(history_row)
-            .transpose()
-            .map_err(sql_err!(self, "decode run"))
+        Ok(self
+            .read_runs(
+                "read run",
+                HISTORY_COLUMNS,
+                "SELECT {cols} FROM cron_runs WHERE id = ?",
+                |q| q.bind(id),
+                history_row,
+            )
+            .await?
+            .pop())
     }
 
     /// The runs that started or ended after `cursor`, oldest change first, at most `limit` of
     /// each (new records by id; endings by end time, then id: both on an index).
     pub async fn runs_changed(&self, cursor: &RunCursor, limit: i64) -> Result<Vec<HistoryRow>> {
-        let started = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE id > ? ORDER BY id LIMIT ?"
-        ))))
-        .bind(cursor.started_id)
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read new runs"))?;
-        let ended = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE ended > ? OR (ended = ? AND id > ?) \
-             ORDER BY ended, id LIMIT ?"
-        ))))
-        .bind(cursor.ended)
-        .bind(cursor.ended)
-        .bind(cursor.ended_id)
-        .bind(limit)
-        .fetch_all(&self.db)
-        .await
-        .map_err(sql_err!(self, "read ended runs"))?;
-        let mut runs = started
-            .iter()
-            .chain(ended.iter())
-            .map(history_row)
-            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode runs"))?;
+        let started = self.read_runs(
+            "read new runs",
+            LIGHT_HISTORY_COLUMNS,
+            "SELECT {cols} FROM cron_runs WHERE id > ? ORDER BY cron_runs.id LIMIT ?",
+            |q| q.bind(cursor.started_id).bind(limit),
+            history_row,
+        );
+        let ended = self.read_runs(
+            "read ended runs",
+            LIGHT_HISTORY_COLUMNS,
+            "SELECT {cols} FROM cron_runs WHERE ended > ? OR (ended = ? AND id > ?) \
+             ORDER BY cron_runs.ended, cron_runs.id LIMIT ?",
+            |q| {
+                q.bind(cursor.ended)
+                    .bind(cursor.ended)
+                    .bind(cursor.ended_id)
+                    .bind(limit)
+            },
+            history_row,
+        );
+        let mut runs = started.await?;
+        runs.extend(ended.await?);
         runs.sort_by_key(|r| (r.id, r.ended));
         runs.dedup_by(|a, b| a.id == b.id && a.ended == b.ended);
         Ok(runs)
@@ -282,21 +276,16 @@ impl Store {
     /// The runs that were under way at some time in `from..to`: ended in it, or not ended
     /// and started before `to`; at most `limit`, by start.
     pub async fn runs_in_window(&self, from: i64, to: i64, limit: i64) -> Result<Vec<HistoryRow>> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT {LIGHT_HISTORY_COLUMNS} FROM cron_runs WHERE (ended >= ? AND started < ?) \
-             OR (ended IS NULL AND started < ? AND outcome = 'running') ORDER BY started, id LIMIT ?"
-        ))))
-        .bind(from)
-        .bind(to)
-        .bind(to)
-        .bind(limit)
-        .fetch_all(&self.db)
+        self.read_runs(
+            "read runs in window",
+            LIGHT_HISTORY_COLUMNS,
+            "SELECT {cols} FROM cron_runs WHERE (ended >= ? AND started < ?) \
+             OR (ended IS NULL AND started < ? AND outcome = 'running') \
+             ORDER BY cron_runs.started, cron_runs.id LIMIT ?",
+            |q| q.bind(from).bind(to).bind(to).bind(limit),
+            history_row,
+        )
         .await
-        .map_err(sql_err!(self, "read runs in window"))?;
-        rows.iter()
-            .map(history_row)
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "decode runs"))
     }
 
     /// Records an API token (its prefix and the hash of its secret) and the audit entry, in one
