@@ -256,8 +256,12 @@ impl Store {
         .bind(id)
         .bind(node.to_string())
         .fetch_optional(&self.db)
-        .await
-        .map_err(sql_err!(self, "claim event"))?;
+        .await;
+        let row = match row {
+            Ok(row) => row,
+            Err(sqlx::Error::Decode(e)) => return self.event_unreadable(id, node, &e).await,
+            Err(e) => return Err(sql_err!(self, "claim event")(e)),
+        };
         let Some(r) = row else { return Ok(None) };
         let claim = (|| -> std::result::Result<EventClaim, sqlx::Error> {
             Ok(EventClaim {
@@ -272,9 +276,35 @@ impl Store {
                 node: r.try_get("node")?,
                 now: r.try_get("db_now")?,
             })
-        })()
+        })();
+        match claim {
+            Ok(claim) => Ok(Some(claim)),
+            Err(e) => self.event_unreadable(id, node, &e).await,
+        }
+    }
+
+    /// An event this node claimed but cannot read (text that is not UTF-8, or a value of
+    /// another type, written with SQL): it is not delivered, but recorded `failed` with the
+    /// reason, rather than claimed again at the end of every lease.
+    async fn event_unreadable(
+        &self,
+        id: i64,
+        node: &str,
+        e: &(dyn std::fmt::Display + Sync),
+    ) -> Result<Option<EventClaim>> {
+        let error = format!("the event cannot be read: {e}");
+        tracing::warn!(event = id, error = %error, "an event that cannot be read; recorded failed");
+        sqlx::query(AssertSqlSafe(self.dialect.render(
+            "UPDATE cron_events SET state = 'failed', next_try = NULL, error = ? \
+             WHERE id = ? AND node = ? AND state = 'sending'",
+        )))
+        .bind(error)
+        .bind(id)
+        .bind(node.to_string())
+        .execute(&self.db)
+        .await
         .map_err(sql_err!(self, "claim event"))?;
-        Ok(Some(claim))
+        Ok(None)
     }
 
     /// Writes how a claimed delivery ended, under the claim's token; `false` when the claim was
@@ -346,40 +376,54 @@ impl Store {
         } else {
             ""
         };
-        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT id, job_name, kind, run_id, created, state, tries, node, sent, error, \
-             CASE WHEN kind = 'lost_record' THEN payload END AS lost \
-             FROM cron_events {filter} ORDER BY id DESC LIMIT ?"
-        ))));
-        if let Some(j) = job {
-            q = q.bind(j.to_string());
-        }
-        let rows = q
-            .bind(limit)
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read events"))?;
-        rows.iter()
-            .map(|r| {
-                let lost: Option<String> = r.try_get("lost")?;
+        // Read as bytes when some text is not UTF-8 (written with SQL on SQLite or MariaDB):
+        // shown with replacements; an event whose numbers cannot be read is left out.
+        let (rows, _) = self
+            .read_job_rows(
+                "read events",
+                |bytes| {
+                    let cols = dialect::select_list(
+                        self.dialect,
+                        &["job_name", "kind", "state", "node", "error"],
+                        &["id", "run_id", "created", "tries", "sent"],
+                        bytes,
+                    );
+                    let payload = match bytes {
+                        true => dialect::bytes_of(self.dialect, "payload"),
+                        false => "payload".to_string(),
+                    };
+                    self.dialect.render(&format!(
+                        "SELECT {cols}, CASE WHEN kind = 'lost_record' THEN {payload} END AS lost \
+                         FROM cron_events {filter} ORDER BY cron_events.id DESC LIMIT ?"
+                    ))
+                },
+                |q| match job {
+                    Some(j) => q.bind(j.to_string()).bind(limit),
+                    None => q.bind(limit),
+                },
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let text = |c: &str| text_lossy(r, c).ok().flatten();
+                let lost = text("lost");
                 let lost = lost.as_deref().and_then(lost_detail);
-                let node: Option<String> = r.try_get("node")?;
-                Ok(EventRow {
-                    id: r.try_get("id")?,
-                    job: r.try_get("job_name")?,
-                    kind: r.try_get("kind")?,
-                    run_id: r.try_get("run_id")?,
-                    created: r.try_get("created")?,
-                    state: r.try_get("state")?,
-                    tries: r.try_get("tries")?,
-                    node: node.or_else(|| lost.as_ref().map(|l| l.0.clone())),
-                    sent: r.try_get("sent")?,
-                    error: r.try_get("error")?,
+                Some(EventRow {
+                    id: r.try_get("id").ok()?,
+                    job: text("job_name").unwrap_or_default(),
+                    kind: text("kind").unwrap_or_default(),
+                    run_id: r.try_get("run_id").ok()?,
+                    created: r.try_get("created").ok()?,
+                    state: text("state").unwrap_or_default(),
+                    tries: r.try_get("tries").ok()?,
+                    node: text("node").or_else(|| lost.as_ref().map(|l| l.0.clone())),
+                    sent: r.try_get("sent").ok()?,
+                    error: text("error"),
                     detail: lost.map(|l| l.1),
                 })
             })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read events"))
+            .collect())
     }
 
     /// Whether any job row has its own alert settings.
@@ -394,21 +438,34 @@ impl Store {
 
     /// Every job's dead-man's switch state.
     pub async fn watch_rows(&self) -> Result<Vec<WatchRow>> {
-        let rows = sqlx::query("SELECT job_name, since, last_ok, fired_for FROM cron_watch")
-            .fetch_all(&self.db)
-            .await
-            .map_err(sql_err!(self, "read watches"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(WatchRow {
-                    job: r.try_get("job_name")?,
-                    since: r.try_get("since")?,
-                    last_ok: r.try_get("last_ok")?,
-                    fired_for: r.try_get("fired_for")?,
+        // Read as bytes when a name is not UTF-8 (written with SQL on SQLite or MariaDB): that
+        // watch is left out, as one of no job, and the others go on being checked.
+        let (rows, _) = self
+            .read_job_rows(
+                "read watches",
+                |bytes| {
+                    let cols = dialect::select_list(
+                        self.dialect,
+                        &["job_name"],
+                        &["since", "last_ok", "fired_for"],
+                        bytes,
+                    );
+                    format!("SELECT {cols} FROM cron_watch")
+                },
+                |q| q,
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some(WatchRow {
+                    job: text_column(r, "job_name").ok().flatten()?,
+                    since: r.try_get("since").ok()?,
+                    last_ok: r.try_get("last_ok").ok()?,
+                    fired_for: r.try_get("fired_for").ok()?,
                 })
             })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(sql_err!(self, "read watches"))
+            .collect())
     }
 
     /// Starts watching `job` now, with its newest kept success as its last one.

@@ -276,8 +276,10 @@ impl Store {
     }
 
     async fn record_lock_release(&self, r: &sqlx::any::AnyRow, how: &str) -> Result<()> {
-        let get_s = |c: &str| r.try_get::<Option<String>, _>(c);
-        let name: String = r.try_get("name").map_err(err!(self, "read lock"))?;
+        let get_s = |c: &str| super::text_lossy(r, c);
+        let name: String = get_s("name")
+            .map_err(err!(self, "read lock"))?
+            .unwrap_or_default();
         sqlx::query(AssertSqlSafe(self.upsert_lock_summary()))
             .bind(name)
             .bind(get_s("owner").map_err(err!(self, "read lock"))?)
@@ -299,19 +301,23 @@ impl Store {
 
     /// Removes requests of `name` whose lease ended, recording expired holds. Returns how many.
     pub async fn lock_reap(&self, name: &str) -> Result<usize> {
-        let rows = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "SELECT id, name, owner, host, pid, state, acquired_at FROM cron_lock_waiters \
-             WHERE name = ? AND lease_until <= {now}",
-        )))
+        // The text as bytes, shown with replacements: an owner or host that is not UTF-8
+        // (written with SQL on SQLite or MariaDB) failed this read, and every `sqlcron lock` of
+        // that name at its start, for good (the request it could not read was never reaped).
+        let rows = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+            "SELECT id, name, {}, pid, acquired_at FROM cron_lock_waiters \
+             WHERE name = ? AND lease_until <= {{now}}",
+            super::dialect::as_bytes(self.dialect(), ["owner", "host", "state"])
+        ))))
         .bind(name.to_string())
         .fetch_all(&self.db)
         .await
         .map_err(err!(self, "find expired locks"))?;
         for r in &rows {
             let id: i64 = r.try_get("id").map_err(err!(self, "find expired locks"))?;
-            let state: String = r
-                .try_get("state")
-                .map_err(err!(self, "find expired locks"))?;
+            let state = super::text_lossy(r, "state")
+                .map_err(err!(self, "find expired locks"))?
+                .unwrap_or_default();
             let deleted = sqlx::query(AssertSqlSafe(
                 self.dialect()
                     .render("DELETE FROM cron_lock_waiters WHERE id = ? AND lease_until <= {now}"),
@@ -339,10 +345,13 @@ impl Store {
     /// As [`Store::locks`], with at most `limit` holders and waiters and `limit` idle names
     /// (the most recently released of them): what a page can show.
     pub async fn locks_bounded(&self, limit: i64) -> Result<Vec<LockRow>> {
-        let live = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "SELECT id, name, owner, host, pid, state, enqueued_at, acquired_at, lease_until \
-             FROM cron_lock_waiters WHERE lease_until > {now} ORDER BY name, id LIMIT ?",
-        )))
+        // The text as bytes, shown with replacements (see `lock_reap`); a row whose numbers
+        // cannot be read is left out.
+        let live = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+            "SELECT id, {}, pid, enqueued_at, acquired_at, lease_until FROM cron_lock_waiters \
+             WHERE lease_until > {{now}} ORDER BY cron_lock_waiters.name, id LIMIT ?",
+            super::dialect::as_bytes(self.dialect(), ["name", "owner", "host", "state"])
+        ))))
         .bind(limit)
         .fetch_all(&self.db)
         .await
@@ -350,54 +359,64 @@ impl Store {
         let mut out = Vec::new();
         let mut busy = std::collections::HashSet::new();
         for r in &live {
+            let text = |c: &str| super::text_lossy(r, c);
             let decode = || -> std::result::Result<LockRow, sqlx::Error> {
-                let state: String = r.try_get("state")?;
+                let state = text("state")?.unwrap_or_default();
                 Ok(LockRow {
-                    name: r.try_get("name")?,
+                    name: text("name")?.unwrap_or_default(),
                     since: if state == "holding" {
                         r.try_get("acquired_at")?
                     } else {
                         r.try_get("enqueued_at")?
                     },
                     state,
-                    owner: r.try_get("owner")?,
-                    host: r.try_get("host")?,
+                    owner: text("owner")?,
+                    host: text("host")?,
                     pid: r.try_get("pid")?,
                     until: r.try_get("lease_until")?,
                     token: r.try_get("id")?,
                 })
             };
-            let row = decode().map_err(err!(self, "list locks"))?;
+            let Ok(row) = decode() else { continue };
             busy.insert(row.name.clone());
             out.push(row);
         }
-        let mut idle = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "SELECT name, last_owner, last_host, last_pid, last_acquired, last_released, last_release \
-             FROM cron_locks ORDER BY last_released DESC, name LIMIT ?",
-        )))
+        let mut idle = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+            "SELECT {}, last_pid, last_acquired, last_released FROM cron_locks \
+             ORDER BY last_released DESC, cron_locks.name LIMIT ?",
+            super::dialect::as_bytes(
+                self.dialect(),
+                ["name", "last_owner", "last_host", "last_release"]
+            )
+        ))))
         .bind(limit)
         .fetch_all(&self.db)
         .await
         .map_err(err!(self, "list locks"))?;
-        idle.sort_by_cached_key(|r| r.try_get::<String, _>("name").unwrap_or_default());
+        idle.sort_by_cached_key(|r| {
+            super::text_lossy(r, "name")
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        });
         for r in &idle {
+            let text = |c: &str| super::text_lossy(r, c);
             let decode = || -> std::result::Result<LockRow, sqlx::Error> {
                 Ok(LockRow {
-                    name: r.try_get("name")?,
+                    name: text("name")?.unwrap_or_default(),
                     state: format!(
                         "free (last release {})",
-                        r.try_get::<Option<String>, _>("last_release")?
-                            .unwrap_or_default()
+                        text("last_release")?.unwrap_or_default()
                     ),
-                    owner: r.try_get("last_owner")?,
-                    host: r.try_get("last_host")?,
+                    owner: text("last_owner")?,
+                    host: text("last_host")?,
                     pid: r.try_get("last_pid")?,
                     since: r.try_get("last_acquired")?,
                     until: r.try_get("last_released")?,
                     token: None,
                 })
             };
-            let row = decode().map_err(err!(self, "list locks"))?;
+            let Ok(row) = decode() else { continue };
             if !busy.contains(&row.name) {
                 out.push(row);
             }

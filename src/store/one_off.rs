@@ -103,14 +103,19 @@ impl Store {
         if marked.rows_affected() == 0 {
             return Ok(vec![]);
         }
-        let names: Vec<String> = sqlx::query_scalar(AssertSqlSafe(
-            self.dialect
-                .render("SELECT name FROM cron_table WHERE changed_by = ? ORDER BY name"),
-        ))
+        // As bytes, shown with replacements: a name that is not UTF-8 (written with SQL on
+        // SQLite or MariaDB) would fail this read, and every round's expiry with it.
+        let names: Vec<String> = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT {} AS name FROM cron_table WHERE changed_by = ? ORDER BY cron_table.name",
+            dialect::bytes_of(self.dialect, "name")
+        ))))
         .bind(removing.clone())
         .fetch_all(&mut *tx)
         .await
-        .map_err(sql_err!(self, "read done one-offs"))?;
+        .map_err(sql_err!(self, "read done one-offs"))?
+        .iter()
+        .filter_map(|r| text_lossy(r, "name").ok().flatten())
+        .collect();
         sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("DELETE FROM cron_table WHERE changed_by = ?"),

@@ -456,6 +456,16 @@ mod text_not_utf8 {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_other_tables() {
+        super::text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(Dialect::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_other_tables() {
+        super::text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(Dialect::Mysql).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_refuses_it() {
         let db = crate::util::TestDb::new(Dialect::Postgres).await;
         let store = db.store().await;
@@ -755,6 +765,89 @@ async fn a_name_that_is_not_utf8_holds_up_no_walk_of_the_job_list(dialect: Diale
             .unwrap();
         assert_eq!(seen, ["a", "c", &format!("#{bad_id}"), "z"], "{sort:?}");
     }
+    store.close().await;
+}
+
+/// The event deliveries, the watches of the missed-run alerts, the expiry of one-off jobs and
+/// the locks each read text a writer could put there: one value that is not UTF-8 failed every
+/// delivery claim of that event (claimed again at each lease's end), every round of the
+/// watches and the expiry, and every `sqlcron lock` of that name and the list of locks.
+async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Dialect) {
+    use sqlcron::model::actor::Actor;
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let bad = if dialect == Dialect::Mysql {
+        "X'EDA080'"
+    } else {
+        "CAST(X'FF' AS TEXT)"
+    };
+    let named = if dialect == Dialect::Mysql {
+        "X'6EEDA080'"
+    } else {
+        "CAST(X'6EFF' AS TEXT)"
+    };
+    for sql in [
+        format!(
+            "INSERT INTO cron_events (dedupe, job_name, kind, created, hook, payload, state, \
+             next_try) VALUES ('d', 'j', 'failure', 0, 'h', {bad}, 'pending', 0)"
+        ),
+        format!("INSERT INTO cron_watch (job_name, since) VALUES ({named}, 0), ('w', 0)"),
+        format!(
+            "INSERT INTO cron_lock_waiters (name, size, owner, host, state, enqueued_at, \
+             acquired_at, lease_until) VALUES ('L', 1, {bad}, 'h', 'holding', 0, 0, 1), \
+             ('M', 1, {bad}, 'h', 'waiting', 0, NULL, 9000000000000000)"
+        ),
+        format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, source, last_end) \
+             VALUES ({named}, '@at 2000-01-01T00:00:00Z', 'true', 9223372036854775807, 'sql', 1)"
+        ),
+    ] {
+        store.execute_raw(&sql).await.unwrap();
+    }
+    let id = store
+        .scalar_i64("SELECT id FROM cron_events")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.event_claim(id, "n", 60_000).await.unwrap(), None);
+    let state = store
+        .scalars::<String>("SELECT state FROM cron_events")
+        .await
+        .unwrap();
+    assert_eq!(state, ["failed"]);
+    let events = store.events(None, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(
+        events[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("the event cannot be read")),
+        "{events:?}"
+    );
+    let watches = store.watch_rows().await.unwrap();
+    assert_eq!(
+        watches.iter().map(|w| w.job.as_str()).collect::<Vec<_>>(),
+        ["w"]
+    );
+    let locks = store.locks().await.unwrap();
+    assert_eq!(
+        locks.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+        ["M"]
+    );
+    assert_eq!(store.lock_reap("L").await.unwrap(), 1);
+    let actor = Actor {
+        who: "test".into(),
+        host: None,
+        pid: None,
+    };
+    assert_eq!(
+        store
+            .remove_done_one_offs(i64::MAX, &actor)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     store.close().await;
 }
 
