@@ -52,6 +52,12 @@ fn calendar_columns(dialect: Dialect, bytes: bool) -> String {
 impl Store {
     /// Every calendar, by name.
     pub async fn calendars(&self) -> Result<Vec<CalendarRow>> {
+        Ok(self.read_calendars().await?.0)
+    }
+
+    /// Every calendar that can be read, and the names of those whose name can be read but
+    /// whose entries cannot (the apply writes such a calendar of the TOML anew).
+    async fn read_calendars(&self) -> Result<(Vec<CalendarRow>, Vec<String>)> {
         let (rows, _) = self
             .read_job_rows(
                 "read calendars",
@@ -62,7 +68,12 @@ impl Store {
                 |q| q,
             )
             .await?;
-        Ok(rows.iter().filter_map(calendar_row).collect())
+        let unreadable = rows
+            .iter()
+            .filter(|r| calendar_row(r).is_none())
+            .filter_map(|r| text_column(r, "name").ok().flatten())
+            .collect();
+        Ok((rows.iter().filter_map(calendar_row).collect(), unreadable))
     }
 
     /// The calendars named (those that exist).
@@ -108,7 +119,7 @@ impl Store {
         defs: &[(String, String)],
         actor: &Actor,
     ) -> Result<CalendarReport> {
-        let stored = self.calendars().await?;
+        let (stored, unreadable) = self.read_calendars().await?;
         let mut report = CalendarReport::default();
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         for (name, entries) in defs {
@@ -121,6 +132,12 @@ impl Store {
                 Some(_) => {
                     "UPDATE cron_calendars SET entries = ?, from_toml = 1, changed_by = ? \
                      WHERE name = ? AND entries = ? AND from_toml = ?"
+                }
+                // Stored with entries that cannot be read (written with SQL): written anew,
+                // with no fence on what could not be read.
+                None if unreadable.contains(name) => {
+                    "UPDATE cron_calendars SET entries = ?, from_toml = 1, changed_by = ? \
+                     WHERE name = ?"
                 }
                 None => {
                     "INSERT INTO cron_calendars (entries, from_toml, changed_by, name) \

@@ -148,7 +148,16 @@ impl Store {
         .and_then(|r| r.try_get("n"))
         .map_err(sql_err!(self, "count jobs"))?;
 
-        let due = format!("COALESCE(next_exec, {PARKED})");
+        // As the cursor takes it (`JobSort::cursor`): a `next_exec` that is not a number (text
+        // a writer put there on SQLite) counts as parked, so the pages go past it.
+        let due = match self.dialect {
+            Dialect::Sqlite => {
+                format!(
+                    "(CASE WHEN typeof(next_exec) = 'integer' THEN next_exec ELSE {PARKED} END)"
+                )
+            }
+            _ => format!("COALESCE(next_exec, {PARKED})"),
+        };
         let (page_cond, order, cursor_binds): (String, String, Vec<Bind>) = match (sort, after) {
             (JobSort::Name, after) => {
                 let (name, page_binds) = cursor_name(after.unwrap_or(""));

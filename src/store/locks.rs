@@ -305,9 +305,14 @@ impl Store {
         // (written with SQL on SQLite or MariaDB) failed this read, and every `sqlcron lock` of
         // that name at its start, for good (the request it could not read was never reaped).
         let rows = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
-            "SELECT id, name, {}, pid, acquired_at FROM cron_lock_waiters \
+            "SELECT id, name, {} FROM cron_lock_waiters \
              WHERE name = ? AND lease_until <= {{now}}",
-            super::dialect::as_bytes(self.dialect(), ["owner", "host", "state"])
+            super::dialect::select_list(
+                self.dialect(),
+                &["owner", "host", "state"],
+                &["pid", "acquired_at"],
+                true
+            )
         ))))
         .bind(name.to_string())
         .fetch_all(&self.db)
@@ -348,9 +353,14 @@ impl Store {
         // The text as bytes, shown with replacements (see `lock_reap`); a row whose numbers
         // cannot be read is left out.
         let live = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
-            "SELECT id, {}, pid, enqueued_at, acquired_at, lease_until FROM cron_lock_waiters \
+            "SELECT id, {} FROM cron_lock_waiters \
              WHERE lease_until > {{now}} ORDER BY cron_lock_waiters.name, id LIMIT ?",
-            super::dialect::as_bytes(self.dialect(), ["name", "owner", "host", "state"])
+            super::dialect::select_list(
+                self.dialect(),
+                &["name", "owner", "host", "state"],
+                &["pid", "enqueued_at", "acquired_at", "lease_until"],
+                true
+            )
         ))))
         .bind(limit)
         .fetch_all(&self.db)
@@ -382,11 +392,13 @@ impl Store {
             out.push(row);
         }
         let mut idle = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
-            "SELECT {}, last_pid, last_acquired, last_released FROM cron_locks \
-             ORDER BY last_released DESC, cron_locks.name LIMIT ?",
-            super::dialect::as_bytes(
+            "SELECT {} FROM cron_locks ORDER BY cron_locks.last_released DESC, cron_locks.name \
+             LIMIT ?",
+            super::dialect::select_list(
                 self.dialect(),
-                ["name", "last_owner", "last_host", "last_release"]
+                &["name", "last_owner", "last_host", "last_release"],
+                &["last_pid", "last_acquired", "last_released"],
+                true
             )
         ))))
         .bind(limit)

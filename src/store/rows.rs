@@ -114,8 +114,8 @@ pub(crate) fn text_lossy(row: &AnyRow, col: &str) -> Result<Option<String>, sqlx
     }
 }
 
-/// A row whose identity (`id`, `token`) cannot be read at all: it can be neither claimed
-/// safely nor parked, only reported.
+/// A row whose identity (`id`) cannot be read at all: it can be neither claimed safely nor
+/// parked, only reported.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cron_table row {id:?}: {message}")]
 pub struct UnreadableRow {
@@ -126,7 +126,7 @@ pub struct UnreadableRow {
 impl JobRow {
     /// Decodes one row (`bytes`: its text columns read as bytes). A bad value in any column but
     /// the row's identity is kept in [`JobRow::decode_error`] (the row is then parked with that
-    /// message); only a row whose `id` or `token` cannot be read is an error.
+    /// message); only a row whose `id` cannot be read is an error.
     pub(crate) fn from_row(
         row: &AnyRow,
         bytes: bool,
@@ -135,15 +135,16 @@ impl JobRow {
             id: None,
             message: e.to_string(),
         })?;
-        let token: i64 = row.try_get("token").map_err(|e| UnreadableRow {
-            id: Some(id),
-            message: format!("column token: {e}"),
-        })?;
         let mut r = Lenient {
             row,
             error: None,
             bytes,
         };
+        // SQLite keeps text a writer puts in `token`: such a row is parked like any other bad
+        // value (the park is fenced by the row's id, before any claim; a claim's `token + 1`
+        // makes it a number). Left alone, it waited for preparation forever, and every node
+        // looked for it again at each poll.
+        let token = r.int("token").unwrap_or(0);
         let mut policy = BTreeMap::new();
         for col in POLICY_COLUMNS {
             let v = match col {

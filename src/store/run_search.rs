@@ -98,10 +98,11 @@ impl Store {
         // the node) first, the planner walks that index and stops at the page, where by `id` alone it may
         // walk the primary key through every other job's runs to find them.
         let order = match (&filter.job, &filter.outcome, &filter.node) {
-            (Some(_), _, _) => format!("job_name {dir}, id {dir}"),
-            (None, Some(_), _) => format!("outcome {dir}, id {dir}"),
-            (None, None, Some(_)) => format!("node {dir}, id {dir}"),
-            (None, None, None) => format!("id {dir}"),
+            // (The columns, not the names of columns a read as bytes casts.)
+            (Some(_), _, _) => format!("cron_runs.job_name {dir}, cron_runs.id {dir}"),
+            (None, Some(_), _) => format!("cron_runs.outcome {dir}, cron_runs.id {dir}"),
+            (None, None, Some(_)) => format!("cron_runs.node {dir}, cron_runs.id {dir}"),
+            (None, None, None) => format!("cron_runs.id {dir}"),
         };
         let order = order.as_str();
         if let Some(text) = filter.text.as_deref().filter(|t| !t.is_empty()) {
