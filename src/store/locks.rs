@@ -180,9 +180,16 @@ impl Store {
 
     /// Ends a request: removes it, and records a clean release if it held the lock.
     pub async fn lock_release(&self, id: i64) -> Result<()> {
-        let row = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "SELECT name, owner, host, pid, state, acquired_at FROM cron_lock_waiters WHERE id = ?",
-        )))
+        // The text as bytes, shown with replacements (see `lock_reap`).
+        let row = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+            "SELECT {} FROM cron_lock_waiters WHERE id = ?",
+            super::dialect::select_list(
+                self.dialect(),
+                &["name", "owner", "host", "state"],
+                &["pid", "acquired_at"],
+                true
+            )
+        ))))
         .bind(id)
         .fetch_optional(&self.db)
         .await
@@ -196,7 +203,9 @@ impl Store {
         .await
         .map_err(err!(self, "release lock"))?;
         if let Some(r) = row {
-            let state: String = r.try_get("state").map_err(err!(self, "read lock"))?;
+            let state = super::text_lossy(&r, "state")
+                .map_err(err!(self, "read lock"))?
+                .unwrap_or_default();
             match state.as_str() {
                 "holding" => self.record_lock_release(&r, "clean").await?,
                 "broken" => self.record_lock_release(&r, "broken").await?,
@@ -221,10 +230,19 @@ impl Store {
         actor: &crate::model::actor::Actor,
     ) -> Result<Vec<LockRow>> {
         let mut tx = self.begin_write().await.map_err(err!(self, "begin"))?;
-        let select = "SELECT id, name, owner, host, pid, acquired_at, lease_until \
-                      FROM cron_lock_waiters \
-                      WHERE name = ? AND state = 'holding' AND lease_until > {now} ORDER BY id";
-        let rows = sqlx::query(AssertSqlSafe(self.dialect().render(select)))
+        // The text as bytes, shown with replacements (see `lock_reap`): a holder's owner that is
+        // not UTF-8 failed every `sqlcron unlock` of that lock.
+        let select = format!(
+            "SELECT id, {} FROM cron_lock_waiters \
+             WHERE name = ? AND state = 'holding' AND lease_until > {{now}} ORDER BY id",
+            super::dialect::select_list(
+                self.dialect(),
+                &["name", "owner", "host"],
+                &["pid", "acquired_at", "lease_until"],
+                true
+            )
+        );
+        let rows = sqlx::query(AssertSqlSafe(self.dialect().render(&select)))
             .bind(name.to_string())
             .fetch_all(&mut *tx)
             .await
@@ -232,12 +250,12 @@ impl Store {
         let mut broken = Vec::new();
         for r in &rows {
             let row = LockRow {
-                name: r.try_get("name").map_err(err!(self, "find lock holders"))?,
+                name: super::text_lossy(r, "name")
+                    .map_err(err!(self, "find lock holders"))?
+                    .unwrap_or_default(),
                 state: "broken".into(),
-                owner: r
-                    .try_get("owner")
-                    .map_err(err!(self, "find lock holders"))?,
-                host: r.try_get("host").map_err(err!(self, "find lock holders"))?,
+                owner: super::text_lossy(r, "owner").map_err(err!(self, "find lock holders"))?,
+                host: super::text_lossy(r, "host").map_err(err!(self, "find lock holders"))?,
                 pid: r.try_get("pid").map_err(err!(self, "find lock holders"))?,
                 since: r
                     .try_get("acquired_at")

@@ -814,7 +814,8 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
         format!(
             "INSERT INTO cron_lock_waiters (name, size, owner, host, state, enqueued_at, \
              acquired_at, lease_until) VALUES ('L', 1, {bad}, 'h', 'holding', 0, 0, 1), \
-             ('M', 1, {bad}, 'h', 'waiting', 0, NULL, 9000000000000000)"
+             ('M', 1, {bad}, 'h', 'waiting', 0, NULL, 9000000000000000), \
+             ('K', 1, {bad}, 'h', 'holding', 0, 0, 9000000000000000)"
         ),
         format!(
             "INSERT INTO cron_table (name, schedule, command, next_exec, source, last_end) \
@@ -851,7 +852,7 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
     let locks = store.locks().await.unwrap();
     assert_eq!(
         locks.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
-        ["M"]
+        ["K", "M"]
     );
     assert_eq!(store.lock_reap("L").await.unwrap(), 1);
     let actor = Actor {
@@ -859,6 +860,8 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
         host: None,
         pid: None,
     };
+    // `sqlcron unlock` of a lock whose holder's owner is such text.
+    assert_eq!(store.lock_break("K", None, &actor).await.unwrap().len(), 1);
     assert_eq!(
         store
             .remove_done_one_offs(i64::MAX, &actor)
