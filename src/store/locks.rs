@@ -423,12 +423,7 @@ impl Store {
         .fetch_all(&self.db)
         .await
         .map_err(err!(self, "list locks"))?;
-        idle.sort_by_cached_key(|r| {
-            super::text_lossy(r, "name")
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-        });
+        idle.sort_by_cached_key(|r| super::text_lossy(r, "name").ok().flatten());
         for r in &idle {
             let text = |c: &str| super::text_lossy(r, c);
             let decode = || -> std::result::Result<LockRow, sqlx::Error> {
