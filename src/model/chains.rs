@@ -306,6 +306,13 @@ mod tests {
             t.iter().map(|t| t.run.id).collect::<Vec<_>>(),
             vec![10, 12, 13]
         );
+        // A record the store could not read (`unreadable`) is passed over: no trigger, and the
+        // cursor goes on past it.
+        let unread = [run(20, "unreadable", 0), run(21, "ok", 7_000)];
+        let (t, cursor) = triggers(&done, &unread, 15, 8_000);
+        assert_eq!(t.iter().map(|t| t.run.id).collect::<Vec<_>>(), vec![21]);
+        assert_eq!(cursor, 21);
+        assert_eq!(triggers(&done, &unread[..1], 15, 8_000), (vec![], 20));
         let failure = After {
             on: On::Failure,
             ..success.clone()

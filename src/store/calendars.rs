@@ -44,9 +44,20 @@ fn calendar_row(r: &sqlx::any::AnyRow) -> Option<CalendarRow> {
     }
 }
 
-/// The columns of a calendar read, as text or (`bytes`) as bytes.
+/// The columns of a calendar read, as text or (`bytes`) as bytes. SQLite keeps a name written
+/// as a blob or a number as such, and no `name = ?` (the apply's fenced writes, a job's look
+/// for its calendar) ever matches it: such a row is read with no name, so left out as one that
+/// cannot be read (the apply's write of the TOML's calendar of that name is then an insert).
 fn calendar_columns(dialect: Dialect, bytes: bool) -> String {
-    dialect::select_list(dialect, &["name", "entries"], &["from_toml"], bytes)
+    let rest = dialect::select_list(dialect, &["entries"], &["from_toml"], bytes);
+    let name = match (dialect, bytes) {
+        (Dialect::Sqlite, false) => "CASE WHEN typeof(name) = 'text' THEN name END AS name".into(),
+        (Dialect::Sqlite, true) => {
+            "CASE WHEN typeof(name) = 'text' THEN CAST(name AS BLOB) END AS name".into()
+        }
+        _ => dialect::select_list(dialect, &["name"], &[], bytes),
+    };
+    format!("{name}, {rest}")
 }
 
 impl Store {

@@ -104,21 +104,42 @@ pub struct WatchRow {
 const RECORD_COLUMNS: &str = "id, job_name, slot, attempt, node, started, ended, outcome, \
     exit_code, exit_signal, output, skipped_count, message";
 
+/// A run record as the alert scan pages through them: its keys (`id`, `ended`) as they are;
+/// a record whose other numbers cannot be read (text a writer put there, on SQLite) is kept
+/// with the outcome [`UNREADABLE`](super::run_reads::UNREADABLE), which raises no event, so
+/// that the scan pages past it (left out, a batch of such records stopped the scan there).
 fn record(r: &sqlx::any::AnyRow) -> std::result::Result<Record, sqlx::Error> {
     let text = |col: &str| text_lossy(r, col);
+    let numbers = super::run_reads::lenient_numbers(
+        r,
+        [
+            "slot",
+            "attempt",
+            "started",
+            "exit_code",
+            "exit_signal",
+            "skipped_count",
+        ],
+    );
+    let [slot, attempt, started, exit_code, signal, skipped_count] = numbers.values;
+    let id = r.try_get("id")?;
+    let outcome = match numbers.unreadable {
+        true => super::run_reads::unreadable(id),
+        false => text("outcome")?.unwrap_or_default(),
+    };
     Ok(Record {
-        id: r.try_get("id")?,
+        id,
         job: text("job_name")?.unwrap_or_default(),
-        slot: r.try_get("slot")?,
-        attempt: r.try_get("attempt")?,
+        slot: slot.unwrap_or_default(),
+        attempt: attempt.unwrap_or_default(),
         node: text("node")?,
-        started: r.try_get("started")?,
+        started,
         ended: r.try_get("ended")?,
-        outcome: text("outcome")?.unwrap_or_default(),
-        exit_code: r.try_get("exit_code")?,
-        signal: r.try_get("exit_signal")?,
+        outcome,
+        exit_code,
+        signal,
         output: text("output")?,
-        skipped_count: r.try_get("skipped_count")?,
+        skipped_count,
         message: text("message")?,
     })
 }

@@ -299,14 +299,9 @@ impl Store {
             .bind(name)
             .bind(get_s("owner").map_err(err!(self, "read lock"))?)
             .bind(get_s("host").map_err(err!(self, "read lock"))?)
-            .bind(
-                r.try_get::<Option<i64>, _>("pid")
-                    .map_err(err!(self, "read lock"))?,
-            )
-            .bind(
-                r.try_get::<Option<i64>, _>("acquired_at")
-                    .map_err(err!(self, "read lock"))?,
-            )
+            // None where a writer put text (SQLite): the release is recorded all the same.
+            .bind(r.try_get::<Option<i64>, _>("pid").ok().flatten())
+            .bind(r.try_get::<Option<i64>, _>("acquired_at").ok().flatten())
             .bind(how.to_string())
             .execute(&self.db)
             .await

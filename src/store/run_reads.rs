@@ -53,6 +53,34 @@ impl Store {
     }
 }
 
+/// The outcome given a run record whose numbers cannot be read, which a scan pages past: no
+/// alert and no chained run is made for it.
+pub const UNREADABLE: &str = "unreadable";
+
+/// [`UNREADABLE`], with a warning naming the record.
+pub(super) fn unreadable(id: i64) -> String {
+    tracing::warn!(
+        run = id,
+        "a cron_runs row whose numbers cannot be read; passed over"
+    );
+    UNREADABLE.to_string()
+}
+
+/// Numbers of a row as read, `None` for one that cannot be; `unreadable` when any could not.
+pub(super) struct LenientNumbers<const N: usize> {
+    pub values: [Option<i64>; N],
+    pub unreadable: bool,
+}
+
+/// `columns` of `r` read as [`LenientNumbers`].
+pub(super) fn lenient_numbers<const N: usize>(r: &AnyRow, columns: [&str; N]) -> LenientNumbers<N> {
+    let read = columns.map(|c| r.try_get::<Option<i64>, _>(c));
+    LenientNumbers {
+        unreadable: read.iter().any(|v| v.is_err()),
+        values: read.map(|v| v.ok().flatten()),
+    }
+}
+
 /// `cols` of `cron_runs` with its text columns as bytes and its numbers as
 /// `dialect::select_list` reads them; an expression (`NULL AS output`) as it is.
 fn run_columns_as_bytes(d: Dialect, cols: &str) -> String {

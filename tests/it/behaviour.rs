@@ -574,10 +574,22 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
     let follows = dir.path().join("follow.txt");
     // And a calendar of the TOML, applied beside the bad one at start (the bad calendar's read
     // as bytes once lost every calendar, and the apply wrote this one again: a unique key).
+    // With the dashboard, whose every page is read below beside those rows.
+    let users = dir.path().join("users");
+    std::fs::write(
+        &users,
+        crate::web::user_line("alice", "operator", "alice-secret"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = crate::util::free_port();
     let jobs = format!(
-        "[[job]]\nname = \"lead\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+        "[web]\nlisten = \"127.0.0.1:{port}\"\nbase_path = \"/cron\"\nusers_file = \"{}\"\n\
+         [[job]]\nname = \"lead\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
          [[job]]\nname = \"follow\"\nafter = [\"lead\"]\ncommand = \"echo x >> {}\"\n\
          [[calendar]]\nname = \"window\"\nentries = [\"weekly Sat 02:00-04:00 Maintenance\"]\n",
+        users.display(),
         follows.display()
     );
     let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
@@ -659,6 +671,48 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
         },
     )
     .await;
+    // Every page and API read of the dashboard answers beside those rows and records.
+    let bad_run = store
+        .scalar_i64("SELECT MAX(id) FROM cron_runs WHERE started = 1 AND job_name = 'good'")
+        .await
+        .unwrap()
+        .unwrap();
+    let mut alice = crate::web::Browser::new(port);
+    assert_eq!(
+        alice.sign_in("alice", "alice-secret").await,
+        reqwest::StatusCode::SEE_OTHER
+    );
+    for page in [
+        String::new(),
+        "/jobs".into(),
+        "/jobs?sort=next".into(),
+        "/jobs/good".into(),
+        "/jobs/bad_due".into(),
+        "/jobs/good/calendar".into(),
+        "/density".into(),
+        "/runs".into(),
+        "/runs?job=good".into(),
+        "/runs?q=x".into(),
+        format!("/runs/{bad_run}"),
+        format!("/runs/{bad_run}/output"),
+        "/timeline".into(),
+        "/locks".into(),
+        "/events".into(),
+        "/audit".into(),
+        "/nodes".into(),
+        "/api/v1/jobs".into(),
+        "/api/v1/jobs/good".into(),
+        "/api/v1/jobs/good/slots".into(),
+        "/api/v1/runs".into(),
+        format!("/api/v1/runs/{bad_run}"),
+        "/api/v1/nodes".into(),
+        "/api/v1/locks".into(),
+        "/api/v1/events".into(),
+        "/api/v1/audit".into(),
+    ] {
+        let (status, body, _) = alice.get(&page).await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{page}: {body}");
+    }
     let cli = cli_path(&dir, &db.url);
     for args in [&["history"][..], &["history", "good"]] {
         let history = sqlcron(&[&["--config", &cli][..], args].concat());
@@ -691,6 +745,22 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
         ))
         .await
         .unwrap();
+    // On SQLite a name written as a blob is kept as one, and no `name = ?` matches it: such a
+    // row of a TOML's calendar (`spare`) failed the apply's fenced update, and one the TOML no
+    // longer defines (`gone`) its removal, three times each: no node could start.
+    let jobs = if dialect == Dialect::Sqlite {
+        for sql in [
+            "INSERT INTO cron_calendars (name, entries, from_toml) \
+             VALUES (X'7370617265', '2000-01-01 x', 1)",
+            "INSERT INTO cron_calendars (name, entries, from_toml) \
+             VALUES (X'676F6E65', '2000-01-01 x', 1)",
+        ] {
+            store.execute_raw(sql).await.unwrap();
+        }
+        format!("{jobs}[[calendar]]\nname = \"spare\"\nentries = [\"2001-01-01 y\"]\n")
+    } else {
+        jobs
+    };
     // Started again: the TOML's calendar is written anew (it was read as none, and its insert
     // failed on the unique key: no node could start), and the good job runs again.
     let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
@@ -711,6 +781,18 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
             .unwrap(),
         Some(1)
     );
+    if dialect == Dialect::Sqlite {
+        assert_eq!(
+            store
+                .scalar_i64(
+                    "SELECT COUNT(*) FROM cron_calendars WHERE name = 'spare' \
+                     AND entries = '2001-01-01 y' AND from_toml = 1"
+                )
+                .await
+                .unwrap(),
+            Some(1)
+        );
+    }
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
     store.close().await;
@@ -869,6 +951,13 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
             .unwrap();
     }
     assert_eq!(store.lock_break("K", None, &actor).await.unwrap().len(), 1);
+    // The broken holder's own release, recorded with its pid left out where it is text.
+    let k = store
+        .scalar_i64("SELECT id FROM cron_lock_waiters WHERE name = 'K'")
+        .await
+        .unwrap()
+        .unwrap();
+    store.lock_release(k).await.unwrap();
     assert_eq!(
         store
             .remove_done_one_offs(i64::MAX, &actor)
@@ -877,6 +966,24 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
             .len(),
         1
     );
+    if dialect == Dialect::Sqlite {
+        // Run records whose numbers are text, more than a batch of the alert scan (500) and of
+        // a chain's look (200): left out, they held both cursors where they were, for good.
+        store
+            .execute_raw(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 600) \
+                 INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
+                 SELECT 'up', 'x' || i, 0, 'n', 1, 10 + i, 'ok' FROM n",
+            )
+            .await
+            .unwrap();
+        let records = store.ended_records(0, (0, -1), 500).await.unwrap();
+        assert_eq!(records.len(), 500);
+        assert!(records.iter().all(|r| r.outcome == "unreadable"));
+        let runs = store.upstream_runs("up", 0, 200).await.unwrap();
+        assert_eq!(runs.len(), 200);
+        assert!(runs.iter().all(|r| r.outcome == "unreadable"));
+    }
     store.close().await;
 }
 
