@@ -283,6 +283,11 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 for n in &report.conflicts {
                     println!("skip {n}: a job of that name was created with SQL");
                 }
+                for (n, twin) in &report.twins {
+                    println!(
+                        "skip {n}: the database takes it for the name of {twin} (MySQL and MariaDB compare names without case)"
+                    );
+                }
                 if report.created.is_empty()
                     && report.updated.is_empty()
                     && report.restored.is_empty()

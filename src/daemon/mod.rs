@@ -280,6 +280,9 @@ impl Daemon {
         for name in &report.conflicts {
             tracing::warn!(job = %name, "TOML job has the name of a job created with SQL; left alone");
         }
+        for (name, twin) in &report.twins {
+            tracing::warn!(job = %name, row = %twin, "TOML job's name is another row's to the database (MySQL and MariaDB compare names without case); left alone");
+        }
         let fingerprint: std::collections::BTreeMap<&str, String> = config
             .jobs
             .iter()

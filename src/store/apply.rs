@@ -163,6 +163,14 @@ impl Store {
                     }
                 }
                 None => {
+                    // MySQL's unique key on the name is blind to case: an insert beside a row
+                    // named `Backup` (made with SQL, or this file's own) failed, and the apply
+                    // with it, at every try, so the node never started. Such a job is left
+                    // alone and reported, as a job made with SQL under its name is.
+                    if let Some(twin) = self.name_twin(&mut tx, &job.name).await? {
+                        report.twins.push((job.name.clone(), twin));
+                        continue;
+                    }
                     report.created.push(job.name.clone());
                     if !dry_run {
                         let cols = JOB_VALUE_COLUMNS.join(", ");
@@ -225,6 +233,32 @@ impl Store {
         }
         tx.commit().await.map_err(sql_err!(self, "commit apply"))?;
         Ok(report)
+    }
+}
+
+impl Store {
+    /// On MySQL and MariaDB, the name of a row other than `name` that the database takes for
+    /// `name` (its collation compares without case); `None` on the other databases, where a
+    /// name equals only itself.
+    async fn name_twin(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        name: &str,
+    ) -> Result<Option<String>> {
+        if self.dialect != Dialect::Mysql {
+            return Ok(None);
+        }
+        let found: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(
+            "SELECT CAST(name AS BINARY) FROM cron_table WHERE name = ?",
+        ))
+        .bind(name.to_string())
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(sql_err!(self, "read jobs for apply"))?;
+        Ok(found
+            .iter()
+            .find(|n| n.as_slice() != name.as_bytes())
+            .map(|n| String::from_utf8_lossy(n).into_owned()))
     }
 }
 

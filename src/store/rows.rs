@@ -329,6 +329,9 @@ pub struct ApplyReport {
     pub restored: Vec<(String, String)>,
     /// TOML jobs whose name belongs to a job created with SQL: left alone.
     pub conflicts: Vec<String>,
+    /// TOML jobs whose name MySQL and MariaDB take for that of another row (they compare names
+    /// without case), with that row's name: left alone.
+    pub twins: Vec<(String, String)>,
 }
 
 /// What a lease extension found.

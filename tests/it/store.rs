@@ -23,6 +23,7 @@ for_each_dialect!(
     a_claimed_row_is_taken_over_only_when_its_lease_ends,
     extend_reports_lost_claims,
     toml_apply_creates_updates_and_removes_only_toml_jobs,
+    names_the_database_takes_for_one_are_reported_not_fatal,
     nodes_applying_one_file_at_once_create_each_job_once,
     pool_deferral_keeps_the_slot_and_a_lost_rerun,
     claim_leaves_out_rows_the_node_supervises,
@@ -924,6 +925,55 @@ async fn nodes_applying_one_file_at_once_create_each_job_once(dialect: Dialect) 
     for s in stores {
         s.close().await;
     }
+}
+
+/// MySQL and MariaDB compare names without case: a TOML job `report` beside a row `Report`
+/// made with SQL, or two TOML jobs `Backup` and `backup`, failed the apply's insert on the
+/// unique key at every try, and the node never started ("database not ready; retrying").
+/// Such a job is left alone and reported now; the other databases take both names.
+async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialect) {
+    use sqlcron::config::{Environment, parse};
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    insert(&store, "Report", "@daily", "true").await;
+    let file = parse(
+        "[[job]]\nname=\"Backup\"\nschedule=\"@daily\"\ncommand=\"true\"\n\
+         [[job]]\nname=\"backup\"\nschedule=\"@daily\"\ncommand=\"true\"\n\
+         [[job]]\nname=\"report\"\nschedule=\"@daily\"\ncommand=\"true\"\n\
+         [[job]]\nname=\"other\"\nschedule=\"@daily\"\ncommand=\"true\"\n",
+        std::path::Path::new("t.toml"),
+        &Environment::default(),
+    )
+    .unwrap();
+    let actor = sqlcron::exec::account::this_process(None);
+    let r = store.apply_toml(&file.jobs, false, &actor).await.unwrap();
+    let names = store
+        .scalars::<String>("SELECT name FROM cron_table ORDER BY id")
+        .await
+        .unwrap();
+    if dialect == Dialect::Mysql {
+        assert_eq!(r.created, ["Backup", "other"]);
+        assert_eq!(
+            r.twins,
+            [
+                ("backup".to_string(), "Backup".to_string()),
+                ("report".to_string(), "Report".to_string())
+            ]
+        );
+        assert_eq!(names, ["Report", "Backup", "other"]);
+    } else {
+        assert_eq!(r.created, ["Backup", "backup", "report", "other"]);
+        assert!(r.twins.is_empty());
+        assert_eq!(names.len(), 5);
+    }
+    // Applied again: nothing more, and no error.
+    let again = store.apply_toml(&file.jobs, false, &actor).await.unwrap();
+    assert!(
+        again.created.is_empty() && again.updated.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(again.twins.len(), r.twins.len());
+    store.close().await;
 }
 
 async fn toml_apply_creates_updates_and_removes_only_toml_jobs(dialect: Dialect) {
