@@ -117,7 +117,13 @@ async fn round(shared: &Shared, scan: &mut Scan) -> Result<(), StoreError> {
         return Ok(());
     }
     let give_up = config.delivery.give_up_after.as_millis() as i64;
-    let position = store.duty_position(ALERTS_DUTY).await?.unwrap_or(now);
+    // Never ahead of the clock: a position a writer set in the future (the largest number)
+    // held the scan there, and every alert of every job with it.
+    let position = store
+        .duty_position(ALERTS_DUTY)
+        .await?
+        .unwrap_or(now)
+        .min(now);
     let from = position.max(now - give_up) - OVERLAP_MS;
     let mut jobs: HashMap<String, Option<JobAlerts>> = HashMap::new();
     let mut after = (from, -1);

@@ -77,6 +77,43 @@ impl Store {
             .begin_write()
             .await
             .map_err(sql_err!(self, "begin apply"))?;
+        // The removals first: a job the file renames only in case (`Backup` to `backup`) is, on
+        // MySQL, the old row's twin until that row is gone (see `name_twin`).
+        let wanted: std::collections::HashSet<&str> =
+            jobs.iter().map(|j| j.name.as_str()).collect();
+        for (name, (source, _)) in &rows {
+            if source == "toml" && !wanted.contains(name.as_str()) {
+                report.removed.push(name.clone());
+                if !dry_run {
+                    // Marked first, so that the delete trigger knows it is not a plain SQL one.
+                    let marker = self.mark_removal(&mut tx, actor, "apply_remove").await?;
+                    sqlx::query(AssertSqlSafe(self.dialect.render(
+                        "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
+                    )))
+                    .bind(marker.clone())
+                    .bind(name.clone())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql_err!(self, "mark TOML job for removal"))?;
+                    let done = sqlx::query(AssertSqlSafe(
+                        self.dialect
+                            .render("DELETE FROM cron_table WHERE name = ? AND source = 'toml'"),
+                    ))
+                    .bind(name.clone())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql_err!(self, "remove TOML job"))?;
+                    if done.rows_affected() == 0 {
+                        // Removed by another node applying the same file meanwhile.
+                        return Err(StoreError::Raced(format!(
+                            "job \"{name}\" was removed while this apply read it"
+                        )));
+                    }
+                    self.audited(&mut tx, actor, &marker, "apply_remove", name, None)
+                        .await?;
+                }
+            }
+        }
         for job in jobs {
             let hash = job_hash(job);
             let values = job_values(job);
@@ -167,7 +204,7 @@ impl Store {
                     // named `Backup` (made with SQL, or this file's own) failed, and the apply
                     // with it, at every try, so the node never started. Such a job is left
                     // alone and reported, as a job made with SQL under its name is.
-                    if let Some(twin) = self.name_twin(&mut tx, &job.name).await? {
+                    if let Some(twin) = self.name_twin(&mut tx, "cron_table", &job.name).await? {
                         report.twins.push((job.name.clone(), twin));
                         continue;
                     }
@@ -196,61 +233,28 @@ impl Store {
                 }
             }
         }
-        let wanted: std::collections::HashSet<&str> =
-            jobs.iter().map(|j| j.name.as_str()).collect();
-        for (name, (source, _)) in &rows {
-            if source == "toml" && !wanted.contains(name.as_str()) {
-                report.removed.push(name.clone());
-                if !dry_run {
-                    // Marked first, so that the delete trigger knows it is not a plain SQL one.
-                    let marker = self.mark_removal(&mut tx, actor, "apply_remove").await?;
-                    sqlx::query(AssertSqlSafe(self.dialect.render(
-                        "UPDATE cron_table SET changed_by = ? WHERE name = ? AND source = 'toml'",
-                    )))
-                    .bind(marker.clone())
-                    .bind(name.clone())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql_err!(self, "mark TOML job for removal"))?;
-                    let done = sqlx::query(AssertSqlSafe(
-                        self.dialect
-                            .render("DELETE FROM cron_table WHERE name = ? AND source = 'toml'"),
-                    ))
-                    .bind(name.clone())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql_err!(self, "remove TOML job"))?;
-                    if done.rows_affected() == 0 {
-                        // Removed by another node applying the same file meanwhile.
-                        return Err(StoreError::Raced(format!(
-                            "job \"{name}\" was removed while this apply read it"
-                        )));
-                    }
-                    self.audited(&mut tx, actor, &marker, "apply_remove", name, None)
-                        .await?;
-                }
-            }
-        }
         tx.commit().await.map_err(sql_err!(self, "commit apply"))?;
         Ok(report)
     }
 }
 
 impl Store {
-    /// On MySQL and MariaDB, the name of a row other than `name` that the database takes for
-    /// `name` (its collation compares without case); `None` on the other databases, where a
-    /// name equals only itself.
-    async fn name_twin(
+    /// On MySQL and MariaDB, the name of a row of `table` (`cron_table`, `cron_calendars`)
+    /// other than `name` that the database takes for `name` (`cron_table`'s collation compares
+    /// without case; every collation there, `utf8mb4_bin` too, without trailing spaces); `None`
+    /// on the other databases, where a name equals only itself.
+    pub(super) async fn name_twin(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        table: &'static str,
         name: &str,
     ) -> Result<Option<String>> {
         if self.dialect != Dialect::Mysql {
             return Ok(None);
         }
-        let found: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(
-            "SELECT CAST(name AS BINARY) FROM cron_table WHERE name = ?",
-        ))
+        let found: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT CAST(name AS BINARY) FROM {table} WHERE name = ?"
+        )))
         .bind(name.to_string())
         .fetch_all(&mut **tx)
         .await

@@ -20,6 +20,9 @@ pub struct CalendarRow {
 pub struct CalendarReport {
     pub written: Vec<String>,
     pub removed: Vec<String>,
+    /// Calendars of the TOML that MySQL takes for another row's name (one written with SQL
+    /// with trailing spaces), with that row's name: left alone.
+    pub twins: Vec<(String, String)>,
 }
 
 /// A calendar as read, or `None` for one whose name or entries are not UTF-8 (written with
@@ -151,6 +154,13 @@ impl Store {
                      WHERE name = ?"
                 }
                 None => {
+                    // MySQL compares names without trailing spaces: beside a row `holidays `
+                    // made with SQL, the insert failed on the key at every try, and no node
+                    // could start.
+                    if let Some(twin) = self.name_twin(&mut tx, "cron_calendars", name).await? {
+                        report.twins.push((name.clone(), twin));
+                        continue;
+                    }
                     "INSERT INTO cron_calendars (entries, from_toml, changed_by, name) \
                      VALUES (?, 1, ?, ?)"
                 }

@@ -470,14 +470,29 @@ pub fn split_due_name(value: &str) -> Option<(i64, String)> {
     Some((due, name.to_string()))
 }
 
+/// The fencing token after `column`, as every claim of a run, a duty or an event writes it:
+/// one more, wrapping at 2^62 (a count no claim reaches). A token a writer set to the largest
+/// number (`9223372036854775807`, in the row or, for a prepared row, in its run records) made
+/// `token + 1` overflow on PostgreSQL and MySQL, and the whole claim failed on every node at
+/// every poll; such a row's next token is 2^62 now, and the one after it 1.
+pub fn next_token(column: &str) -> String {
+    format!("{column} % {TOKEN_WRAP} + 1")
+}
+
+/// Where a fencing token wraps (see [`next_token`]).
+pub const TOKEN_WRAP: i64 = 1 << 62;
+
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
 /// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
 /// rows the node still supervises, which it must not claim again; then the placement values the
 /// node matches (see [`placement_filter`]); then the node's name again, for its drain flag: a
 /// node drained after its peek claims nothing, whatever peek its pass acts on.
 pub fn claim_sql(dialect: Dialect, excluded: usize, placements: usize) -> String {
-    let set = "prev_exec_by = exec_by, exec_by = ?, token = token + 1, \
-               lease_until = {now} + ?, next_exec = {now} + ?, claimed_at = {now}";
+    let set = format!(
+        "prev_exec_by = exec_by, exec_by = ?, token = {}, \
+         lease_until = {{now}} + ?, next_exec = {{now}} + ?, claimed_at = {{now}}",
+        next_token("token")
+    );
     // A claimed row is taken over only once its lease has ended, whatever its `next_exec`
     // says: sqlcron keeps the two equal while a row is claimed, so this only matters when
     // something else (an operator's SQL, a bug) moved `next_exec` earlier. A claimed row
@@ -514,11 +529,12 @@ pub fn claim_sql(dialect: Dialect, excluded: usize, placements: usize) -> String
         ),
         // SKIP LOCKED: concurrent claimers take different rows instead of queueing.
         Dialect::Postgres => format!(
-            "UPDATE cron_table c SET prev_exec_by = c.exec_by, exec_by = ?, token = c.token + 1, \
+            "UPDATE cron_table c SET prev_exec_by = c.exec_by, exec_by = ?, token = {}, \
              lease_until = {{now}} + ?, next_exec = {{now}} + ?, claimed_at = {{now}} \
              FROM (SELECT id FROM cron_table WHERE {due} ORDER BY next_exec LIMIT ? \
                    FOR UPDATE SKIP LOCKED) d \
              WHERE c.id = d.id AND {} RETURNING {}, {{now}} AS db_now",
+            next_token("c.token"),
             // Unqualified, the columns are `c`'s: `d` has only `id`.
             lease_ended,
             JOB_COLUMNS

@@ -146,8 +146,10 @@ fn record(r: &sqlx::any::AnyRow) -> std::result::Result<Record, sqlx::Error> {
 
 impl Store {
     /// The scan position kept with a duty (`cron_duties.position`).
+    /// `None` too for a position that is not a whole number (text or a REAL a writer put
+    /// there, on SQLite): it failed every round of the scan, for good.
     pub async fn duty_position(&self, name: &str) -> Result<Option<i64>> {
-        let v: Option<Option<i64>> = sqlx::query_scalar(AssertSqlSafe(
+        let row = sqlx::query(AssertSqlSafe(
             self.dialect
                 .render("SELECT position FROM cron_duties WHERE name = ?"),
         ))
@@ -155,7 +157,7 @@ impl Store {
         .fetch_optional(&self.db)
         .await
         .map_err(sql_err!(self, "read scan position"))?;
-        Ok(v.flatten())
+        Ok(row.and_then(|r| r.try_get::<Option<i64>, _>("position").ok().flatten()))
     }
 
     /// Moves a held duty's scan position; `false` when the duty was lost.
@@ -181,11 +183,20 @@ impl Store {
         after: (i64, i64),
         limit: i64,
     ) -> Result<Vec<Record>> {
+        // On SQLite only whole numbers: a REAL `ended` a writer put there compares as a number
+        // but cannot be read as one, and a batch the scan could not read to its end stopped it
+        // there (text orders after every number, so it is passed over at the end).
+        let whole = match self.dialect {
+            Dialect::Sqlite => " AND typeof(ended) = 'integer'",
+            _ => "",
+        };
         self.read_runs(
             "scan ended runs",
             RECORD_COLUMNS,
-            "SELECT {cols} FROM cron_runs WHERE ended >= ? AND ended >= ? \
-             AND (ended > ? OR id > ?) ORDER BY cron_runs.ended, cron_runs.id LIMIT ?",
+            &format!(
+                "SELECT {{cols}} FROM cron_runs WHERE ended >= ? AND ended >= ?{whole} \
+                 AND (ended > ? OR id > ?) ORDER BY cron_runs.ended, cron_runs.id LIMIT ?"
+            ),
             |q| {
                 q.bind(from)
                     .bind(after.0)
@@ -256,11 +267,13 @@ impl Store {
         node: &str,
         lease_ms: i64,
     ) -> Result<Option<EventClaim>> {
-        let took = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "UPDATE cron_events SET state = 'sending', node = ?, token = token + 1, \
-             tries = tries + 1, next_try = {now} + ? \
-             WHERE id = ? AND state IN ('pending', 'sending') AND next_try <= {now}",
-        )))
+        let took = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "UPDATE cron_events SET state = 'sending', node = ?, token = {}, \
+             tries = CASE WHEN tries < {} THEN tries + 1 ELSE tries END, next_try = {{now}} + ? \
+             WHERE id = ? AND state IN ('pending', 'sending') AND next_try <= {{now}}",
+            dialect::next_token("token"),
+            dialect::TOKEN_WRAP
+        ))))
         .bind(node.to_string())
         .bind(lease_ms)
         .bind(id)

@@ -63,10 +63,11 @@ impl Store {
         .execute(&self.db)
         .await
         .map_err(sql_err!(self, "create duty"))?;
-        let took = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "UPDATE cron_duties SET node = ?, token = token + 1, lease_until = {now} + ? \
-             WHERE name = ? AND (lease_until <= {now} OR node = ?)",
-        )))
+        let took = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "UPDATE cron_duties SET node = ?, token = {}, lease_until = {{now}} + ? \
+             WHERE name = ? AND (lease_until <= {{now}} OR node = ?)",
+            dialect::next_token("token")
+        ))))
         .bind(node.to_string())
         .bind(lease_ms)
         .bind(name.to_string())

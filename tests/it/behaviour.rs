@@ -14,12 +14,90 @@ for_each_dialect!(
     retries_back_off_and_count_attempts,
     timeout_stops_the_job,
     run_pause_and_resume_commands,
+    numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert,
 );
 
 async fn history(store: &Store, job: &str) -> Vec<HistoryRow> {
     let mut h = store.history(Some(job), 1000).await.unwrap();
     h.reverse();
     h
+}
+
+/// Numbers a writer set to the largest there is. A row's `token` (or, for a row being
+/// prepared, its run records' highest token) made the claim's `token + 1` overflow on
+/// PostgreSQL and MySQL: the whole claim failed on every node at every poll, and no job ran.
+/// The alert duty's token failed its every take the same way, and its scan position, set in
+/// the future, held the scan there; on SQLite a REAL `ended` in the records the scan reads
+/// first stopped it too. Every job runs now, and the failure's alert is delivered.
+async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let out = dir.path().join("runs.txt");
+    let alerts = dir.path().join("alerts.txt");
+    let max = i64::MAX;
+    let now = store.now().await.unwrap();
+    let mut plant = vec![
+        format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot, token) \
+             VALUES ('maxed', '* * * * * *', 'echo maxed >> {}', 1000, 1000, {max})",
+            out.display()
+        ),
+        format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, \
+             outcome) VALUES ('prep', 1, 0, 'x', {max}, 1, 2, 'ok')"
+        ),
+        format!(
+            "INSERT INTO cron_table (name, schedule, command) \
+             VALUES ('prep', '* * * * * *', 'echo prep >> {}')",
+            out.display()
+        ),
+        format!("UPDATE cron_duties SET token = {max}, position = {max} WHERE name = 'alerts'"),
+    ];
+    if dialect == Dialect::Sqlite {
+        // Ended just now, as REAL numbers: the scan's first batch, none of it readable.
+        plant.push(format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 600) \
+             INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
+             SELECT 'real', i, 0, 'n', 1, {now} + i + 0.5, 'ok' FROM n"
+        ));
+    }
+    for sql in &plant {
+        store.execute_raw(sql).await.unwrap();
+    }
+    let jobs = format!(
+        "[[job]]\nname = \"good\"\nschedule = \"* * * * * *\"\ncommand = \"echo good >> {}\"\n\
+         [[job]]\nname = \"bad\"\nschedule = \"* * * * * *\"\ncommand = \"false\"\n\
+         on_failure = {{ command = \"echo failed >> {}\" }}\n",
+        out.display(),
+        alerts.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
+    let count = |what: &str| {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == what)
+            .count()
+    };
+    eventually(Duration::from_secs(30), "every job's runs", || async {
+        (count("good") >= 2 && count("maxed") >= 1 && count("prep") >= 1).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the failure's alert", || async {
+        std::fs::read_to_string(&alerts)
+            .is_ok_and(|a| a.contains("failed"))
+            .then_some(())
+    })
+    .await;
+    let tokens = store
+        .scalars::<i64>("SELECT token FROM cron_table WHERE name IN ('maxed', 'prep')")
+        .await
+        .unwrap();
+    assert!(tokens.iter().all(|t| *t <= 1 << 62), "{tokens:?}");
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
 }
 
 async fn sql_insert_runs_and_garbage_rows_are_isolated(dialect: Dialect) {

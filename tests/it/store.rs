@@ -973,6 +973,38 @@ async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialec
         "{again:?}"
     );
     assert_eq!(again.twins.len(), r.twins.len());
+    // A file that renames `Backup` to `backup` (only the case): the old row goes first, and the
+    // new one is made (the twin of the row removed in the same apply was made neither).
+    let renamed = parse(
+        "[[job]]\nname=\"backup\"\nschedule=\"@daily\"\ncommand=\"true\"\n",
+        std::path::Path::new("t.toml"),
+        &Environment::default(),
+    )
+    .unwrap();
+    let r = store
+        .apply_toml(&renamed.jobs, false, &actor)
+        .await
+        .unwrap();
+    assert!(r.twins.is_empty(), "{r:?}");
+    assert!(r.removed.contains(&"Backup".to_string()), "{r:?}");
+    assert!(store.job("backup").await.unwrap().is_some());
+    // A calendar written with SQL whose name has a trailing space: MySQL compares names
+    // without it, and the TOML's calendar of that name failed its insert at every try.
+    store
+        .execute_raw(
+            "INSERT INTO cron_calendars (name, entries) VALUES ('holidays ', '2000-01-01 x')",
+        )
+        .await
+        .unwrap();
+    let defs = [("holidays".to_string(), "2001-01-01 y".to_string())];
+    let c = store.apply_calendars(&defs, &actor).await.unwrap();
+    if dialect == Dialect::Mysql {
+        assert_eq!(c.twins, [("holidays".to_string(), "holidays ".to_string())]);
+        assert!(c.written.is_empty());
+    } else {
+        assert_eq!(c.written, ["holidays"]);
+        assert!(c.twins.is_empty());
+    }
     store.close().await;
 }
 
