@@ -258,9 +258,6 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                     for n in &written.removed {
                         println!("remove calendar {n}");
                     }
-                    for (n, twin) in &written.twins {
-                        println!("skip calendar {n}: the database takes it for the name of {twin:?}");
-                    }
                 }
                 let report = store
                     .apply_toml(

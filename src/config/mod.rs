@@ -35,6 +35,9 @@ pub const STATE_DIR_DEFAULT: &str = "/var/lib/sqlcron";
 
 pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 pub const LEASE_DEFAULT: Duration = Duration::from_secs(10);
+/// The longest `[daemon] lease`: a duty's lease ending later than this from now was not set by
+/// any node, and any node may take that duty (`store::retention`).
+pub const LEASE_MAX: Duration = Duration::from_secs(3600);
 pub const MAX_PARALLEL_DEFAULT: usize = 16;
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 /// How often a long run's output so far is stored, for the dashboard to follow it.
@@ -581,6 +584,8 @@ timezone = "Mars/Base"
             msg.contains("[daemon] lease: 5s must be longer than poll_interval (5s)"),
             "{msg}"
         );
+        let msg = parse_err("[daemon]\nlease = \"2h\"\n");
+        assert!(msg.contains("[daemon] lease: must be at most 1h"), "{msg}");
         let msg = parse_err(
             "[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\npool=\"nope\"\n",
         );

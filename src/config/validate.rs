@@ -161,6 +161,8 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     }
     if daemon.lease < Duration::from_secs(1) {
         c.push("[daemon] lease", "must be at least 1s");
+    } else if daemon.lease > super::LEASE_MAX {
+        c.push("[daemon] lease", "must be at most 1h");
     } else if daemon.lease <= daemon.poll_interval {
         c.push(
             "[daemon] lease",

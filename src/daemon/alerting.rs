@@ -133,7 +133,8 @@ async fn round(shared: &Shared, scan: &mut Scan) -> Result<(), StoreError> {
         for r in &records {
             let ended = r.ended.unwrap_or(from);
             after = (ended, r.id);
-            newest = newest.max(ended);
+            // A record ended in the future (a writer's) moves the position no further than now.
+            newest = newest.max(ended.min(now));
             if scan.seen.contains_key(&r.id) {
                 continue;
             }

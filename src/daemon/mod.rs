@@ -260,9 +260,6 @@ impl Daemon {
         for name in &written.removed {
             tracing::info!(calendar = %name, "calendar removed (no longer in TOML)");
         }
-        for (name, twin) in &written.twins {
-            tracing::warn!(calendar = %name, row = %twin, "TOML calendar's name is another row's to the database (MySQL and MariaDB compare names without trailing spaces); left alone");
-        }
         let report = self
             .shared
             .store

@@ -20,9 +20,6 @@ pub struct CalendarRow {
 pub struct CalendarReport {
     pub written: Vec<String>,
     pub removed: Vec<String>,
-    /// Calendars of the TOML that MySQL takes for another row's name (one written with SQL
-    /// with trailing spaces), with that row's name: left alone.
-    pub twins: Vec<(String, String)>,
 }
 
 /// A calendar as read, or `None` for one whose name or entries are not UTF-8 (written with
@@ -138,6 +135,7 @@ impl Store {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         for (name, entries) in defs {
             let found = stored.iter().find(|r| &r.name == name);
+            let mut twin = None;
             // An update only of the row as read: another node applying the same file at the
             // same time wrote it first, and this apply is made again from a fresh read (one
             // write and one audit row per change, however many nodes apply it).
@@ -156,13 +154,21 @@ impl Store {
                 None => {
                     // MySQL compares names without trailing spaces: beside a row `holidays `
                     // made with SQL, the insert failed on the key at every try, and no node
-                    // could start.
-                    if let Some(twin) = self.name_twin(&mut tx, "cron_calendars", name).await? {
-                        report.twins.push((name.clone(), twin));
-                        continue;
+                    // could start (and the jobs, which look a calendar up by its exact name,
+                    // found none). That row is given the file's name and entries, as a row of
+                    // the same name made with SQL is.
+                    twin = self.name_twin(&mut tx, "cron_calendars", name).await?;
+                    match &twin {
+                        Some(t) => {
+                            tracing::warn!(calendar = %name, row = %t, "a calendar made with SQL under a name the database takes for this one's: given this name and the file's entries");
+                            "UPDATE cron_calendars SET entries = ?, from_toml = 1, changed_by = ?, \
+                             name = ? WHERE name = ?"
+                        }
+                        None => {
+                            "INSERT INTO cron_calendars (entries, from_toml, changed_by, name) \
+                             VALUES (?, 1, ?, ?)"
+                        }
                     }
-                    "INSERT INTO cron_calendars (entries, from_toml, changed_by, name) \
-                     VALUES (?, 1, ?, ?)"
                 }
             };
             let mark = self.mark(&mut tx, actor, "calendar_write", None).await?;
@@ -172,6 +178,9 @@ impl Store {
                 .bind(name.clone());
             if let Some(r) = found {
                 q = q.bind(r.entries.clone()).bind(i64::from(r.from_toml));
+            }
+            if let Some(t) = twin {
+                q = q.bind(t);
             }
             let done = q
                 .execute(&mut *tx)

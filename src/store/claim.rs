@@ -380,13 +380,22 @@ impl Store {
     /// over an unreleased claim must account for (see `policy::account_previous`). Found by
     /// token order, not by `token - 1`: in a chain of takeovers the previous holders may have
     /// started nothing.
+    ///
+    /// With none below, the highest above: a token a writer set to the limit wraps (2^62, then
+    /// 1), and the run at 2^62 is the one before the run at 1.
     pub async fn previous_run(&self, job: &str, below_token: i64) -> Result<Option<PreviousRun>> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.previous_run.clone()))
-            .bind(job.to_string())
-            .bind(below_token)
-            .fetch_optional(&self.db)
-            .await
-            .map_err(sql_err!(self, "read previous run"))?;
+        let mut row = None;
+        for sql in [&self.sql.previous_run, &self.sql.previous_run_wrapped] {
+            row = sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(job.to_string())
+                .bind(below_token)
+                .fetch_optional(&self.db)
+                .await
+                .map_err(sql_err!(self, "read previous run"))?;
+            if row.is_some() {
+                break;
+            }
+        }
         row.map(|r| -> std::result::Result<_, sqlx::Error> {
             let attempt: i64 = r.try_get("attempt")?;
             let outcome: String = r.try_get("outcome")?;

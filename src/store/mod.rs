@@ -215,6 +215,9 @@ struct Statements {
     start_run: String,
     run_token: String,
     previous_run: String,
+    /// The highest token above: the previous run when the token wrapped (see
+    /// `dialect::next_token`).
+    previous_run_wrapped: String,
     park: String,
     release: String,
     finish_run: String,
@@ -281,12 +284,18 @@ fn statements(d: Dialect) -> Statements {
         prepared: d.render(
             // The fencing token never goes down for a job name: a row deleted and created again
             // continues above the highest token its history holds.
-            "UPDATE cron_table SET slot = ?, attempt = 0, next_exec = ?, error = NULL, dirty = 0, \
-             token = CASE WHEN token >= COALESCE((SELECT MAX(r.token) FROM cron_runs r \
-                                                  WHERE r.job_name = cron_table.name), 0) \
-                     THEN token ELSE (SELECT MAX(r.token) FROM cron_runs r \
-                                      WHERE r.job_name = cron_table.name) END \
-             WHERE id = ? AND next_exec IS NULL",
+            // Only tokens below the wrap (see `dialect::next_token`): a record a writer gave
+            // a larger one would otherwise set every re-prepared row back above it, and the
+            // claims after it would count the same tokens again.
+            &format!(
+                "UPDATE cron_table SET slot = ?, attempt = 0, next_exec = ?, error = NULL, \
+                 dirty = 0, token = CASE WHEN token >= COALESCE((SELECT MAX(r.token) \
+                 FROM cron_runs r WHERE r.job_name = cron_table.name AND r.token < {w}), 0) \
+                 THEN token ELSE (SELECT MAX(r.token) FROM cron_runs r \
+                 WHERE r.job_name = cron_table.name AND r.token < {w}) END \
+                 WHERE id = ? AND next_exec IS NULL",
+                w = dialect::TOKEN_WRAP
+            ),
         ),
         // Fenced by the signature read with the row too: a row signed between the read and
         // this park (its signature's unpark trigger fires only on a parked row) must not be
@@ -307,6 +316,10 @@ fn statements(d: Dialect) -> Statements {
         previous_run: d.render(
             "SELECT slot, attempt, outcome, token FROM cron_runs \
              WHERE job_name = ? AND token < ? ORDER BY token DESC, id DESC LIMIT 1",
+        ),
+        previous_run_wrapped: d.render(
+            "SELECT slot, attempt, outcome, token FROM cron_runs \
+             WHERE job_name = ? AND token > ? ORDER BY token DESC, id DESC LIMIT 1",
         ),
         park: d.render(
             "UPDATE cron_table SET error = ?, next_exec = ?, exec_by = NULL, prev_exec_by = NULL, \

@@ -65,12 +65,14 @@ impl Store {
         .map_err(sql_err!(self, "create duty"))?;
         let took = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "UPDATE cron_duties SET node = ?, token = {}, lease_until = {{now}} + ? \
-             WHERE name = ? AND (lease_until <= {{now}} OR node = ?)",
+             WHERE name = ? AND (lease_until <= {{now}} OR lease_until > {{now}} + ? OR node = ?)",
             dialect::next_token("token")
         ))))
         .bind(node.to_string())
         .bind(lease_ms)
         .bind(name.to_string())
+        // A lease no node's configuration gives (a writer's): the duty is anybody's.
+        .bind(crate::config::LEASE_MAX.as_millis() as i64)
         .bind(node.to_string())
         .execute(&self.db)
         .await

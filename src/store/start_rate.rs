@@ -60,7 +60,10 @@ impl Store {
         let upsert = self.dialect.render(&format!(
             "INSERT INTO cron_start_rate (name, per_second, burst, tat) VALUES (?, ?, ?, 0){}",
             self.dialect
-                .on_conflict_update("name", &["per_second", "burst"])
+                // `name` too: on MySQL a row made with SQL whose name differs only by trailing
+                // spaces (`cluster `) is this one to the key, and is given the file's name, which
+                // the nodes look the budget up by.
+                .on_conflict_update("name", &["name", "per_second", "burst"])
         ));
         for (name, rate) in rates {
             let done = match rate {

@@ -52,7 +52,16 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
              VALUES ('prep', '* * * * * *', 'echo prep >> {}')",
             out.display()
         ),
-        format!("UPDATE cron_duties SET token = {max}, position = {max} WHERE name = 'alerts'"),
+        // A record ended at the end of time: the scan's position followed it there.
+        format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
+             VALUES ('future', 1, 0, 'x', 1, {max}, 'ok')"
+        ),
+        // Held, by its lease, for ever by a node that does not exist.
+        format!(
+            "UPDATE cron_duties SET token = {max}, position = {max}, node = 'ghost', \
+             lease_until = {max} WHERE name = 'alerts'"
+        ),
     ];
     if dialect == Dialect::Sqlite {
         // Ended just now, as REAL numbers: the scan's first batch, none of it readable.
@@ -81,7 +90,7 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
             .count()
     };
     eventually(Duration::from_secs(30), "every job's runs", || async {
-        (count("good") >= 2 && count("maxed") >= 1 && count("prep") >= 1).then_some(())
+        (count("good") >= 2 && count("maxed") >= 3 && count("prep") >= 1).then_some(())
     })
     .await;
     eventually(Duration::from_secs(30), "the failure's alert", || async {
@@ -90,11 +99,35 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
             .then_some(())
     })
     .await;
+    // The row at the limit wrapped: its first run at 2^62, the next ones from 1 on.
+    let tokens = store
+        .scalars::<i64>(
+            "SELECT token FROM cron_runs WHERE job_name = 'maxed' AND outcome = 'ok' ORDER BY id",
+        )
+        .await
+        .unwrap();
+    assert_eq!(tokens[..3], [1 << 62, 1, 2], "{tokens:?}");
     let tokens = store
         .scalars::<i64>("SELECT token FROM cron_table WHERE name IN ('maxed', 'prep')")
         .await
         .unwrap();
     assert!(tokens.iter().all(|t| *t <= 1 << 62), "{tokens:?}");
+    // The row being prepared continued above its records' tokens below the wrap only.
+    let prepared = store
+        .scalars::<i64>("SELECT token FROM cron_runs WHERE job_name = 'prep' AND outcome = 'ok'")
+        .await
+        .unwrap();
+    assert!(
+        !prepared.is_empty() && prepared.iter().all(|t| *t < 1 << 62),
+        "{prepared:?}"
+    );
+    // The duty's scan position is no further than the clock.
+    let position = store
+        .scalar_i64("SELECT position FROM cron_duties WHERE name = 'alerts'")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(position <= store.now().await.unwrap(), "{position}");
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
     store.close().await;

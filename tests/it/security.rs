@@ -775,8 +775,9 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
             ("pause", "a"),
             ("resume", "a"),
             ("run", "a"),
-            ("apply_update", "a"),
+            // An apply removes before it creates and updates.
             ("apply_remove", "b"),
+            ("apply_update", "a"),
             ("sql_insert", "c"),
             ("sql_update", "c"),
             ("sql_update", "a"),
@@ -788,7 +789,7 @@ async fn audit_trail_records_who_changed_what(dialect: Dialect) {
         (log[2].host.as_deref(), log[2].pid),
         (Some("ops-1"), Some(42))
     );
-    assert_eq!(log[5].detail.as_deref(), Some("changed command"));
+    assert_eq!(log[6].detail.as_deref(), Some("changed command"));
     assert_eq!(log[8].who, "sql");
     assert!(
         log[8]

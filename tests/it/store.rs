@@ -987,9 +987,28 @@ async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialec
         .unwrap();
     assert!(r.twins.is_empty(), "{r:?}");
     assert!(r.removed.contains(&"Backup".to_string()), "{r:?}");
-    assert!(store.job("backup").await.unwrap().is_some());
+    let made: &[&str] = if dialect == Dialect::Mysql {
+        &["backup"]
+    } else {
+        &[]
+    };
+    assert_eq!(r.created, made, "{r:?}");
+    // Names compared byte for byte on every database.
+    let exactly = |table: &str, name: &str| match dialect {
+        Dialect::Mysql => format!(
+            "SELECT COUNT(*) FROM {table} WHERE CAST(name AS BINARY) = CAST('{name}' AS BINARY)"
+        ),
+        _ => format!("SELECT COUNT(*) FROM {table} WHERE name = '{name}'"),
+    };
+    let count = |sql: String| {
+        let store = &store;
+        async move { store.scalar_i64(&sql).await.unwrap().unwrap() }
+    };
+    assert_eq!(count(exactly("cron_table", "backup")).await, 1);
+    assert_eq!(count(exactly("cron_table", "Backup")).await, 0);
     // A calendar written with SQL whose name has a trailing space: MySQL compares names
-    // without it, and the TOML's calendar of that name failed its insert at every try.
+    // without it, and the TOML's calendar of that name failed its insert at every try. There
+    // it is given the file's name and entries, which the jobs look up by that exact name.
     store
         .execute_raw(
             "INSERT INTO cron_calendars (name, entries) VALUES ('holidays ', '2000-01-01 x')",
@@ -998,13 +1017,46 @@ async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialec
         .unwrap();
     let defs = [("holidays".to_string(), "2001-01-01 y".to_string())];
     let c = store.apply_calendars(&defs, &actor).await.unwrap();
-    if dialect == Dialect::Mysql {
-        assert_eq!(c.twins, [("holidays".to_string(), "holidays ".to_string())]);
-        assert!(c.written.is_empty());
-    } else {
-        assert_eq!(c.written, ["holidays"]);
-        assert!(c.twins.is_empty());
-    }
+    assert_eq!(c.written, ["holidays"]);
+    assert_eq!(count(exactly("cron_calendars", "holidays")).await, 1);
+    let named = store
+        .calendars_named(&["holidays".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(named.len(), 1);
+    assert_eq!(
+        (named[0].name.as_str(), named[0].entries.as_str()),
+        ("holidays", "2001-01-01 y")
+    );
+    // The same for a start-rate budget: the nodes look a budget up by its exact name.
+    store
+        .execute_raw(
+            "INSERT INTO cron_start_rate (name, per_second, burst, tat) VALUES ('cluster ', 1, 1, 0)",
+        )
+        .await
+        .unwrap();
+    let rates = std::collections::BTreeMap::from([(
+        "cluster".to_string(),
+        Some(sqlcron::model::start_rate::Rate {
+            per_second: 5.0,
+            burst: 2,
+        }),
+    )]);
+    store.apply_start_rates(&rates).await.unwrap();
+    assert_eq!(count(exactly("cron_start_rate", "cluster")).await, 1);
+    // A run record at 2^62 and none below the row's wrapped token 1: that record is the
+    // previous run (its holder died; the takeover accounts for it).
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             VALUES ('wrapped', 5, 1, 'gone', {}, 1, 'running')",
+            1i64 << 62
+        ))
+        .await
+        .unwrap();
+    let previous = store.previous_run("wrapped", 1).await.unwrap().unwrap();
+    assert_eq!((previous.slot, previous.token), (5, 1 << 62));
+    assert!(store.previous_run("nothing", 1).await.unwrap().is_none());
     store.close().await;
 }
 
