@@ -35,9 +35,7 @@ pub const STATE_DIR_DEFAULT: &str = "/var/lib/sqlcron";
 
 pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 pub const LEASE_DEFAULT: Duration = Duration::from_secs(10);
-/// The longest `[daemon] lease`: a duty's lease ending later than this from now was not set by
-/// any node, and any node may take that duty (`store::retention`).
-pub const LEASE_MAX: Duration = Duration::from_secs(3600);
+pub use crate::model::lease::LEASE_MAX;
 pub const MAX_PARALLEL_DEFAULT: usize = 16;
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 /// How often a long run's output so far is stored, for the dashboard to follow it.

@@ -5,6 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+/// The longest `[daemon] lease`: a duty's lease ending later than this from now was not set by
+/// any node, and any node may take that duty (`store::retention`).
+pub const LEASE_MAX: Duration = Duration::from_secs(3600);
+
 /// Part of the lease a node trusts after a successful extension.
 pub const TRUST_FRACTION: f64 = 0.8;
 /// How often leases are extended.
