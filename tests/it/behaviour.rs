@@ -690,8 +690,6 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
     }
     // A chained job of the TOML: its edges and its chain are read beside the bad chained row.
     let follows = dir.path().join("follow.txt");
-    // And a calendar of the TOML, applied beside the bad one at start (the bad calendar's read
-    // as bytes once lost every calendar, and the apply wrote this one again: a unique key).
     // With the dashboard, whose every page is read below beside those rows.
     let users = dir.path().join("users");
     std::fs::write(
@@ -702,6 +700,8 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
     let port = crate::util::free_port();
+    // And a calendar of the TOML, applied beside the bad one at start (the bad calendar's read
+    // as bytes once lost every calendar, and the apply wrote this one again: a unique key).
     let jobs = format!(
         "[web]\nlisten = \"127.0.0.1:{port}\"\nbase_path = \"/cron\"\nusers_file = \"{}\"\n\
          [[job]]\nname = \"lead\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
