@@ -110,6 +110,14 @@ pub(super) async fn run(config: &Config, json: bool) -> Result<u8, Failure> {
         None => found.extend(database_checks(config).await),
     }
     found.push(listener(config).await);
+    if let Some(warning) = crate::config::long_lease_warning(config) {
+        found.push(bad(
+            "configuration",
+            Level::Warn,
+            warning,
+            "set [daemon] lease to 1h or less",
+        ));
+    }
     if let Some(warning) = crate::config::open_metrics_warning(config) {
         found.push(bad(
             "metrics",

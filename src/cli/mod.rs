@@ -187,6 +187,9 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
         if let Some(warning) = config::open_metrics_warning(&config) {
             eprintln!("warning: {warning}");
         }
+        if let Some(warning) = config::long_lease_warning(&config) {
+            eprintln!("warning: {warning}");
+        }
         println!(
             "{}: ok ({} job(s), database {})",
             path.display(),

@@ -79,6 +79,9 @@ pub(super) async fn run_daemon(
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
     tracing::info!(node = %config.node_name, database = %config.database_url, jobs = config.jobs.len(), "starting");
+    if let Some(warning) = crate::config::long_lease_warning(&config) {
+        tracing::warn!("{warning}");
+    }
     // The generations of signatures this node has run, kept across restarts (signed mode).
     // A signed-mode node that cannot read them does not start: it would run an old version
     // written back while it was down.

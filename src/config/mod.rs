@@ -103,8 +103,11 @@ pub struct Config {
 pub struct DaemonConfig {
     /// The longest a node sleeps between two looks at the table.
     pub poll_interval: Duration,
-    /// Claim lease; extended every third of it while the job's process lives.
+    /// Claim lease; extended every third of it while the job's process lives. At most
+    /// [`LEASE_MAX`]: a longer one in the file is used as that ([`long_lease_warning`]).
     pub lease: Duration,
+    /// The lease the file asked for when it was longer than [`LEASE_MAX`].
+    pub lease_asked: Option<Duration>,
     /// Jobs this node runs at once.
     pub max_parallel: usize,
     /// How long running jobs may finish after SIGTERM before they are stopped.
@@ -136,6 +139,7 @@ impl Default for DaemonConfig {
         DaemonConfig {
             poll_interval: POLL_INTERVAL_DEFAULT,
             lease: LEASE_DEFAULT,
+            lease_asked: None,
             max_parallel: MAX_PARALLEL_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
             output_tail: OUTPUT_TAIL_DEFAULT,
@@ -283,6 +287,19 @@ fn read_metrics_token(config: &mut Config, path: &Path) -> Result<(), ConfigErro
     }
     config.metrics_token = Some(token);
     Ok(())
+}
+
+/// A warning when `[daemon] lease` asked for more than [`LEASE_MAX`] (once accepted: a file
+/// that worked before still starts its node, with the longest lease).
+pub fn long_lease_warning(config: &Config) -> Option<String> {
+    let asked = config.daemon.lease_asked?;
+    Some(format!(
+        "[daemon] lease = \"{}\" is longer than the longest lease, {}: {} is used; set it to \
+         1h or less",
+        humantime::format_duration(asked),
+        humantime::format_duration(LEASE_MAX),
+        humantime::format_duration(config.daemon.lease)
+    ))
 }
 
 /// A warning when `/metrics` listens beyond this host without a token.
@@ -582,8 +599,20 @@ timezone = "Mars/Base"
             msg.contains("[daemon] lease: 5s must be longer than poll_interval (5s)"),
             "{msg}"
         );
-        let msg = parse_err("[daemon]\nlease = \"2h\"\n");
-        assert!(msg.contains("[daemon] lease: must be at most 1h"), "{msg}");
+        // A longer lease, accepted before the bound, still loads: as the longest, with a warning.
+        let long = parse_ok("[daemon]\nlease = \"2h\"\n");
+        assert_eq!(long.daemon.lease, LEASE_MAX);
+        assert_eq!(
+            long_lease_warning(&long).as_deref(),
+            Some(
+                "[daemon] lease = \"2h\" is longer than the longest lease, 1h: 1h is used; set it to 1h or less"
+            )
+        );
+        let short = parse_ok("[daemon]\nlease = \"1h\"\n");
+        assert_eq!(
+            (short.daemon.lease, long_lease_warning(&short)),
+            (LEASE_MAX, None)
+        );
         let msg = parse_err(
             "[[job]]\nname=\"x\"\nschedule=\"@daily\"\ncommand=\"true\"\npool=\"nope\"\n",
         );

@@ -73,13 +73,15 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     }
 
     let d = &raw.daemon;
+    let lease = c.duration("[daemon] lease", &d.lease, LEASE_DEFAULT);
     let daemon = DaemonConfig {
         poll_interval: c.duration(
             "[daemon] poll_interval",
             &d.poll_interval,
             POLL_INTERVAL_DEFAULT,
         ),
-        lease: c.duration("[daemon] lease", &d.lease, LEASE_DEFAULT),
+        lease: lease.min(super::LEASE_MAX),
+        lease_asked: Some(lease).filter(|l| *l > super::LEASE_MAX),
         max_parallel: match d.max_parallel {
             None => MAX_PARALLEL_DEFAULT,
             Some(n) if (1..=10_000).contains(&n) => n as usize,
@@ -161,8 +163,6 @@ pub fn validate(raw: RawConfig, path: &Path, env: &Environment) -> Result<Config
     }
     if daemon.lease < Duration::from_secs(1) {
         c.push("[daemon] lease", "must be at least 1s");
-    } else if daemon.lease > super::LEASE_MAX {
-        c.push("[daemon] lease", "must be at most 1h");
     } else if daemon.lease <= daemon.poll_interval {
         c.push(
             "[daemon] lease",

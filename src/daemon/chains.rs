@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::Shared;
 use crate::model::chains::{After, Upstream, trigger_name, triggered_job, triggers};
 use crate::store::StoreError;
-use crate::store::chains::{ChainRow, NewTrigger};
+use crate::store::chains::{Advance, ChainRow, NewTrigger};
 
 /// The longest a node waits between two looks for finished upstream runs while some row names
 /// upstreams.
@@ -118,9 +118,10 @@ async fn follow(
     let text = |c: &BTreeMap<String, i64>| serde_json::to_string(c).unwrap_or_default();
     if fresh {
         let new = text(&cursor);
-        if !store
+        if store
             .advance_chain(&row.name, old.as_deref(), &new, None, &actor)
             .await?
+            == Advance::Lost
         {
             return Ok(());
         }
@@ -147,14 +148,17 @@ async fn follow(
                 ),
                 upstream: Upstream::of(&t.run).to_json(),
             });
-            if !store
+            let advance = store
                 .advance_chain(&row.name, old.as_deref(), &new, trigger.as_ref(), &actor)
-                .await?
-            {
+                .await?;
+            if advance == Advance::Lost {
                 return Ok(());
             }
             old = Some(new);
             match &trigger {
+                Some(tr) if advance == Advance::Taken => {
+                    tracing::warn!(job = %row.name, upstream = %a.job, run_id = t.run.id, row = %tr.name, "chained run not made: a row that is not this chain's trigger holds its name; the chain goes on with the next runs");
+                }
                 Some(tr) => {
                     tracing::info!(job = %row.name, upstream = %a.job, run_id = t.run.id, outcome = %t.run.outcome, row = %tr.name, "chained run made")
                 }
@@ -166,9 +170,10 @@ async fn follow(
         if end > cursor[&a.job] {
             cursor.insert(a.job.clone(), end);
             let new = text(&cursor);
-            if !store
+            if store
                 .advance_chain(&row.name, old.as_deref(), &new, None, &actor)
                 .await?
+                == Advance::Lost
             {
                 return Ok(());
             }

@@ -204,7 +204,9 @@ impl Store {
                     // named `Backup` (made with SQL, or this file's own) failed, and the apply
                     // with it, at every try, so the node never started. Such a job is left
                     // alone and reported, as a job made with SQL under its name is.
-                    if let Some(twin) = self.name_twin(&mut tx, "cron_table", &job.name).await? {
+                    // (A dry run removed nothing: a twin it would remove is no twin.)
+                    let twin = self.name_twin(&mut tx, "cron_table", &job.name).await?;
+                    if let Some(twin) = twin.filter(|t| !report.removed.contains(t)) {
                         report.twins.push((job.name.clone(), twin));
                         continue;
                     }

@@ -133,6 +133,9 @@ impl Store {
         let (stored, unreadable) = self.read_calendars().await?;
         let mut report = CalendarReport::default();
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        // Twins given a file's name: not removed below as rows the file no longer defines (the
+        // database takes the old name for the new one, and would remove the row just renamed).
+        let mut renamed = vec![];
         for (name, entries) in defs {
             let found = stored.iter().find(|r| &r.name == name);
             let mut twin = None;
@@ -180,7 +183,8 @@ impl Store {
                 q = q.bind(r.entries.clone()).bind(i64::from(r.from_toml));
             }
             if let Some(t) = twin {
-                q = q.bind(t);
+                q = q.bind(t.clone());
+                renamed.push(t);
             }
             let done = q
                 .execute(&mut *tx)
@@ -198,6 +202,7 @@ impl Store {
         for gone in stored
             .iter()
             .filter(|r| r.from_toml && !defs.iter().any(|(n, _)| *n == r.name))
+            .filter(|r| !renamed.contains(&r.name))
         {
             // Marked first, so that the delete trigger knows it is not a plain SQL one.
             let marker = self.mark_removal(&mut tx, actor, "calendar_remove").await?;

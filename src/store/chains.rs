@@ -191,9 +191,61 @@ impl Store {
     }
 
     /// Makes `trigger` (if any) as a copy of `job`'s row, and moves the row's cursor from `old`
-    /// to `new`, in one transaction. False when another node moved the cursor first (or made
-    /// the trigger row): nothing was written, and the next look reads the cursor again.
+    /// to `new`, in one transaction. [`Advance::Lost`] when another node moved the cursor first
+    /// (or made the trigger row): nothing was written, and the next look reads the cursor again.
+    ///
+    /// A row of the trigger's name that is not this trigger (made with SQL, or left from a
+    /// history whose ids started again) is not taken for it: the unique key's refusal proves
+    /// nothing, so the row is read. Another node's trigger for the same upstream run means that
+    /// node moved the cursor too ([`Advance::Lost`]); any other row lets the cursor move on
+    /// without the trigger ([`Advance::Taken`]), so one such row does not hold the chain for good.
     pub async fn advance_chain(
+        &self,
+        job: &str,
+        old: Option<&str>,
+        new: &str,
+        trigger: Option<&NewTrigger>,
+        actor: &Actor,
+    ) -> Result<Advance> {
+        match self.advance_chain_once(job, old, new, trigger, actor).await {
+            Err(e) if e.is_unique_violation() => {}
+            Ok(true) => return Ok(Advance::Moved),
+            Ok(false) => return Ok(Advance::Lost),
+            Err(e) => return Err(e),
+        }
+        let Some(t) = trigger else {
+            return Ok(Advance::Lost);
+        };
+        if self.same_trigger(t).await? {
+            return Ok(Advance::Lost);
+        }
+        Ok(
+            match self.advance_chain_once(job, old, new, None, actor).await? {
+                true => Advance::Taken,
+                false => Advance::Lost,
+            },
+        )
+    }
+
+    /// Whether the row named like `t` is a chain's trigger for the same upstream run.
+    async fn same_trigger(&self, t: &NewTrigger) -> Result<bool> {
+        let cols = dialect::columns(self.dialect, &["source", "upstream_run"], true);
+        let row = sqlx::query(AssertSqlSafe(
+            self.dialect
+                .render(&format!("SELECT {cols} FROM cron_table WHERE name = ?")),
+        ))
+        .bind(t.name.clone())
+        .fetch_optional(&self.db)
+        .await
+        .map_err(sql_err!(self, "read trigger row"))?;
+        // Gone since (it ran, or was removed): the next look tries again.
+        let Some(row) = row else { return Ok(true) };
+        let text = |col| super::text_lossy(&row, col).ok().flatten();
+        Ok(text("source").as_deref() == Some("chain")
+            && text("upstream_run").as_deref() == Some(t.upstream.as_str()))
+    }
+
+    async fn advance_chain_once(
         &self,
         job: &str,
         old: Option<&str>,
@@ -220,12 +272,9 @@ impl Store {
             .bind(job.to_string())
             .execute(&mut *tx)
             .await
-            .map_err(sql_err!(self, "add trigger row"));
-            match made {
-                Ok(d) if d.rows_affected() == 1 => {}
-                Ok(_) => return Ok(false),
-                Err(e) if e.is_unique_violation() => return Ok(false),
-                Err(e) => return Err(e),
+            .map_err(sql_err!(self, "add trigger row"))?;
+            if made.rows_affected() != 1 {
+                return Ok(false);
             }
         }
         let moved = match old {
@@ -250,4 +299,15 @@ impl Store {
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
+}
+
+/// What [`Store::advance_chain`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advance {
+    /// The cursor moved, and the trigger (if any) was made.
+    Moved,
+    /// The cursor moved without the trigger: a row that is not this trigger holds its name.
+    Taken,
+    /// Nothing was written: another node moved the cursor (or made the trigger) first.
+    Lost,
 }

@@ -482,6 +482,13 @@ pub fn next_token(column: &str) -> String {
 /// Where a fencing token wraps (see [`next_token`]).
 pub const TOKEN_WRAP: i64 = 1 << 62;
 
+/// Below this, a token the claims counted up to (they would take millions of years to reach
+/// it); at or above it, one a writer set. A row being prepared continues above its records'
+/// tokens below it only (a record a writer put near the wrap set every re-prepared row there,
+/// and its tokens wrapped into those of its own history), and a takeover after the wrap looks
+/// for the run before it between this and the wrap.
+pub const TOKEN_COUNTED: i64 = 1 << 61;
+
 /// The claim: mark up to N due rows as ours in one statement, never holding a lock across a
 /// round trip. `excluded` placeholders follow the lease ones (and the claim id on MySQL): ids of
 /// rows the node still supervises, which it must not claim again; then the placement values the

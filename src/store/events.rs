@@ -507,7 +507,8 @@ impl Store {
         let (ins, conflict) = self.dialect.insert_ignore();
         sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "{ins} INTO cron_watch (job_name, since, last_ok) SELECT ?, {{now}}, \
-             (SELECT MAX(ended) FROM cron_runs WHERE job_name = ? AND outcome = 'ok'){conflict}"
+             (SELECT MAX(ended) FROM cron_runs WHERE job_name = ? AND outcome = 'ok' \
+             AND ended <= {{now}}){conflict}"
         ))))
         .bind(job.to_string())
         .bind(job.to_string())
@@ -517,13 +518,16 @@ impl Store {
         Ok(())
     }
 
-    /// Notes a success of a watched job (never moves `last_ok` back).
+    /// Notes a success of a watched job (never moves `last_ok` back, nor past the clock: a
+    /// record a writer ended in the future silenced the job's dead-man's switch).
     pub async fn watch_ok(&self, job: &str, ended: i64) -> Result<()> {
         sqlx::query(AssertSqlSafe(self.dialect.render(
-            "UPDATE cron_watch SET last_ok = ? WHERE job_name = ? AND (last_ok IS NULL OR last_ok < ?)",
+            "UPDATE cron_watch SET last_ok = ? WHERE job_name = ? AND (last_ok IS NULL OR last_ok < ?) \
+             AND ? <= {now}",
         )))
         .bind(ended)
         .bind(job.to_string())
+        .bind(ended)
         .bind(ended)
         .execute(&self.db)
         .await

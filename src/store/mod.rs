@@ -275,6 +275,10 @@ fn statements(d: Dialect) -> Statements {
             ]
         )
     );
+    let whole = match d {
+        Dialect::Sqlite => " AND typeof(token) = 'integer'",
+        _ => "",
+    };
     Statements {
         claim: claim_sql(d, 0, 0),
         claim_read: d.render(&claim_read_sql(JOB_COLUMNS)),
@@ -284,9 +288,9 @@ fn statements(d: Dialect) -> Statements {
         prepared: d.render(
             // The fencing token never goes down for a job name: a row deleted and created again
             // continues above the highest token its history holds.
-            // Only tokens below the wrap (see `dialect::next_token`): a record a writer gave
-            // a larger one would otherwise set every re-prepared row back above it, and the
-            // claims after it would count the same tokens again.
+            // Only tokens the claims counted to (`dialect::TOKEN_COUNTED`): a record a writer
+            // gave one near the wrap would otherwise set every re-prepared row there, and the
+            // claims after the wrap would count the tokens of its history again.
             &format!(
                 "UPDATE cron_table SET slot = ?, attempt = 0, next_exec = ?, error = NULL, \
                  dirty = 0, token = CASE WHEN token >= COALESCE((SELECT MAX(r.token) \
@@ -294,7 +298,7 @@ fn statements(d: Dialect) -> Statements {
                  THEN token ELSE (SELECT MAX(r.token) FROM cron_runs r \
                  WHERE r.job_name = cron_table.name AND r.token < {w}) END \
                  WHERE id = ? AND next_exec IS NULL",
-                w = dialect::TOKEN_WRAP
+                w = dialect::TOKEN_COUNTED
             ),
         ),
         // Fenced by the signature read with the row too: a row signed between the read and
@@ -313,14 +317,19 @@ fn statements(d: Dialect) -> Statements {
         ),
         run_token: d
             .render("SELECT token FROM cron_runs WHERE job_name = ? AND slot = ? AND attempt = ?"),
-        previous_run: d.render(
+        // Whole tokens only: SQLite keeps a writer's text or real there, orders text above
+        // every number, and the row then read fails (the takeover left the claim for good).
+        previous_run: d.render(&format!(
             "SELECT slot, attempt, outcome, token FROM cron_runs \
-             WHERE job_name = ? AND token < ? ORDER BY token DESC, id DESC LIMIT 1",
-        ),
-        previous_run_wrapped: d.render(
+             WHERE job_name = ? AND token < ?{whole} ORDER BY token DESC, id DESC LIMIT 1",
+        )),
+        previous_run_wrapped: d.render(&format!(
             "SELECT slot, attempt, outcome, token FROM cron_runs \
-             WHERE job_name = ? AND token > ? ORDER BY token DESC, id DESC LIMIT 1",
-        ),
+             WHERE job_name = ? AND token > ? AND token >= {c} AND token <= {w}{whole} \
+             ORDER BY token DESC, id DESC LIMIT 1",
+            c = dialect::TOKEN_COUNTED,
+            w = dialect::TOKEN_WRAP
+        )),
         park: d.render(
             "UPDATE cron_table SET error = ?, next_exec = ?, exec_by = NULL, prev_exec_by = NULL, \
              lease_until = NULL, claim_id = NULL, dirty = 0, pool_wait = 0 \

@@ -141,7 +141,7 @@ impl JobRow {
             bytes,
         };
         // SQLite keeps text a writer puts in `token`: such a row is parked like any other bad
-        // value (the park is fenced by the row's id, before any claim; a claim's `token + 1`
+        // value (the park is fenced by the row's id, before any claim; a claim's `token % 2^62 + 1`
         // makes it a number). Left alone, it waited for preparation forever, and every node
         // looked for it again at each poll.
         let token = r.int("token").unwrap_or(0);

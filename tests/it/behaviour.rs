@@ -47,6 +47,13 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
             "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, \
              outcome) VALUES ('prep', 1, 0, 'x', {max}, 1, 2, 'ok')"
         ),
+        // And one just below the wrap: the row continued there, and its tokens wrapped into
+        // those of its own history.
+        format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, \
+             outcome) VALUES ('prep', 2, 0, 'x', {}, 1, 2, 'ok')",
+            (1i64 << 62) - 1
+        ),
         format!(
             "INSERT INTO cron_table (name, schedule, command) \
              VALUES ('prep', '* * * * * *', 'echo prep >> {}')",
@@ -56,6 +63,12 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
         format!(
             "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
              VALUES ('future', 1, 0, 'x', 1, {max}, 'ok')"
+        ),
+        // A success ended at the end of time: the dead-man's switch of its job took it for
+        // the last one, and never fired.
+        format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
+             VALUES ('silent', 1, 0, 'x', 1, {max}, 'ok')"
         ),
         // Held, by its lease, for ever by a node that does not exist.
         format!(
@@ -77,9 +90,11 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
     let jobs = format!(
         "[[job]]\nname = \"good\"\nschedule = \"* * * * * *\"\ncommand = \"echo good >> {}\"\n\
          [[job]]\nname = \"bad\"\nschedule = \"* * * * * *\"\ncommand = \"false\"\n\
-         on_failure = {{ command = \"echo failed >> {}\" }}\n",
+         on_failure = {{ command = \"echo failed >> {a}\" }}\n\
+         [[job]]\nname = \"silent\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\nenabled = false\n\
+         alert_after = \"3s\"\non_missed = {{ command = \"echo missed >> {a}\" }}\n",
         out.display(),
-        alerts.display()
+        a = alerts.display()
     );
     let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
     // Counted by the records that ended well (a line in the file comes before its record).
@@ -100,11 +115,15 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
             .then_some(())
     })
     .await;
-    eventually(Duration::from_secs(30), "the failure's alert", || async {
-        std::fs::read_to_string(&alerts)
-            .is_ok_and(|a| a.contains("failed"))
-            .then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the failure's and the silence's alerts",
+        || async {
+            std::fs::read_to_string(&alerts)
+                .is_ok_and(|a| a.contains("failed") && a.contains("missed"))
+                .then_some(())
+        },
+    )
     .await;
     // The row at the limit wrapped: its first run at 2^62, the next ones from 1 on.
     let tokens = store
@@ -119,13 +138,16 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
         .await
         .unwrap();
     assert!(tokens.iter().all(|t| *t <= 1 << 62), "{tokens:?}");
-    // The row being prepared continued above its records' tokens below the wrap only.
+    // The row being prepared continued above its records' tokens that claims counted to only
+    // (below 2^61), not above those a writer set.
     let prepared = store
-        .scalars::<i64>("SELECT token FROM cron_runs WHERE job_name = 'prep' AND outcome = 'ok'")
+        .scalars::<i64>(
+            "SELECT token FROM cron_runs WHERE job_name = 'prep' AND outcome = 'ok' AND node = 'n'",
+        )
         .await
         .unwrap();
     assert!(
-        !prepared.is_empty() && prepared.iter().all(|t| *t < 1 << 62),
+        !prepared.is_empty() && prepared.iter().all(|t| *t < 1 << 61),
         "{prepared:?}"
     );
     // The duty's scan position is no further than the clock.

@@ -13,6 +13,7 @@ use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stder
 for_each_dialect!(
     a_chain_of_three_runs_each_link_once_through_a_kill,
     a_slot_waits_for_its_upstream_then_runs_or_is_skipped,
+    a_row_holding_a_triggers_name_lets_the_chain_go_on,
 );
 
 /// The lines a job's runs wrote.
@@ -258,6 +259,90 @@ async fn a_slot_waits_for_its_upstream_then_runs_or_is_skipped(dialect: Dialect)
     })
     .await;
     assert_eq!(error, "requires/after: a cycle: b → a → b");
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+}
+
+/// A row made with SQL under the name a chain's next trigger needs (`down#after-<run id>`) is
+/// not taken for that trigger: the chained run for that upstream run is not made, the warning
+/// says so, and the chain goes on with the next upstream run (it once stopped there for good,
+/// and ran the old trigger late once the row was gone).
+async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("down");
+    let jobs = format!(
+        "[[job]]\nname = \"up\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"down\"\nafter = [\"up\"]\n\
+         command = \"echo \\\"$SQLCRON_UPSTREAM_RUN_ID\\\" >> {}\"\n",
+        file.display()
+    );
+    let node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", &jobs));
+    let conf = dir.path().join("n1.toml");
+    eventually(Duration::from_secs(30), "the chain's cursor", || async {
+        let rows = store.chain_rows().await.ok()?;
+        (rows.len() == 1 && rows[0].cursor.is_some()).then_some(())
+    })
+    .await;
+    // Rows under every name the chain's first triggers could take, paused, made with SQL.
+    let squatters: Vec<String> = (1..=200)
+        .map(|i| format!("('down#after-{i}', '0 0 1 1 *', 'true', 0)"))
+        .collect();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, enabled) VALUES {}",
+            squatters.join(", ")
+        ))
+        .await
+        .unwrap();
+    let run_up = |round: usize| {
+        let store = &store;
+        let conf = conf.clone();
+        async move {
+            let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "up"]);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            eventually(Duration::from_secs(30), "up ran", || async {
+                let h = store.history(Some("up"), 10).await.ok()?;
+                (h.iter().filter(|r| r.outcome == "ok").count() == round).then(|| h[0].id)
+            })
+            .await
+        }
+    };
+    let first = run_up(1).await;
+    assert!(
+        first <= 200,
+        "the test's rows cover run ids up to 200: {first}"
+    );
+    let taken = format!("down#after-{first}");
+    eventually(Duration::from_secs(30), "the warning", || async {
+        let log = node.log_text();
+        log.lines()
+            .any(|l| l.contains("chained run not made") && l.contains(&taken))
+            .then_some(())
+    })
+    .await;
+    // The row under that name is left as it was.
+    let row = store
+        .job(&taken)
+        .await
+        .unwrap()
+        .expect("the row made with SQL");
+    assert!(!row.enabled, "{row:?}");
+    store
+        .execute_raw("DELETE FROM cron_table WHERE name LIKE 'down#after-%'")
+        .await
+        .unwrap();
+    // The next upstream run is chained; the one whose trigger was taken is not run late.
+    let second = run_up(2).await;
+    let ran = eventually(Duration::from_secs(30), "down ran", || async {
+        let l = lines(&file);
+        (!l.is_empty()).then_some(l)
+    })
+    .await;
+    assert_eq!(ran, vec![second.to_string()]);
+    // No trigger was made for the first run since: its name is free, and nothing holds it.
+    assert!(store.job(&taken).await.unwrap().is_none());
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
 }

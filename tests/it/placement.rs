@@ -860,9 +860,15 @@ async fn an_idle_heartbeat_reads_no_templates_and_a_change_still_reaches_the_cop
     )
     .await;
     // The line comes after the commit the read above saw: wait for it.
-    eventually(Duration::from_secs(10), "the copy's update logged", || async {
-        a.log_text().contains("host-local copy updated").then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the copy's update logged",
+        || async {
+            a.log_text()
+                .contains("host-local copy updated")
+                .then_some(())
+        },
+    )
     .await;
     let log = a.log_text();
     assert!(a.stop().success(), "{log}");

@@ -981,11 +981,18 @@ async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialec
         &Environment::default(),
     )
     .unwrap();
+    // A dry run says what the apply does: no twin of a row it would remove.
+    let dry = store.apply_toml(&renamed.jobs, true, &actor).await.unwrap();
+    assert!(dry.twins.is_empty(), "{dry:?}");
     let r = store
         .apply_toml(&renamed.jobs, false, &actor)
         .await
         .unwrap();
     assert!(r.twins.is_empty(), "{r:?}");
+    assert_eq!(
+        (dry.created, dry.removed),
+        (r.created.clone(), r.removed.clone())
+    );
     assert!(r.removed.contains(&"Backup".to_string()), "{r:?}");
     let made: &[&str] = if dialect == Dialect::Mysql {
         &["backup"]
@@ -1057,6 +1064,51 @@ async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialec
     let previous = store.previous_run("wrapped", 1).await.unwrap().unwrap();
     assert_eq!((previous.slot, previous.token), (5, 1 << 62));
     assert!(store.previous_run("nothing", 1).await.unwrap().is_none());
+    // Tokens a writer set below the wrap's end (2^61 to 2^62 are the wrap's) or, on SQLite, as
+    // text (ordered above every number there): not a run before any, and not an error that
+    // left the takeover's claim for good.
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             VALUES ('planted', 5, 1, 'gone', {}, 1, 'running')",
+            (1i64 << 61) - 1
+        ))
+        .await
+        .unwrap();
+    if dialect == Dialect::Sqlite {
+        store
+            .execute_raw(
+                "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+                 VALUES ('planted', 6, 1, 'gone', 'x', 1, 'running')",
+            )
+            .await
+            .unwrap();
+    }
+    assert!(store.previous_run("planted", 1).await.unwrap().is_none());
+    // A MySQL calendar twin the file's calendar was given the name of is not then removed as
+    // a calendar the file no longer defines (it was, in the same apply).
+    if dialect != Dialect::Mysql {
+        // (There the row made with SQL is a row of its own, from before.)
+        store
+            .execute_raw("DELETE FROM cron_calendars WHERE name = 'holidays '")
+            .await
+            .unwrap();
+    }
+    store
+        .execute_raw("UPDATE cron_calendars SET name = 'holidays ' WHERE name = 'holidays'")
+        .await
+        .unwrap();
+    let c = store.apply_calendars(&defs, &actor).await.unwrap();
+    assert_eq!(c.written, ["holidays"], "{c:?}");
+    assert_eq!(count(exactly("cron_calendars", "holidays")).await, 1);
+    assert_eq!(
+        store
+            .calendars_named(&["holidays".to_string()])
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     store.close().await;
 }
 
