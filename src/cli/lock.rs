@@ -16,6 +16,20 @@ pub(super) async fn guarded(
     if lease < Duration::from_secs(1) {
         return Err(Failure::usage("--lease: must be at least 1s"));
     }
+    // Any node takes a lease ending further off than the longest as set by no holder (a
+    // writer's): the hold would be lost to the next request.
+    let max = crate::model::lease::LEASE_MAX;
+    let lease = if lease > max {
+        eprintln!(
+            "warning: --lease {} is longer than the longest lease, {}: {} is used",
+            humantime::format_duration(lease),
+            humantime::format_duration(max),
+            humantime::format_duration(max)
+        );
+        max
+    } else {
+        lease
+    };
     let wait = wait
         .map(crate::model::duration::parse_duration)
         .transpose()

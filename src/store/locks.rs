@@ -59,6 +59,17 @@ macro_rules! err {
     };
 }
 
+/// A lease that is live: not ended, and ending no more than the longest lease from now. One
+/// further off was set by no holder (every lease is at most [`crate::model::lease::LEASE_MAX`]):
+/// a writer's `lease_until` at the largest number held that lock's queue, or that pool's place,
+/// for good. Such a request is taken as ended (reaped, and never extended again).
+fn live(column: &str) -> String {
+    format!(
+        "{column} > {{now}} AND {column} <= {{now}} + {}",
+        crate::model::lease::LEASE_MAX.as_millis()
+    )
+}
+
 impl Store {
     fn upsert_lock_summary(&self) -> String {
         let base = "INSERT INTO cron_locks (name, last_owner, last_host, last_pid, last_acquired, \
@@ -130,9 +141,10 @@ impl Store {
         size: u32,
         lease: Duration,
     ) -> Result<LockState> {
-        let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "SELECT COUNT(*) AS n FROM cron_lock_waiters WHERE name = ? AND id < ? AND lease_until > {now}",
-        )))
+        let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+            "SELECT COUNT(*) AS n FROM cron_lock_waiters WHERE name = ? AND id < ? AND {}",
+            live("lease_until")
+        ))))
         .bind(name.to_string())
         .bind(id)
         .fetch_one(&self.db)
@@ -142,10 +154,11 @@ impl Store {
         .map_err(err!(self, "count lock queue"))?;
         let lease_ms = lease.as_millis() as i64;
         if ahead < i64::from(size) {
-            let done = sqlx::query(AssertSqlSafe(self.dialect().render(
-                "UPDATE cron_lock_waiters SET state = 'holding', acquired_at = {now}, \
-                 lease_until = {now} + ? WHERE id = ? AND lease_until > {now}",
-            )))
+            let done = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+                "UPDATE cron_lock_waiters SET state = 'holding', acquired_at = {{now}}, \
+                 lease_until = {{now}} + ? WHERE id = ? AND {}",
+                live("lease_until")
+            ))))
             .bind(lease_ms)
             .bind(id)
             .execute(&self.db)
@@ -166,10 +179,11 @@ impl Store {
 
     /// Extends a request's lease if it is still live. False: it expired or was broken (lost).
     pub async fn lock_extend(&self, id: i64, lease: Duration) -> Result<bool> {
-        let done = sqlx::query(AssertSqlSafe(self.dialect().render(
-            "UPDATE cron_lock_waiters SET lease_until = {now} + ? \
-             WHERE id = ? AND lease_until > {now} AND state <> 'broken'",
-        )))
+        let done = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+            "UPDATE cron_lock_waiters SET lease_until = {{now}} + ? \
+             WHERE id = ? AND {} AND state <> 'broken'",
+            live("lease_until")
+        ))))
         .bind(lease.as_millis() as i64)
         .bind(id)
         .execute(&self.db)
@@ -234,13 +248,14 @@ impl Store {
         // not UTF-8 failed every `sqlcron unlock` of that lock.
         let select = format!(
             "SELECT id, {} FROM cron_lock_waiters \
-             WHERE name = ? AND state = 'holding' AND lease_until > {{now}} ORDER BY id",
+             WHERE name = ? AND state = 'holding' AND {} ORDER BY id",
             super::dialect::select_list(
                 self.dialect(),
                 &["name", "owner", "host"],
                 &["pid", "acquired_at", "lease_until"],
                 true
-            )
+            ),
+            live("lease_until"),
         );
         let rows = sqlx::query(AssertSqlSafe(self.dialect().render(&select)))
             .bind(name.to_string())
@@ -316,13 +331,14 @@ impl Store {
         // that name at its start, for good (the request it could not read was never reaped).
         let rows = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
             "SELECT id, name, {} FROM cron_lock_waiters \
-             WHERE name = ? AND lease_until <= {{now}}",
+             WHERE name = ? AND NOT ({})",
             super::dialect::select_list(
                 self.dialect(),
                 &["owner", "host", "state"],
                 &["pid", "acquired_at"],
                 true
-            )
+            ),
+            live("lease_until")
         ))))
         .bind(name.to_string())
         .fetch_all(&self.db)
@@ -333,10 +349,10 @@ impl Store {
             let state = super::text_lossy(r, "state")
                 .map_err(err!(self, "find expired locks"))?
                 .unwrap_or_default();
-            let deleted = sqlx::query(AssertSqlSafe(
-                self.dialect()
-                    .render("DELETE FROM cron_lock_waiters WHERE id = ? AND lease_until <= {now}"),
-            ))
+            let deleted = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
+                "DELETE FROM cron_lock_waiters WHERE id = ? AND NOT ({})",
+                live("lease_until")
+            ))))
             .bind(id)
             .execute(&self.db)
             .await
@@ -473,11 +489,12 @@ impl Store {
         .transpose()
         .map_err(err!(self, "read pool"))?;
         let Some(size) = size else { return Ok(None) };
-        let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(
+        let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
             "SELECT COUNT(*) AS n FROM cron_table WHERE pool = ? AND exec_by IS NOT NULL \
-             AND lease_until > {now} AND id <> ? \
+             AND {} AND id <> ? \
              AND (claimed_at < ? OR (claimed_at = ? AND id < ?))",
-        )))
+            live("lease_until")
+        ))))
         .bind(pool.to_string())
         .bind(id)
         .bind(claimed_at)
@@ -495,10 +512,11 @@ impl Store {
     /// has just been deferred for a full pool asks this, for the place may have been freed while
     /// the deferral was being written, after the freeing run looked for waiters and found none.
     pub async fn pool_has_room(&self, pool: &str) -> Result<bool> {
-        let row = sqlx::query(AssertSqlSafe(self.dialect().render(
+        let row = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
             "SELECT p.size AS size, (SELECT COUNT(*) FROM cron_table WHERE pool = p.name \
-             AND exec_by IS NOT NULL AND lease_until > {now}) AS n FROM cron_pools p WHERE p.name = ?",
-        )))
+             AND exec_by IS NOT NULL AND {}) AS n FROM cron_pools p WHERE p.name = ?",
+            live("lease_until")
+        ))))
         .bind(pool.to_string())
         .fetch_optional(&self.db)
         .await

@@ -16,6 +16,7 @@ for_each_dialect!(
     pool_of_two_across_three_nodes,
     broken_lock_stops_its_holder_before_the_next_one_runs,
     a_freed_pool_place_starts_the_waiting_job_at_once,
+    a_lease_no_holder_set_holds_no_lock_and_no_pool,
 );
 
 fn config_file(dir: &Path, url: &str, name: &str) -> String {
@@ -522,4 +523,68 @@ async fn broken_lock_stops_its_holder_before_the_next_one_runs(dialect: Dialect)
     assert!(audit[0].pid.unwrap_or_default() > 0, "{audit:?}");
     // Nothing is held now: a second break says so.
     assert_eq!(unlock(&[]).status.code(), Some(1));
+}
+
+/// A lease ending further off than the longest one any holder sets (1h), as a writer sets it
+/// with SQL (`lease_until` at the largest number), is taken as ended: it held that lock's queue
+/// and that pool's place for good. A `--lease` above 1h is used as 1h, with a warning.
+async fn a_lease_no_holder_set_holds_no_lock_and_no_pool(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let max = i64::MAX;
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_lock_waiters (name, size, owner, host, pid, state, enqueued_at, \
+             acquired_at, lease_until) VALUES ('L', 1, 'ghost', 'nowhere', 1, 'holding', 1, 1, {max})"
+        ))
+        .await
+        .unwrap();
+    let cfg = config_file(dir.path(), &db.url, "a");
+    let marker = dir.path().join("ran");
+    let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args([
+            "--config", &cfg, "lock", "L", "--wait", "10s", "--lease", "2h", "--", "touch",
+        ])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(marker.exists(), "the command ran");
+    assert!(
+        err.contains("warning: --lease 2h is longer than the longest lease, 1h: 1h is used"),
+        "{err}"
+    );
+    // The writer's request was reaped as expired.
+    let left = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_lock_waiters WHERE name = 'L'")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 0);
+
+    // A row of the pool claimed by no node, for ever: the pool's one place is still free.
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, pool, exec_by, lease_until, \
+             claimed_at, next_exec, slot) \
+             VALUES ('ghostly', '0 0 1 1 *', 'true', 'one', 'ghost', {max}, 1, 1000, 1000)"
+        ))
+        .await
+        .unwrap();
+    let jobs = "[pools]\none = 1\n\
+        [[job]]\nname = \"pooled\"\nschedule = \"* * * * * *\"\npool = \"one\"\ncommand = \"true\"\n";
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", jobs));
+    eventually(
+        Duration::from_secs(30),
+        "a run of the pooled job",
+        || async {
+            let h = store.history(Some("pooled"), 10).await.ok()?;
+            h.iter().any(|r| r.outcome == "ok").then_some(())
+        },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
 }
