@@ -88,7 +88,7 @@ impl Store {
     /// read is left out with a warning: neither holds up every node's start, which reads these.
     pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list nodes",
                 |bytes| {
                     let cols = dialect::select_list(
@@ -115,7 +115,7 @@ impl Store {
     /// Every job row, by name.
     pub async fn jobs(&self) -> Result<Vec<JobRow>> {
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list jobs",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
@@ -132,7 +132,7 @@ impl Store {
     /// A name or signature that is not UTF-8 is left out (no signature verifies it).
     pub async fn signatures(&self) -> Result<Vec<(String, String)>> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list signatures",
                 |bytes| {
                     let cols = dialect::columns(self.dialect, &["name", "signature"], bytes);
@@ -158,7 +158,7 @@ impl Store {
     /// Every signed row, by name.
     pub async fn signed_jobs(&self) -> Result<Vec<JobRow>> {
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list signed jobs",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
@@ -175,7 +175,7 @@ impl Store {
 
     pub async fn job(&self, name: &str) -> Result<Option<JobRow>> {
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read job",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
@@ -214,7 +214,7 @@ impl Store {
     /// either.
     pub async fn upstream_edges(&self) -> Result<Vec<(String, Option<String>, Option<String>)>> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read upstreams",
                 |bytes| {
                     let cols =

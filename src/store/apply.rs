@@ -33,12 +33,12 @@ impl Store {
         dry_run: bool,
         actor: &Actor,
     ) -> Result<ApplyReport> {
-        // A row holding text that is not UTF-8 is read as bytes (`read_job_rows`): a TOML
+        // A row holding text that is not UTF-8 is read as bytes (`read_rows_text_or_bytes`): a TOML
         // job's bad value is drift the apply restores; a name that is not UTF-8 is no TOML
         // job's.
         let columns = || ["name", "source", "toml_hash", "changed_by"].into_iter();
         let (existing, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read jobs for apply",
                 |bytes| {
                     let columns = columns().chain(JOB_VALUE_COLUMNS);

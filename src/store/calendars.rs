@@ -70,7 +70,7 @@ impl Store {
     /// whose entries cannot (the apply writes such a calendar of the TOML anew).
     async fn read_calendars(&self) -> Result<(Vec<CalendarRow>, Vec<String>)> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read calendars",
                 |bytes| {
                     let cols = calendar_columns(self.dialect, bytes);
@@ -94,7 +94,7 @@ impl Store {
         }
         let marks = vec!["?"; names.len()].join(", ");
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read calendars",
                 |bytes| {
                     let cols = calendar_columns(self.dialect, bytes);

@@ -55,7 +55,7 @@ impl Store {
     /// The rows that name upstreams (a host-local job's template and copies have no chains).
     pub async fn chain_rows(&self) -> Result<Vec<ChainRow>> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read chains",
                 |bytes| {
                     let cols = ["name", "after_jobs", "chain_cursor", "enabled", "error"];
@@ -207,7 +207,13 @@ impl Store {
         trigger: Option<&NewTrigger>,
         actor: &Actor,
     ) -> Result<Advance> {
-        match self.advance_chain_once(job, old, new, trigger, actor).await {
+        let step = CursorStep {
+            job,
+            old,
+            new,
+            actor,
+        };
+        match self.advance_chain_once(&step, trigger).await {
             Err(e) if e.is_unique_violation() => {}
             Ok(true) => return Ok(Advance::Moved),
             Ok(false) => return Ok(Advance::Lost),
@@ -219,12 +225,10 @@ impl Store {
         if self.same_trigger(t).await? {
             return Ok(Advance::Lost);
         }
-        Ok(
-            match self.advance_chain_once(job, old, new, None, actor).await? {
-                true => Advance::Taken,
-                false => Advance::Lost,
-            },
-        )
+        Ok(match self.advance_chain_once(&step, None).await? {
+            true => Advance::Taken,
+            false => Advance::Lost,
+        })
     }
 
     /// Whether the row named like `t` is a chain's trigger for the same upstream run.
@@ -247,12 +251,15 @@ impl Store {
 
     async fn advance_chain_once(
         &self,
-        job: &str,
-        old: Option<&str>,
-        new: &str,
+        step: &CursorStep<'_>,
         trigger: Option<&NewTrigger>,
-        actor: &Actor,
     ) -> Result<bool> {
+        let CursorStep {
+            job,
+            old,
+            new,
+            actor,
+        } = *step;
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         if let Some(t) = trigger {
             let mark = self.mark(&mut tx, actor, "chain", None).await?;
@@ -299,6 +306,15 @@ impl Store {
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(true)
     }
+}
+
+/// One move of a chain's cursor, as [`Store::advance_chain`] is asked for it.
+#[derive(Clone, Copy)]
+struct CursorStep<'a> {
+    job: &'a str,
+    old: Option<&'a str>,
+    new: &'a str,
+    actor: &'a Actor,
 }
 
 /// What [`Store::advance_chain`] did.

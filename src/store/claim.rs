@@ -78,7 +78,7 @@ impl Store {
     /// and it must not stop the others being read.
     pub async fn placement_values(&self) -> Result<Vec<String>> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read placements",
                 |bytes| {
                     let col = dialect::columns(self.dialect, &["placement"], bytes);
@@ -96,7 +96,7 @@ impl Store {
     /// Rows without a `next_exec` (new or changed with SQL), oldest first.
     pub async fn rows_to_prepare(&self, limit: i64) -> Result<Vec<JobRow>> {
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "select rows to prepare",
                 |bytes| match bytes {
                     false => self.sql.to_prepare.clone(),
@@ -249,7 +249,7 @@ impl Store {
             if marked.rows_affected() == 0 {
                 return Ok((None, vec![]));
             }
-            self.read_job_rows(
+            self.read_rows_text_or_bytes(
                 "read claimed rows",
                 |bytes| match bytes {
                     false => self.sql.claim_read.clone(),
@@ -517,13 +517,13 @@ fn new_claim_id(node: &str) -> String {
 pub(super) type AnyQuery = sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>;
 
 impl Store {
-    /// A read of rows of `cron_table`: `sql` its text (with `true`, each text column read as
+    /// A read of rows (of `cron_table`, or of another table a writer fills): `sql` its text (with `true`, each text column read as
     /// bytes: [`dialect::as_bytes`]), `bind` binding its values. When the driver cannot decode
     /// a row of it (text that is not UTF-8: SQLite keeps any bytes as text, MariaDB accepts
     /// encoded surrogates), the whole read fails in the driver; it is made again as bytes, each
     /// value then checked on its own, so that only that row is parked with the reason. Returns
     /// the rows and whether they were read as bytes (for [`decode_rows`]).
-    pub(super) async fn read_job_rows(
+    pub(super) async fn read_rows_text_or_bytes(
         &self,
         op: &'static str,
         sql: impl Fn(bool) -> String,
@@ -535,7 +535,7 @@ impl Store {
         match plain {
             Ok(rows) => Ok((rows, false)),
             Err(sqlx::Error::Decode(e)) if self.dialect != Dialect::Postgres => {
-                tracing::warn!(statement = op, error = %e, "a job row holds text that is not UTF-8; read again as bytes");
+                tracing::warn!(statement = op, error = %e, "a row holds text that is not UTF-8; read again as bytes");
                 let rows = bind(sqlx::query(AssertSqlSafe(sql(true))))
                     .fetch_all(&self.db)
                     .await

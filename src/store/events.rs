@@ -413,7 +413,7 @@ impl Store {
         // Read as bytes when some text is not UTF-8 (written with SQL on SQLite or MariaDB):
         // shown with replacements; an event whose numbers cannot be read is left out.
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read events",
                 |bytes| {
                     let cols = dialect::select_list(
@@ -475,7 +475,7 @@ impl Store {
         // Read as bytes when a name is not UTF-8 (written with SQL on SQLite or MariaDB): that
         // watch is left out, as one of no job, and the others go on being checked.
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read watches",
                 |bytes| {
                     let cols = dialect::select_list(

@@ -28,7 +28,7 @@ impl Store {
     /// The templates (`run_on = 'every_node'`), by name.
     pub async fn every_node_templates(&self) -> Result<Vec<JobRow>> {
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read every_node templates",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
@@ -52,7 +52,7 @@ impl Store {
         }
         let marks = vec!["?"; names.len()].join(", ");
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read every_node copies",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
@@ -77,7 +77,7 @@ impl Store {
             _ => "t.name = c.template",
         };
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read every_node copies",
                 |bytes| {
                     let cols = dialect::columns(self.dialect, &["c.name", "c.template"], bytes);

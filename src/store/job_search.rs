@@ -185,7 +185,7 @@ impl Store {
         };
         binds.extend(cursor_binds);
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list jobs",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);

@@ -386,7 +386,7 @@ impl Store {
         // Read as bytes when a value is not UTF-8 (SQLite, MariaDB): such a value is left
         // alone, and the values around it are still pruned.
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "prune placements",
                 |bytes| {
                     let col = dialect::columns(self.dialect, &["p.placement"], bytes);

@@ -27,7 +27,7 @@ impl Store {
         decode: impl Fn(&AnyRow) -> std::result::Result<T, sqlx::Error>,
     ) -> Result<Vec<T>> {
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 op,
                 |bytes| {
                     let cols = match bytes {

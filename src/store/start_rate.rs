@@ -95,7 +95,7 @@ impl Store {
         // Read as bytes when a name is not UTF-8 (SQLite, MariaDB): that budget is not applied,
         // and every claim is not held up by it.
         let (rows, _) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "read start rates",
                 |bytes| {
                     let cols = dialect::select_list(

@@ -71,7 +71,7 @@ impl Store {
     /// The enabled jobs that fall due next, soonest first (parked rows excluded).
     pub async fn next_due(&self, limit: i64) -> Result<Vec<JobRow>> {
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list due jobs",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
@@ -160,7 +160,7 @@ impl Store {
             Dialect::Postgres | Dialect::Sqlite => "exec_by IS NOT NULL",
         };
         let (rows, bytes) = self
-            .read_job_rows(
+            .read_rows_text_or_bytes(
                 "list running jobs",
                 |bytes| {
                     let cols = dialect::job_columns(self.dialect, bytes);
