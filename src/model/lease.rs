@@ -5,9 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-/// The longest `[daemon] lease`: a duty's lease ending later than this from now was not set by
-/// any node, and any node may take that duty (`store::retention`).
+/// The longest `[daemon] lease` (and `sqlcron lock --lease`).
 pub const LEASE_MAX: Duration = Duration::from_secs(3600);
+
+/// A lease ending later than this from now was set by no holder (a writer's): a duty, a lock
+/// request or a pooled row's place under it is anybody's. Twice the longest lease, so that a
+/// holder's lease of [`LEASE_MAX`], written by a server whose clock is ahead of the reader's
+/// (Galera, a clock stepped back), is never taken for one.
+pub const LEASE_UNOWNED_BEYOND: Duration = Duration::from_secs(2 * 3600);
 
 /// Part of the lease a node trusts after a successful extension.
 pub const TRUST_FRACTION: f64 = 0.8;

@@ -196,9 +196,11 @@ impl Store {
     ///
     /// A row of the trigger's name that is not this trigger (made with SQL, or left from a
     /// history whose ids started again) is not taken for it: the unique key's refusal proves
-    /// nothing, so the row is read. Another node's trigger for the same upstream run means that
-    /// node moved the cursor too ([`Advance::Lost`]); any other row lets the cursor move on
-    /// without the trigger ([`Advance::Taken`]), so one such row does not hold the chain for good.
+    /// nothing, so the cursor move is tried again without the trigger. Another node's trigger
+    /// for the same upstream run was made with that node's cursor move, so the cursor is no
+    /// longer `old` ([`Advance::Lost`]); any other row lets the cursor move on without the
+    /// trigger ([`Advance::Taken`]), so one such row does not hold the chain for good, whatever
+    /// its columns say.
     pub async fn advance_chain(
         &self,
         job: &str,
@@ -219,34 +221,15 @@ impl Store {
             Ok(false) => return Ok(Advance::Lost),
             Err(e) => return Err(e),
         }
-        let Some(t) = trigger else {
-            return Ok(Advance::Lost);
-        };
-        if self.same_trigger(t).await? {
+        if trigger.is_none() {
             return Ok(Advance::Lost);
         }
+        // Another node's trigger for this run was made in the transaction that moved the
+        // cursor: the move below then finds the cursor moved, and nothing is written.
         Ok(match self.advance_chain_once(&step, None).await? {
             true => Advance::Taken,
             false => Advance::Lost,
         })
-    }
-
-    /// Whether the row named like `t` is a chain's trigger for the same upstream run.
-    async fn same_trigger(&self, t: &NewTrigger) -> Result<bool> {
-        let cols = dialect::columns(self.dialect, &["source", "upstream_run"], true);
-        let row = sqlx::query(AssertSqlSafe(
-            self.dialect
-                .render(&format!("SELECT {cols} FROM cron_table WHERE name = ?")),
-        ))
-        .bind(t.name.clone())
-        .fetch_optional(&self.db)
-        .await
-        .map_err(sql_err!(self, "read trigger row"))?;
-        // Gone since (it ran, or was removed): the next look tries again.
-        let Some(row) = row else { return Ok(true) };
-        let text = |col| super::text_lossy(&row, col).ok().flatten();
-        Ok(text("source").as_deref() == Some("chain")
-            && text("upstream_run").as_deref() == Some(t.upstream.as_str()))
     }
 
     async fn advance_chain_once(

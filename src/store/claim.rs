@@ -398,7 +398,7 @@ impl Store {
         }
         row.map(|r| -> std::result::Result<_, sqlx::Error> {
             let attempt: i64 = r.try_get("attempt")?;
-            let outcome: String = r.try_get("outcome")?;
+            let outcome = super::text_lossy(&r, "outcome")?.unwrap_or_default();
             Ok(PreviousRun {
                 slot: r.try_get("slot")?,
                 attempt: attempt.max(0) as u32,

@@ -508,7 +508,7 @@ impl Store {
         sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "{ins} INTO cron_watch (job_name, since, last_ok) SELECT ?, {{now}}, \
              (SELECT MAX(ended) FROM cron_runs WHERE job_name = ? AND outcome = 'ok' \
-             AND ended <= {{now}}){conflict}"
+             AND ended <= {{now}} + 60000){conflict}"
         ))))
         .bind(job.to_string())
         .bind(job.to_string())
@@ -518,12 +518,13 @@ impl Store {
         Ok(())
     }
 
-    /// Notes a success of a watched job (never moves `last_ok` back, nor past the clock: a
-    /// record a writer ended in the future silenced the job's dead-man's switch).
+    /// Notes a success of a watched job (never moves `last_ok` back, nor past the clock and a
+    /// minute: a record a writer ended in the future silenced the job's dead-man's switch; the
+    /// minute is for a record another server of a Galera cluster ended by a clock ahead).
     pub async fn watch_ok(&self, job: &str, ended: i64) -> Result<()> {
         sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_watch SET last_ok = ? WHERE job_name = ? AND (last_ok IS NULL OR last_ok < ?) \
-             AND ? <= {now}",
+             AND ? <= {now} + 60000",
         )))
         .bind(ended)
         .bind(job.to_string())

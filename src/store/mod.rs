@@ -276,9 +276,15 @@ fn statements(d: Dialect) -> Statements {
         )
     );
     let whole = match d {
-        Dialect::Sqlite => " AND typeof(token) = 'integer'",
+        Dialect::Sqlite => {
+            " AND typeof(token) = 'integer' AND typeof(slot) = 'integer' \
+             AND typeof(attempt) = 'integer'"
+        }
         _ => "",
     };
+    // The outcome as bytes where a writer may put text that is not UTF-8 (the driver failed
+    // the whole read; the takeover left its claim for good): read with replacements.
+    let outcome = dialect::as_bytes(d, ["outcome"]);
     Statements {
         claim: claim_sql(d, 0, 0),
         claim_read: d.render(&claim_read_sql(JOB_COLUMNS)),
@@ -290,13 +296,15 @@ fn statements(d: Dialect) -> Statements {
             // continues above the highest token its history holds.
             // Only tokens the claims counted to (`dialect::TOKEN_COUNTED`): a record a writer
             // gave one near the wrap would otherwise set every re-prepared row there, and the
-            // claims after the wrap would count the tokens of its history again.
+            // claims after the wrap would count the tokens of its history again. A negative
+            // token (a writer's) with no record below the bound becomes 0: it was set to NULL,
+            // the column refused it, and every node's tick failed on that row.
             &format!(
                 "UPDATE cron_table SET slot = ?, attempt = 0, next_exec = ?, error = NULL, \
                  dirty = 0, token = CASE WHEN token >= COALESCE((SELECT MAX(r.token) \
                  FROM cron_runs r WHERE r.job_name = cron_table.name AND r.token < {w}), 0) \
-                 THEN token ELSE (SELECT MAX(r.token) FROM cron_runs r \
-                 WHERE r.job_name = cron_table.name AND r.token < {w}) END \
+                 THEN token ELSE COALESCE((SELECT MAX(r.token) FROM cron_runs r \
+                 WHERE r.job_name = cron_table.name AND r.token < {w}), 0) END \
                  WHERE id = ? AND next_exec IS NULL",
                 w = dialect::TOKEN_COUNTED
             ),
@@ -317,14 +325,14 @@ fn statements(d: Dialect) -> Statements {
         ),
         run_token: d
             .render("SELECT token FROM cron_runs WHERE job_name = ? AND slot = ? AND attempt = ?"),
-        // Whole tokens only: SQLite keeps a writer's text or real there, orders text above
+        // Whole numbers only: SQLite keeps a writer's text or real there, orders text above
         // every number, and the row then read fails (the takeover left the claim for good).
         previous_run: d.render(&format!(
-            "SELECT slot, attempt, outcome, token FROM cron_runs \
+            "SELECT slot, attempt, {outcome}, token FROM cron_runs \
              WHERE job_name = ? AND token < ?{whole} ORDER BY token DESC, id DESC LIMIT 1",
         )),
         previous_run_wrapped: d.render(&format!(
-            "SELECT slot, attempt, outcome, token FROM cron_runs \
+            "SELECT slot, attempt, {outcome}, token FROM cron_runs \
              WHERE job_name = ? AND token > ? AND token >= {c} AND token <= {w}{whole} \
              ORDER BY token DESC, id DESC LIMIT 1",
             c = dialect::TOKEN_COUNTED,
@@ -425,6 +433,7 @@ pub mod locks;
 mod migrate;
 pub mod one_off;
 mod pooler;
+mod pools;
 mod quiet;
 mod release;
 mod release_rows;

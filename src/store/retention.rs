@@ -72,7 +72,7 @@ impl Store {
         .bind(lease_ms)
         .bind(name.to_string())
         // A lease no node's configuration gives (a writer's): the duty is anybody's.
-        .bind(crate::model::lease::LEASE_MAX.as_millis() as i64)
+        .bind(crate::model::lease::LEASE_UNOWNED_BEYOND.as_millis() as i64)
         .bind(node.to_string())
         .execute(&self.db)
         .await

@@ -59,6 +59,13 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
              VALUES ('prep', '* * * * * *', 'echo prep >> {}')",
             out.display()
         ),
+        // A negative token and no record: the prepare set it to NULL, the column refused it,
+        // and every node's tick failed on that row.
+        format!(
+            "INSERT INTO cron_table (name, schedule, command, token) \
+             VALUES ('negative', '* * * * * *', 'echo negative >> {}', -5)",
+            out.display()
+        ),
         // A record ended at the end of time: the scan's position followed it there.
         format!(
             "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
@@ -111,7 +118,10 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
         }
     };
     eventually(Duration::from_secs(30), "every job's runs", || async {
-        (ended("good").await >= 2 && ended("maxed").await >= 3 && ended("prep").await >= 1)
+        (ended("good").await >= 2
+            && ended("maxed").await >= 3
+            && ended("prep").await >= 1
+            && ended("negative").await >= 1)
             .then_some(())
     })
     .await;
@@ -1027,6 +1037,8 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
     } else {
         "CAST(X'6EFF' AS TEXT)"
     };
+    // Leases that end in ten minutes: live (one further than 2h off was set by no holder).
+    let live = store.now().await.unwrap() + 600_000;
     for sql in [
         format!(
             "INSERT INTO cron_events (dedupe, job_name, kind, created, hook, payload, state, \
@@ -1036,8 +1048,8 @@ async fn text_that_is_not_utf8_in_other_tables_holds_up_nothing_else(dialect: Di
         format!(
             "INSERT INTO cron_lock_waiters (name, size, owner, host, state, enqueued_at, \
              acquired_at, lease_until) VALUES ('L', 1, {bad}, 'h', 'holding', 0, 0, 1), \
-             ('M', 1, {bad}, 'h', 'waiting', 0, NULL, 9000000000000000), \
-             ('K', 1, {bad}, 'h', 'holding', 0, 0, 9000000000000000)"
+             ('M', 1, {bad}, 'h', 'waiting', 0, NULL, {live}), \
+             ('K', 1, {bad}, 'h', 'holding', 0, 0, {live})"
         ),
         format!(
             "INSERT INTO cron_table (name, schedule, command, next_exec, source, last_end) \

@@ -563,6 +563,28 @@ async fn a_lease_no_holder_set_holds_no_lock_and_no_pool(dialect: Dialect) {
         .unwrap()
         .unwrap();
     assert_eq!(left, 0);
+    // A holder's lease further off than the longest lease, but not twice as far (a server
+    // whose clock is ahead wrote it): still held.
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_lock_waiters (name, size, owner, host, pid, state, enqueued_at, \
+             acquired_at, lease_until) VALUES ('M', 1, 'ahead', 'elsewhere', 1, 'holding', {now}, \
+             {now}, {})",
+            now + 90 * 60_000
+        ))
+        .await
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args(["--config", &cfg, "lock", "M", "--wait", "0", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A row of the pool claimed by no node, for ever: the pool's one place is still free.
     store

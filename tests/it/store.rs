@@ -1085,6 +1085,25 @@ async fn names_the_database_takes_for_one_are_reported_not_fatal(dialect: Dialec
             .unwrap();
     }
     assert!(store.previous_run("planted", 1).await.unwrap().is_none());
+    // Below the token, a record whose slot a writer made text (SQLite) is no run before it;
+    // one whose outcome is not UTF-8 (SQLite, MariaDB) is read with replacements. Either
+    // failed the look, and the takeover left its claim for good.
+    let (slot_a, outcome_a, outcome_b) = match dialect {
+        Dialect::Sqlite => ("'x'", "'running'", "CAST(X'FF' AS TEXT)"),
+        Dialect::Mysql => ("7", "X'EDA080'", "'ok'"),
+        Dialect::Postgres => ("7", "'running'", "'ok'"),
+    };
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             VALUES ('odd', {slot_a}, 1, 'gone', 3, 1, {outcome_a}), \
+             ('odd', 6, 1, 'gone', 2, 1, {outcome_b})"
+        ))
+        .await
+        .unwrap();
+    let previous = store.previous_run("odd", 4).await.unwrap().unwrap();
+    let expected = if dialect == Dialect::Sqlite { 2 } else { 3 };
+    assert_eq!(previous.token, expected, "{previous:?}");
     // A MySQL calendar twin the file's calendar was given the name of is not then removed as
     // a calendar the file no longer defines (it was, in the same apply).
     if dialect != Dialect::Mysql {
