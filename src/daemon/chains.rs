@@ -5,7 +5,7 @@
 //! exactly once however many nodes saw the upstream run, and whatever happened to the node that
 //! ran it (its run is in the history: any node finds it).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -23,8 +23,15 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 const LOOK_IDLE: Duration = Duration::from_secs(30);
 /// Upstream runs read per upstream and look.
 const RUNS_PER_LOOK: i64 = 200;
+/// How often (database time, ms) a node checks that a chain's cursor is within its upstream's
+/// runs: at its first look at it, then at most this often.
+const CURSOR_CHECK_EVERY_MS: i64 = 10 * 60 * 1000;
+
+/// When each (chain row, upstream) cursor was last checked against the upstream's runs.
+type CursorChecks = HashMap<(String, String), i64>;
 
 pub(super) async fn chain_loop(shared: Arc<Shared>) {
+    let mut checks = CursorChecks::new();
     loop {
         let config = shared.config();
         let chained = !shared.upstreams.lock().unwrap().is_empty()
@@ -42,7 +49,7 @@ pub(super) async fn chain_loop(shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        if let Err(e) = look(&shared).await {
+        if let Err(e) = look(&shared, &mut checks).await {
             tracing::warn!(error = %e, "could not look for finished upstream runs");
             shared.metrics.database_error(e.kind());
         }
@@ -60,7 +67,7 @@ impl Shared {
 }
 
 /// One look at every row that names upstreams.
-async fn look(shared: &Shared) -> Result<(), StoreError> {
+async fn look(shared: &Shared, checks: &mut CursorChecks) -> Result<(), StoreError> {
     let rows = shared.store.chain_rows().await?;
     let mut names = HashSet::new();
     let mut chains = vec![];
@@ -78,10 +85,11 @@ async fn look(shared: &Shared) -> Result<(), StoreError> {
         return Ok(());
     }
     let now = shared.store.now().await?;
+    checks.retain(|_, at| now - *at < 2 * CURSOR_CHECK_EVERY_MS);
     for (row, after) in chains {
         // One row's failure (a database error, a name the database refuses) leaves the others
         // to be followed.
-        if let Err(e) = follow(shared, &row, &after, now).await {
+        if let Err(e) = follow(shared, &row, &after, now, checks).await {
             tracing::warn!(job = %row.name, error = %e, "could not follow the job's upstreams");
             shared.metrics.database_error(e.kind());
         }
@@ -96,6 +104,7 @@ async fn follow(
     row: &ChainRow,
     after: &[After],
     now: i64,
+    checks: &mut CursorChecks,
 ) -> Result<(), StoreError> {
     let store = &shared.store;
     let actor = crate::exec::account::this_process(Some(&format!("daemon {}", shared.node)));
@@ -114,6 +123,32 @@ async fn follow(
             cursor.insert(a.job.clone(), store.last_run_id(&a.job).await?);
             fresh = true;
         }
+    }
+    // A position outside the upstream's runs was not set by a node (a writer's, or the runs'
+    // ids started again, MySQL's TRUNCATE): ahead of the last run, no run ever came after it
+    // and the chain waited for good, silently; below 0, every run of its history triggered
+    // again. Set to the latest run, with a warning, as for a new upstream.
+    for a in after {
+        let key = (row.name.clone(), a.job.clone());
+        if checks
+            .get(&key)
+            .is_some_and(|at| now - at < CURSOR_CHECK_EVERY_MS)
+        {
+            continue;
+        }
+        let last = store.last_run_id(&a.job).await?;
+        checks.insert(key, now);
+        let at = cursor[&a.job];
+        if (0..=last).contains(&at) {
+            continue;
+        }
+        // Past the upstream's last run but not past every record, its runs were pruned:
+        // nothing lies between, and the position is moved back without a word.
+        if at < 0 || at > store.last_run_id_of_all().await? {
+            tracing::warn!(job = %row.name, upstream = %a.job, cursor = at, last_run_id = last, "a chain's position outside its upstream's runs; set to the latest run (runs before it trigger nothing)");
+        }
+        cursor.insert(a.job.clone(), last);
+        fresh = true;
     }
     let text = |c: &BTreeMap<String, i64>| serde_json::to_string(c).unwrap_or_default();
     if fresh {

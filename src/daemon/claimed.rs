@@ -71,7 +71,8 @@ pub(super) enum Route {
 pub(super) fn claimed_state(row: &JobRow) -> ClaimedState {
     ClaimedState {
         slot: row.slot,
-        attempts: row.attempt.max(0) as u32,
+        // A writer's number past u32 is held at its limit, not cut to its low bits.
+        attempts: row.attempt.clamp(0, u32::MAX.into()) as u32,
         // Deferred for its pool while owing a rerun of a lost run (see `defer_for_pool`).
         taken_over: row.pool_wait == PoolWait::OwesRerun,
         run_now: row.run_now,

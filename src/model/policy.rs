@@ -152,7 +152,8 @@ pub fn plan_claim(
         };
         return plan;
     }
-    let attempt = state.attempts + 1;
+    // Saturating: a row's attempts come from the database, where a writer may set the largest.
+    let attempt = state.attempts.saturating_add(1);
     let retry_allowed = if state.taken_over && state.attempts > 0 {
         plan.lost = Some((slot, state.attempts));
         // A lost run is rerun once even with retries = 0; further reruns count as retries.
@@ -447,7 +448,7 @@ pub fn after_run(job: &str, run: &Finished, policy: &Policy, schedule: &Schedule
         }
     } else {
         NextState {
-            abandoned: Some((slot, attempt + 1)),
+            abandoned: Some((slot, attempt.saturating_add(1))),
             ..regular
         }
     }
@@ -776,6 +777,45 @@ mod tests {
         let plan = plan_claim(&retry, T0 + MIN + 1_000, &p, &every_minute());
         assert_eq!(plan.abandoned, Some((T0, 2)));
         assert_eq!(plan.action, run(T0 + MIN, 1));
+    }
+
+    /// A row's attempts set with SQL to the largest number: no overflow (a panic in a debug
+    /// build, 0 attempts in a release build); the slot is given up as one out of retries.
+    #[test]
+    fn the_largest_attempts_a_writer_sets_give_the_slot_up() {
+        let p = Policy {
+            retries: 3,
+            ..Policy::default()
+        };
+        for taken_over in [false, true] {
+            let state = ClaimedState {
+                slot: Some(T0),
+                attempts: u32::MAX,
+                taken_over,
+                run_now: false,
+                pool_wait: false,
+            };
+            let plan = plan_claim(&state, T0 + 30_000, &p, &every_minute());
+            assert!(
+                !matches!(plan.action, ClaimAction::Run { slot: T0, .. }),
+                "{plan:?}"
+            );
+        }
+        let next = after_run(
+            "j",
+            &Finished {
+                slot: T0,
+                attempt: u32::MAX,
+                manual: false,
+                failed: true,
+                now: T0 + 1_000,
+                waiting_slot: T0,
+            },
+            &p,
+            &every_minute(),
+        );
+        assert_eq!(next.attempts, 0, "{next:?}");
+        assert_eq!(next.next_exec, T0 + MIN);
     }
 
     #[test]

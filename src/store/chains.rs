@@ -190,6 +190,15 @@ impl Store {
             .unwrap_or(0))
     }
 
+    /// The id of the newest run record of any job (0 when there is none).
+    pub async fn last_run_id_of_all(&self) -> Result<i64> {
+        let id: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM cron_runs")
+            .fetch_one(&self.db)
+            .await
+            .map_err(sql_err!(self, "read last run"))?;
+        Ok(id.unwrap_or(0))
+    }
+
     /// Makes `trigger` (if any) as a copy of `job`'s row, and moves the row's cursor from `old`
     /// to `new`, in one transaction. [`Advance::Lost`] when another node moved the cursor first
     /// (or made the trigger row): nothing was written, and the next look reads the cursor again.

@@ -302,9 +302,12 @@ impl Store {
             .map_err(sql_err!(self, "record run start"));
         match done {
             Ok(done) => Ok(Fenced::from_rows(done.rows_affected())),
-            Err(e) if e.is_unique_violation() => match self.run_token(key).await? {
-                Some(t) if t == token => Ok(Fenced::Done),
-                _ => Ok(Fenced::Conflict),
+            // A violation of another key than the run's (a primary key a writer planted the
+            // next ids of) is no record of this run: reported, not taken for another claim's.
+            Err(e) if e.is_unique_violation() => match self.run_record_token(key).await? {
+                Some(Some(t)) if t == token => Ok(Fenced::Done),
+                Some(_) => Ok(Fenced::Conflict),
+                None => Err(e),
             },
             Err(e) => Err(e),
         }
@@ -313,6 +316,12 @@ impl Store {
     /// The claim token that recorded the run `key`, if a run record exists (`None` also for a
     /// summary line, which has no token).
     pub async fn run_token(&self, key: &RunKey) -> Result<Option<i64>> {
+        Ok(self.run_record_token(key).await?.flatten())
+    }
+
+    /// The token of the run record `key`: `None` when there is no such record, `Some(None)` for
+    /// one without a token (a summary line).
+    async fn run_record_token(&self, key: &RunKey) -> Result<Option<Option<i64>>> {
         let row = sqlx::query(AssertSqlSafe(self.sql.run_token.clone()))
             .bind(key.job.clone())
             .bind(key.slot)
@@ -320,12 +329,11 @@ impl Store {
             .fetch_optional(&self.db)
             .await
             .map_err(sql_err!(self, "read run token"))?;
-        match row {
-            Some(r) => r
-                .try_get::<Option<i64>, _>("token")
-                .map_err(sql_err!(self, "read run token")),
-            None => Ok(None),
-        }
+        row.map(|r| {
+            r.try_get::<Option<i64>, _>("token")
+                .map_err(sql_err!(self, "read run token"))
+        })
+        .transpose()
     }
 
     /// Records the starts of several runs in one statement, each fenced by its claim (row id
@@ -401,7 +409,7 @@ impl Store {
             let outcome = super::text_lossy(&r, "outcome")?.unwrap_or_default();
             Ok(PreviousRun {
                 slot: r.try_get("slot")?,
-                attempt: attempt.max(0) as u32,
+                attempt: attempt.clamp(0, u32::MAX.into()) as u32,
                 outcome: Outcome::parse(&outcome),
                 token: r.try_get("token")?,
             })

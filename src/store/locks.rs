@@ -375,16 +375,18 @@ impl Store {
     /// (the most recently released of them): what a page can show.
     pub async fn locks_bounded(&self, limit: i64) -> Result<Vec<LockRow>> {
         // The text as bytes, shown with replacements (see `lock_reap`); a row whose numbers
-        // cannot be read is left out.
+        // cannot be read is left out, and so is a lease no holder set (see [`live`]): the
+        // list shows what `sqlcron lock` and `unlock` see.
         let live = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
             "SELECT id, {} FROM cron_lock_waiters \
-             WHERE lease_until > {{now}} ORDER BY cron_lock_waiters.name, id LIMIT ?",
+             WHERE {} ORDER BY cron_lock_waiters.name, id LIMIT ?",
             super::dialect::select_list(
                 self.dialect(),
                 &["name", "owner", "host", "state"],
                 &["pid", "enqueued_at", "acquired_at", "lease_until"],
                 true
-            )
+            ),
+            live("lease_until")
         ))))
         .bind(limit)
         .fetch_all(&self.db)

@@ -14,6 +14,7 @@ for_each_dialect!(
     a_chain_of_three_runs_each_link_once_through_a_kill,
     a_slot_waits_for_its_upstream_then_runs_or_is_skipped,
     a_row_holding_a_triggers_name_lets_the_chain_go_on,
+    a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest,
 );
 
 /// The lines a job's runs wrote.
@@ -345,4 +346,78 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
     assert!(store.job(&taken).await.unwrap().is_none());
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
+}
+
+/// A chain's position set with SQL outside its upstream's runs: ahead of every run (the chain
+/// waited for good, silently, as no run came after it) or below 0 (every run of the history
+/// triggered again). A node moves it to the upstream's latest run with a warning at its first
+/// look, and the chain goes on from there.
+async fn a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("down");
+    let jobs = format!(
+        "[[job]]\nname = \"up\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"down\"\nafter = [\"up\"]\n\
+         command = \"echo \\\"$SQLCRON_UPSTREAM_RUN_ID\\\" >> {}\"\n",
+        file.display()
+    );
+    let first = DaemonProcess::start(dir.path(), "n0", &node_config(&db.url, "n0", &jobs));
+    eventually(Duration::from_secs(30), "the chain's cursor", || async {
+        let rows = store.chain_rows().await.ok()?;
+        (rows.len() == 1 && rows[0].cursor.is_some()).then_some(())
+    })
+    .await;
+    let log = first.log_text();
+    assert!(first.stop().success(), "{log}");
+    let conf = dir.path().join("n0.toml");
+    let run_up = |round: usize| {
+        let store = &store;
+        let conf = conf.clone();
+        async move {
+            let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "up"]);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            eventually(Duration::from_secs(30), "up ran", || async {
+                let h = store.history(Some("up"), 10).await.ok()?;
+                (h.iter().filter(|r| r.outcome == "ok").count() == round).then(|| h[0].id)
+            })
+            .await
+        }
+    };
+    let mut seen = vec![];
+    for (round, planted) in [(1, i64::MAX.to_string()), (2, "-1".to_string())] {
+        store
+            .execute_raw(&format!(
+                "UPDATE cron_table SET chain_cursor = '{{\"up\":{planted}}}' WHERE name = 'down'"
+            ))
+            .await
+            .unwrap();
+        let name = format!("n{round}");
+        let node = DaemonProcess::start(dir.path(), &name, &node_config(&db.url, &name, &jobs));
+        eventually(Duration::from_secs(30), "the warning", || async {
+            (warned_in(&node.log_text()) == 1).then_some(())
+        })
+        .await;
+        let id = run_up(round).await;
+        seen.push(id.to_string());
+        eventually(
+            Duration::from_secs(30),
+            "down ran for the new run",
+            || async { (lines(&file) == seen).then_some(()) },
+        )
+        .await;
+        let log = node.log_text();
+        assert!(node.stop().success(), "{log}");
+        // Once each: the position it set is within the runs.
+        assert_eq!(warned_in(&log), 1, "{log}");
+    }
+    // Below 0, the run of the first round was not chained again.
+    assert_eq!(lines(&file), seen);
+}
+
+fn warned_in(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("a chain's position outside its upstream's runs"))
+        .count()
 }

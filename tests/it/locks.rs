@@ -17,6 +17,7 @@ for_each_dialect!(
     broken_lock_stops_its_holder_before_the_next_one_runs,
     a_freed_pool_place_starts_the_waiting_job_at_once,
     a_lease_no_holder_set_holds_no_lock_and_no_pool,
+    a_locker_cannot_choose_a_requests_id,
 );
 
 fn config_file(dir: &Path, url: &str, name: &str) -> String {
@@ -540,6 +541,13 @@ async fn a_lease_no_holder_set_holds_no_lock_and_no_pool(dialect: Dialect) {
         ))
         .await
         .unwrap();
+    // Not listed as holding either (`sqlcron locks`, the dashboard): the list shows what a
+    // lock's contenders see.
+    let listed = store.locks().await.unwrap();
+    assert!(
+        !listed.iter().any(|l| l.name == "L" && l.state == "holding"),
+        "{listed:?}"
+    );
     let cfg = config_file(dir.path(), &db.url, "a");
     let marker = dir.path().join("ran");
     let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
@@ -609,4 +617,106 @@ async fn a_lease_no_holder_set_holds_no_lock_and_no_pool(dialect: Dialect) {
     .await;
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
+}
+
+/// Ids planted in cron_lock_waiters by a writer holding the locker's credential: the sequence's
+/// next ones (PostgreSQL), the largest BIGINT (MySQL), by an insert and by an update. Before,
+/// every later `sqlcron lock` of any name failed to queue (MySQL: for good, the row deleted or
+/// not; PostgreSQL: once per planted id).
+async fn a_locker_cannot_choose_a_requests_id(dialect: Dialect) {
+    if dialect == Dialect::Sqlite {
+        // Documented limit: a writer of the file can do anything (docs/security.md).
+        return;
+    }
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let hour = Duration::from_secs(3600);
+    let first = store
+        .lock_enqueue("A", 1, "me", "here", 1, hour)
+        .await
+        .unwrap();
+    let row = |id: &str, name: &str| {
+        format!(
+            "INSERT INTO cron_lock_waiters (id, name, size, owner, host, pid, state, \
+             enqueued_at, lease_until) VALUES ({id}, '{name}', 1, 'x', 'x', 1, 'waiting', 1, 1)"
+        )
+    };
+    let planted = match dialect {
+        Dialect::Postgres => vec![
+            row(
+                "(SELECT last_value + 1 FROM cron_lock_waiters_id_seq)",
+                "p1",
+            ),
+            row(
+                "(SELECT last_value + 3 FROM cron_lock_waiters_id_seq)",
+                "p2",
+            ),
+            format!(
+                "UPDATE cron_lock_waiters SET id = (SELECT last_value + 2 FROM \
+                 cron_lock_waiters_id_seq) WHERE id = {first}"
+            ),
+        ],
+        _ => vec![
+            row("9223372036854775807", "p1"),
+            "DELETE FROM cron_lock_waiters WHERE name = 'p1'".to_string(),
+            format!("UPDATE cron_lock_waiters SET id = 9223372036854775806 WHERE id = {first}"),
+        ],
+    };
+    let writer = Store::connect(&crate::util::db_url(&db.url), 1).unwrap();
+    for sql in &planted {
+        writer.execute_raw(sql).await.unwrap();
+    }
+    let kept = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_lock_waiters WHERE name = 'A'")
+        .await
+        .unwrap();
+    assert_eq!(kept, Some(1));
+    let kept = store
+        .scalar_i64(&format!(
+            "SELECT COUNT(*) FROM cron_lock_waiters WHERE id = {first}"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(kept, Some(1), "an update keeps the request's id");
+    if dialect == Dialect::Mysql {
+        writer
+            .execute_raw("SET insert_id = 9223372036854775806")
+            .await
+            .unwrap();
+        let refused = writer.execute_raw(&row("DEFAULT", "p3")).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("insert_id")),
+            "{refused:?}"
+        );
+        writer.execute_raw("SET insert_id = 0").await.unwrap();
+    }
+    writer.close().await;
+    // Every later request still gets an id of its own, after the first, in queue order.
+    let mut last = first;
+    for name in ["B", "C", "D", "E"] {
+        let id = store
+            .lock_enqueue(name, 1, "me", "here", 1, hour)
+            .await
+            .unwrap();
+        assert!(
+            id > last && id < first + 1000,
+            "the database chose the ids: first={first} {name}={id}"
+        );
+        last = id;
+    }
+    // And a lock is taken through the command as before.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), &db.url, "a");
+    let out = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args(["--config", &cfg, "lock", "F", "--wait", "10s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

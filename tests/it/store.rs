@@ -284,6 +284,40 @@ async fn run_is_recorded_once_per_slot_and_attempt(dialect: Dialect) {
         .execute_raw("UPDATE cron_table SET token = token - 1")
         .await
         .unwrap();
+    if dialect == Dialect::Postgres {
+        // A record planted at the sequence's next id (the daemon's credential can): the
+        // violation is of the primary key, not of this run's key, and no record of this run
+        // exists. An error, not a run taken for another claim's; the next try gets the id after.
+        store
+            .execute_raw(
+                "INSERT INTO cron_runs (id, job_name, slot, attempt, outcome) \
+                 SELECT last_value + 1, 'planted', 0, 0, 'ok' FROM cron_runs_id_seq",
+            )
+            .await
+            .unwrap();
+        let second = RunKey {
+            attempt: 2,
+            ..key.clone()
+        };
+        let planted = store.start_run(row.id, "a", row.token, &second).await;
+        assert!(
+            planted
+                .as_ref()
+                .is_err_and(|e| e.is_unique_violation() && e.to_string().contains("pkey")),
+            "{planted:?}"
+        );
+        assert_eq!(
+            store
+                .start_run(row.id, "a", row.token, &second)
+                .await
+                .unwrap(),
+            Fenced::Done
+        );
+        store
+            .execute_raw("DELETE FROM cron_runs WHERE job_name = 'planted' OR attempt = 2")
+            .await
+            .unwrap();
+    }
     // The history line ends with the outcome.
     let release = Release {
         slot: 61_000,
