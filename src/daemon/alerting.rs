@@ -246,6 +246,13 @@ async fn watch(shared: &Shared, now: i64) -> Result<(), StoreError> {
             store.watch_start(&row.name).await?;
             continue;
         };
+        // A state no node wrote (numbers that cannot be read, a start or success in the
+        // future) is started again: the switch counts from now, not silenced for good.
+        if w.unreadable || !alerts::watch_believable(w.since, w.last_ok, now) {
+            tracing::warn!(job = %row.name, "a dead-man's switch whose state no node wrote (cron_watch: numbers that cannot be read, or a time in the future); started again from now");
+            store.watch_restart(&row.name).await?;
+            continue;
+        }
         let baseline = w.last_ok.map_or(w.since, |ok| ok.max(w.since));
         if !alerts::overdue(baseline, after, now) || w.fired_for == Some(baseline) {
             continue;

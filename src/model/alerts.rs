@@ -91,6 +91,19 @@ pub fn overdue(baseline: i64, alert_after: Duration, now: i64) -> bool {
     now.saturating_sub(baseline) >= alert_after.as_millis() as i64
 }
 
+/// How far past the database's clock a watch's start or last success may be and still be a
+/// node's: a record another server of a Galera cluster ended by a clock ahead.
+pub const WATCH_CLOCK_SLACK_MS: i64 = 60_000;
+
+/// Whether a dead-man's switch's state at `now` is one nodes wrote: a start or a last success
+/// further in the future than [`WATCH_CLOCK_SLACK_MS`] was written with SQL, and kept the job
+/// from ever being overdue (a `last_ok` at the largest number silenced it for good, and no
+/// success moves `last_ok` back).
+pub fn watch_believable(since: i64, last_ok: Option<i64>, now: i64) -> bool {
+    let bound = now.saturating_add(WATCH_CLOCK_SLACK_MS);
+    since <= bound && last_ok.is_none_or(|ok| ok <= bound)
+}
+
 /// Delay before delivery attempt `tries + 1`: 5 s doubling, at most 5 min.
 pub fn delivery_backoff(tries: i64) -> Duration {
     let exp = u32::try_from(tries.saturating_sub(1).clamp(0, 6)).unwrap_or(6);
@@ -173,6 +186,17 @@ pub fn overdue_payload(job: &str, last_success: Option<i64>, alert_after: Durati
 mod tests {
     use super::*;
     use crate::model::hooks::*;
+
+    #[test]
+    fn a_watch_set_in_the_future_is_not_believed() {
+        let now = 1_000_000;
+        assert!(watch_believable(now, None, now));
+        assert!(watch_believable(now - 5, Some(now + 60_000), now));
+        assert!(!watch_believable(now, Some(now + 60_001), now));
+        assert!(!watch_believable(now, Some(i64::MAX), now));
+        assert!(!watch_believable(i64::MAX, None, now));
+        assert!(watch_believable(i64::MIN, Some(i64::MIN), i64::MAX));
+    }
 
     fn rec(id: i64, slot: i64, attempt: i64, outcome: &str) -> Record {
         Record {

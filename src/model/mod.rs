@@ -43,6 +43,7 @@ pub mod names;
 pub mod placement;
 pub mod policy;
 pub mod policy_keys;
+pub mod repeated_warnings;
 pub mod requires;
 pub mod resume;
 pub mod retention;

@@ -38,7 +38,9 @@ fn calendar_row(r: &sqlx::any::AnyRow) -> Option<CalendarRow> {
         }),
         _ => {
             let name = name.ok().flatten().unwrap_or_else(|| "?".into());
-            tracing::warn!(calendar = %name, "a calendar that cannot be read (text that is not UTF-8); left out");
+            if let Some(held) = super::say_again(&format!("calendar: {name}")) {
+                tracing::warn!(calendar = %name, held_back = held, "a calendar that cannot be read (text that is not UTF-8); left out");
+            }
             None
         }
     }

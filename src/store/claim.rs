@@ -543,7 +543,9 @@ impl Store {
         match plain {
             Ok(rows) => Ok((rows, false)),
             Err(sqlx::Error::Decode(e)) if self.dialect != Dialect::Postgres => {
-                tracing::warn!(statement = op, error = %e, "a row holds text that is not UTF-8; read again as bytes");
+                if let Some(held) = super::say_again(&format!("{op}: {e}")) {
+                    tracing::warn!(statement = op, error = %e, held_back = held, "a row holds text that is not UTF-8; read again as bytes");
+                }
                 let rows = bind(sqlx::query(AssertSqlSafe(sql(true))))
                     .fetch_all(&self.db)
                     .await
@@ -563,7 +565,9 @@ pub(super) fn decode_rows(rows: &[AnyRow], bytes: bool) -> Vec<JobRow> {
         .filter_map(|r| match JobRow::from_row(r, bytes) {
             Ok(row) => Some(row),
             Err(e) => {
-                tracing::error!(error = %e, "cron_table row cannot be read; left alone");
+                if let Some(held) = super::say_again(&format!("row: {e}")) {
+                    tracing::error!(error = %e, held_back = held, "cron_table row cannot be read; left alone");
+                }
                 None
             }
         })

@@ -98,7 +98,12 @@ impl Store {
                 |r| match (text_column(r, "name"), text_column(r, "template")) {
                     (Ok(Some(name)), Ok(Some(template))) => Some((name, template)),
                     _ => {
-                        tracing::error!("cron_table row cannot be read; left alone");
+                        if let Some(held) = super::say_again("every_node: a template") {
+                            tracing::error!(
+                                held_back = held,
+                                "cron_table row cannot be read; left alone"
+                            );
+                        }
                         None
                     }
                 },

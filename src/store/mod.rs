@@ -459,6 +459,20 @@ pub use locks::{LockRow, LockState};
 pub use release::ReleaseOf;
 pub use retention::{Duty, DutyRow, Pruned};
 
+/// Whether to write the warning `key` now: a row a writer left that cannot be read is read again
+/// at every tick or scan, and its warning is written the first time, then at most every ten
+/// minutes (`Some` with the times it was held back; see
+/// [`crate::model::repeated_warnings`]).
+pub(crate) fn say_again(key: &str) -> Option<u64> {
+    use crate::model::repeated_warnings::RepeatedWarnings;
+    static SAID: std::sync::OnceLock<std::sync::Mutex<RepeatedWarnings>> =
+        std::sync::OnceLock::new();
+    SAID.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .say(key, std::time::Instant::now())
+}
+
 impl Store {
     pub fn dialect(&self) -> Dialect {
         self.dialect

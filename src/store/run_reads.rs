@@ -45,7 +45,9 @@ impl Store {
                 decode(r)
                     .inspect_err(|e| {
                         let id = r.try_get::<i64, _>("id").ok();
-                        tracing::warn!(statement = op, run = ?id, error = %e, "a cron_runs row that cannot be read; left out");
+                        if let Some(held) = super::say_again(&format!("{op}: {id:?}: {e}")) {
+                            tracing::warn!(statement = op, run = ?id, error = %e, held_back = held, "a cron_runs row that cannot be read; left out");
+                        }
                     })
                     .ok()
             })
@@ -59,10 +61,13 @@ pub const UNREADABLE: &str = "unreadable";
 
 /// [`UNREADABLE`], with a warning naming the record.
 pub(super) fn unreadable(id: i64) -> String {
-    tracing::warn!(
-        run = id,
-        "a cron_runs row whose numbers cannot be read; passed over"
-    );
+    if let Some(held) = super::say_again(&format!("run numbers: {id}")) {
+        tracing::warn!(
+            run = id,
+            held_back = held,
+            "a cron_runs row whose numbers cannot be read; passed over"
+        );
+    }
     UNREADABLE.to_string()
 }
 

@@ -43,12 +43,17 @@ fn usable(r: &sqlx::any::AnyRow) -> Option<Budget> {
     match budget(r) {
         Ok(b) if b.rate.per_second.is_finite() && b.rate.per_second > 0.0 => Some(b),
         Ok(b) => {
-            tracing::warn!(budget = %b.name, per_second = b.rate.per_second, "cron_start_rate: the rate must be a positive number; this budget is not applied");
+            let key = format!("start rate: {} {}", b.name, b.rate.per_second);
+            if let Some(held) = super::say_again(&key) {
+                tracing::warn!(budget = %b.name, per_second = b.rate.per_second, held_back = held, "cron_start_rate: the rate must be a positive number; this budget is not applied");
+            }
             None
         }
         Err(e) => {
             let name = text_lossy(r, "name").ok().flatten().unwrap_or_default();
-            tracing::warn!(budget = %name, error = %e, "cron_start_rate: a row that cannot be read; this budget is not applied");
+            if let Some(held) = super::say_again(&format!("start rate: {name}: {e}")) {
+                tracing::warn!(budget = %name, error = %e, held_back = held, "cron_start_rate: a row that cannot be read; this budget is not applied");
+            }
             None
         }
     }

@@ -20,7 +20,8 @@ use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stder
 
 for_each_dialect!(
     an_event_is_made_once_and_its_delivery_is_fenced,
-    every_event_is_delivered_once_with_a_sender_killed_mid_send
+    every_event_is_delivered_once_with_a_sender_killed_mid_send,
+    a_dead_mans_switch_no_node_set_is_started_again,
 );
 
 async fn an_event_is_made_once_and_its_delivery_is_fenced(dialect: Dialect) {
@@ -594,4 +595,85 @@ async fn a_webhook_answering_an_endless_body_is_read_no_further() {
         node.log_text()
     );
     store.close().await;
+}
+
+/// A dead-man's switch whose state was set with SQL: a last success or a start at the largest
+/// number, or an hour ahead (the job was never overdue, and no success moved `last_ok` back),
+/// and on SQLite numbers that cannot be read (the watch was left out, and its start found the
+/// row and did nothing) and a success ended at a real number (the start stored it, and the
+/// watch could not be read from then on). Each is started again from now, with a warning, and
+/// fires after `alert_after`.
+async fn a_dead_mans_switch_no_node_set_is_started_again(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let missed = dir.path().join("missed");
+    let now = store.now().await.unwrap();
+    let max = i64::MAX;
+    let mut planted = vec![
+        ("far_ok", format!("{now}, {max}")),
+        ("far_since", format!("{max}, NULL")),
+        ("hour_ahead", format!("{now}, {}", now + 3_600_000)),
+    ];
+    if dialect == Dialect::Sqlite {
+        planted.push(("text", "'x', 'y'".to_string()));
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
+                 VALUES ('real', 1, 1, 'n', 1, {} + 0.5, 'ok')",
+                now - 1_000
+            ))
+            .await
+            .unwrap();
+    }
+    for (job, values) in &planted {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_watch (job_name, since, last_ok) VALUES ('{job}', {values})"
+            ))
+            .await
+            .unwrap();
+    }
+    let mut names: Vec<&str> = planted.iter().map(|(j, _)| *j).collect();
+    if dialect == Dialect::Sqlite {
+        names.push("real");
+    }
+    let jobs: String = names
+        .iter()
+        .map(|j| {
+            format!(
+                "[[job]]\nname = \"{j}\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+                 enabled = false\nalert_after = \"3s\"\n\
+                 on_missed = {{ command = \"echo {j} >> {}\" }}\n",
+                missed.display()
+            )
+        })
+        .collect();
+    let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
+    let fired = eventually(
+        Duration::from_secs(40),
+        "every job's missed alert",
+        || async {
+            let text = std::fs::read_to_string(&missed).unwrap_or_default();
+            let fired: BTreeSet<String> = text.lines().map(str::to_string).collect();
+            names.iter().all(|j| fired.contains(*j)).then_some(fired)
+        },
+    )
+    .await;
+    assert_eq!(fired.len(), names.len(), "{fired:?}");
+    let log = node.log_text();
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("a dead-man's switch whose state no node wrote"))
+        .count();
+    assert_eq!(warned, planted.len(), "{log}");
+    if dialect == Dialect::Sqlite {
+        // The success ended at a real number was not taken as the last one.
+        let kept = store
+            .scalars::<String>("SELECT typeof(last_ok) FROM cron_watch WHERE job_name = 'real'")
+            .await
+            .unwrap();
+        assert_eq!(kept, ["null"]);
+    }
+    assert!(node.stop().success(), "{log}");
 }

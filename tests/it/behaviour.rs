@@ -874,7 +874,22 @@ async fn rows_holding_text_that_is_not_utf8_are_parked_and_the_others_run(dialec
     assert!(status.status.success(), "{}", stderr(&status));
     let said = crate::util::stdout(&status);
     assert!(said.contains("bad_due") && said.contains("good"), "{said}");
+    // Long enough for the budgets to be read again twice (a look that found no budget it can
+    // use is trusted for 5 s): their warnings are written once in ten minutes, not at each.
+    let before = runs();
+    eventually(Duration::from_secs(30), "twelve more good runs", || async {
+        (runs() >= before + 12).then_some(())
+    })
+    .await;
     let log = node.log_text();
+    for warning in [
+        "this budget is not applied",
+        "read again as bytes statement=\"read start rates\"",
+    ] {
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(warning)).collect();
+        assert_eq!(lines.len(), 1, "{warning}: {lines:#?}");
+        assert!(lines[0].contains("held_back=0"), "{lines:?}");
+    }
     assert_eq!(
         store
             .scalar_i64(
