@@ -157,7 +157,7 @@ async fn round(shared: &Shared, scan: &mut Scan) -> Result<(), StoreError> {
     scan.seen.retain(|_, ended| *ended >= newest - OVERLAP_MS);
     if check_watch {
         scan.last_watch = Some(Instant::now());
-        watch(shared, now).await?;
+        watch(shared).await?;
     }
     Ok(())
 }
@@ -225,7 +225,7 @@ async fn record_events(
 
 /// The dead-man's switches: every job with `alert_after` that has not succeeded for that long
 /// raises one `missed` event per silence (per last success).
-async fn watch(shared: &Shared, now: i64) -> Result<(), StoreError> {
+async fn watch(shared: &Shared) -> Result<(), StoreError> {
     let config = shared.config();
     let store = &shared.store;
     let watches: HashMap<String, crate::store::WatchRow> = store
@@ -234,7 +234,11 @@ async fn watch(shared: &Shared, now: i64) -> Result<(), StoreError> {
         .into_iter()
         .map(|w| (w.job.clone(), w))
         .collect();
-    for row in store.jobs().await? {
+    let jobs = store.jobs().await?;
+    // The clock after the reads, not the scan's at its start: a success the scan noted while
+    // it ran is never ahead of it.
+    let now = store.now().await?;
+    for row in jobs {
         let Ok(settings) = row_alerts(&row) else {
             continue;
         };

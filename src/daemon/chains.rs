@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Shared;
 use crate::model::chains::{After, Upstream, trigger_name, triggered_job, triggers};
@@ -23,12 +23,12 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 const LOOK_IDLE: Duration = Duration::from_secs(30);
 /// Upstream runs read per upstream and look.
 const RUNS_PER_LOOK: i64 = 200;
-/// How often (database time, ms) a node checks that a chain's cursor is within its upstream's
-/// runs: at its first look at it, then at most this often.
-const CURSOR_CHECK_EVERY_MS: i64 = 10 * 60 * 1000;
+/// How often a node checks that a chain's cursor is not past every run record: at its first
+/// look at it, then at most this often.
+const CURSOR_CHECK_EVERY: Duration = Duration::from_secs(600);
 
-/// When each (chain row, upstream) cursor was last checked against the upstream's runs.
-type CursorChecks = HashMap<(String, String), i64>;
+/// When each (chain row, upstream) cursor was last found within the run records.
+type CursorChecks = HashMap<(String, String), Instant>;
 
 pub(super) async fn chain_loop(shared: Arc<Shared>) {
     let mut checks = CursorChecks::new();
@@ -85,7 +85,7 @@ async fn look(shared: &Shared, checks: &mut CursorChecks) -> Result<(), StoreErr
         return Ok(());
     }
     let now = shared.store.now().await?;
-    checks.retain(|_, at| now - *at < 2 * CURSOR_CHECK_EVERY_MS);
+    checks.retain(|_, at| at.elapsed() < CURSOR_CHECK_EVERY);
     for (row, after) in chains {
         // One row's failure (a database error, a name the database refuses) leaves the others
         // to be followed.
@@ -124,29 +124,28 @@ async fn follow(
             fresh = true;
         }
     }
-    // A position outside the upstream's runs was not set by a node (a writer's, or the runs'
-    // ids started again, MySQL's TRUNCATE): ahead of the last run, no run ever came after it
-    // and the chain waited for good, silently; below 0, every run of its history triggered
-    // again. Set to the latest run, with a warning, as for a new upstream.
+    // A position below 0 or past every run record was set by no node (a writer's SQL, or a
+    // history whose records were all deleted or whose ids started again, as MySQL's TRUNCATE
+    // does): past every record, no run ever came after it and the chain waited for good,
+    // silently; below 0, every run of the history was looked at again. Set to the upstream's
+    // latest run, with a warning, as for a new upstream. Below 0 is seen at every look; past
+    // every record at a node's first look and every ten minutes after (one read of the
+    // newest record's id). A position within the records is the chain's own: one past the
+    // upstream's last run means its runs were pruned, and the next run's id is above it.
     for a in after {
+        let at = cursor[&a.job];
         let key = (row.name.clone(), a.job.clone());
-        if checks
+        let checked = checks
             .get(&key)
-            .is_some_and(|at| now - at < CURSOR_CHECK_EVERY_MS)
-        {
+            .is_some_and(|t| t.elapsed() < CURSOR_CHECK_EVERY);
+        if at >= 0 && (checked || at <= store.last_run_id_of_all().await?) {
+            if !checked {
+                checks.insert(key, Instant::now());
+            }
             continue;
         }
         let last = store.last_run_id(&a.job).await?;
-        checks.insert(key, now);
-        let at = cursor[&a.job];
-        if (0..=last).contains(&at) {
-            continue;
-        }
-        // Past the upstream's last run but not past every record, its runs were pruned:
-        // nothing lies between, and the position is moved back without a word.
-        if at < 0 || at > store.last_run_id_of_all().await? {
-            tracing::warn!(job = %row.name, upstream = %a.job, cursor = at, last_run_id = last, "a chain's position outside its upstream's runs; set to the latest run (runs before it trigger nothing)");
-        }
+        tracing::warn!(job = %row.name, upstream = %a.job, cursor = at, last_run_id = last, "a chain's position below 0 or past every run record, set by no node; set to the upstream's latest run (runs before it trigger nothing)");
         cursor.insert(a.job.clone(), last);
         fresh = true;
     }

@@ -95,12 +95,17 @@ pub fn overdue(baseline: i64, alert_after: Duration, now: i64) -> bool {
 /// node's: a record another server of a Galera cluster ended by a clock ahead.
 pub const WATCH_CLOCK_SLACK_MS: i64 = 60_000;
 
+/// How far past the database's clock a watch's state may be before it is taken for one no
+/// node wrote: well beyond [`WATCH_CLOCK_SLACK_MS`], so that a clock read a little earlier, or
+/// servers of a cluster a minute apart, never make a node's own state look forged.
+pub const WATCH_BELIEVED_AHEAD_MS: i64 = 10 * 60_000;
+
 /// Whether a dead-man's switch's state at `now` is one nodes wrote: a start or a last success
-/// further in the future than [`WATCH_CLOCK_SLACK_MS`] was written with SQL, and kept the job
-/// from ever being overdue (a `last_ok` at the largest number silenced it for good, and no
+/// further in the future than [`WATCH_BELIEVED_AHEAD_MS`] was written with SQL, and kept the
+/// job from ever being overdue (a `last_ok` at the largest number silenced it for good, and no
 /// success moves `last_ok` back).
 pub fn watch_believable(since: i64, last_ok: Option<i64>, now: i64) -> bool {
-    let bound = now.saturating_add(WATCH_CLOCK_SLACK_MS);
+    let bound = now.saturating_add(WATCH_BELIEVED_AHEAD_MS);
     since <= bound && last_ok.is_none_or(|ok| ok <= bound)
 }
 
@@ -192,7 +197,9 @@ mod tests {
         let now = 1_000_000;
         assert!(watch_believable(now, None, now));
         assert!(watch_believable(now - 5, Some(now + 60_000), now));
-        assert!(!watch_believable(now, Some(now + 60_001), now));
+        assert!(watch_believable(now + 600_000, Some(now + 600_000), now));
+        assert!(!watch_believable(now, Some(now + 600_001), now));
+        assert!(!watch_believable(now + 600_001, None, now));
         assert!(!watch_believable(now, Some(i64::MAX), now));
         assert!(!watch_believable(i64::MAX, None, now));
         assert!(watch_believable(i64::MIN, Some(i64::MIN), i64::MAX));

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub const REPEAT_EVERY: Duration = Duration::from_secs(600);
 
 /// The most warnings remembered: past it, those not written for [`REPEAT_EVERY`] are forgotten
-/// (and would be written at once again), then all of them.
+/// (they would be written at once again anyway), then the one written longest ago.
 const REMEMBERED: usize = 1024;
 
 /// The warnings written, each with when it last was and how many times it was held back since.
@@ -38,9 +38,15 @@ impl RepeatedWarnings {
         if self.seen.len() >= REMEMBERED {
             self.seen
                 .retain(|_, (at, _)| now.saturating_duration_since(*at) < REPEAT_EVERY);
-            if self.seen.len() >= REMEMBERED {
-                self.seen.clear();
-            }
+        }
+        if self.seen.len() >= REMEMBERED
+            && let Some(oldest) = self
+                .seen
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+        {
+            self.seen.remove(&oldest);
         }
         self.seen.insert(key.to_string(), (now, 0));
         Some(0)
@@ -74,17 +80,21 @@ mod tests {
         for i in 0..REMEMBERED {
             assert_eq!(w.say(&i.to_string(), t0), Some(0));
         }
-        // Full of recent ones: they are all forgotten for the new one.
-        assert_eq!(w.say("new", t0), Some(0));
-        assert_eq!(w.seen.len(), 1);
-        assert_eq!(w.say("0", t0), Some(0));
-        // Past the interval, only the old ones are forgotten.
-        for i in 1..REMEMBERED - 1 {
-            w.say(&format!("later {i}"), t0 + REPEAT_EVERY);
+        // Full of recent ones: the one written longest ago is forgotten for the new one, and
+        // the others are still held back.
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(w.say("0", t1), None, "held back: it is remembered");
+        for i in 1..REMEMBERED {
+            w.seen.get_mut(&i.to_string()).unwrap().0 = t1;
         }
+        w.seen.get_mut("0").unwrap().0 = t0;
+        assert_eq!(w.say("new", t1), Some(0));
         assert_eq!(w.seen.len(), REMEMBERED);
-        assert_eq!(w.say("newer", t0 + REPEAT_EVERY), Some(0));
-        assert!(w.seen.len() < REMEMBERED);
-        assert_eq!(w.say("later 1", t0 + REPEAT_EVERY), None);
+        assert!(!w.seen.contains_key("0"));
+        assert_eq!(w.say("1", t1), None);
+        // Past the interval, the old ones are forgotten, all at once.
+        assert_eq!(w.say("newer", t1 + REPEAT_EVERY), Some(0));
+        assert_eq!(w.seen.len(), 1);
+        assert_eq!(w.say("newer", t1 + REPEAT_EVERY), None);
     }
 }

@@ -37,7 +37,14 @@ fn calendar_row(r: &sqlx::any::AnyRow) -> Option<CalendarRow> {
             from_toml: from_toml != 0,
         }),
         _ => {
-            let name = name.ok().flatten().unwrap_or_else(|| "?".into());
+            // With replacements where the name is not UTF-8: each such calendar its own warning.
+            let name = match name {
+                Ok(Some(name)) => name,
+                _ => super::text_lossy(r, "name")
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| "?".into()),
+            };
             if let Some(held) = super::say_again(&format!("calendar: {name}")) {
                 tracing::warn!(calendar = %name, held_back = held, "a calendar that cannot be read (text that is not UTF-8); left out");
             }

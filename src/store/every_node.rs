@@ -98,8 +98,11 @@ impl Store {
                 |r| match (text_column(r, "name"), text_column(r, "template")) {
                     (Ok(Some(name)), Ok(Some(template))) => Some((name, template)),
                     _ => {
-                        if let Some(held) = super::say_again("every_node: a template") {
+                        let row = super::text_lossy(r, "name").ok().flatten();
+                        let row = row.unwrap_or_else(|| "?".into());
+                        if let Some(held) = super::say_again(&format!("every_node: {row}")) {
                             tracing::error!(
+                                row = %row,
                                 held_back = held,
                                 "cron_table row cannot be read; left alone"
                             );

@@ -56,6 +56,10 @@ macro_rules! err {
     };
 }
 
+/// The state `sqlcron locks` gives a request whose lease ends further off than any holder
+/// sets: counted by no contender.
+pub const UNCOUNTED: &str = "uncounted";
+
 /// A lease that is live: not ended, and ending no further off than
 /// [`crate::model::lease::LEASE_UNOWNED_BEYOND`] (twice the longest lease) from now. One further
 /// off was set by no holder: a writer's `lease_until` at the largest number held that lock's
@@ -375,18 +379,19 @@ impl Store {
     /// (the most recently released of them): what a page can show.
     pub async fn locks_bounded(&self, limit: i64) -> Result<Vec<LockRow>> {
         // The text as bytes, shown with replacements (see `lock_reap`); a row whose numbers
-        // cannot be read is left out, and so is a lease no holder set (see [`live`]): the
-        // list shows what `sqlcron lock` and `unlock` see.
+        // cannot be read is left out. A lease further off than any holder sets (see [`live`])
+        // is listed as `uncounted`: no contender counts it (an older release's `--lease`
+        // above 1h, or a writer's), and an operator looking for such leases finds it here.
         let live = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
-            "SELECT id, {} FROM cron_lock_waiters \
-             WHERE {} ORDER BY cron_lock_waiters.name, id LIMIT ?",
+            "SELECT id, CASE WHEN {} THEN 1 ELSE 0 END AS counted, {} FROM cron_lock_waiters \
+             WHERE lease_until > {{now}} ORDER BY cron_lock_waiters.name, id LIMIT ?",
+            live("lease_until"),
             super::dialect::select_list(
                 self.dialect(),
                 &["name", "owner", "host", "state"],
                 &["pid", "enqueued_at", "acquired_at", "lease_until"],
                 true
-            ),
-            live("lease_until")
+            )
         ))))
         .bind(limit)
         .fetch_all(&self.db)
@@ -397,7 +402,10 @@ impl Store {
         for r in &live {
             let text = |c: &str| super::text_lossy(r, c);
             let decode = || -> std::result::Result<LockRow, sqlx::Error> {
-                let state = text("state")?.unwrap_or_default();
+                let state = match r.try_get::<i64, _>("counted")? {
+                    0 => UNCOUNTED.to_string(),
+                    _ => text("state")?.unwrap_or_default(),
+                };
                 Ok(LockRow {
                     name: text("name")?.unwrap_or_default(),
                     since: if state == "holding" {

@@ -445,6 +445,7 @@ mod sqlite_plans;
 pub mod start_rate;
 pub mod topology;
 pub mod wake;
+mod watches;
 pub mod web;
 
 use crate::model::actor::Actor;
@@ -453,11 +454,12 @@ pub use apply::job_hash;
 pub use audit::AuditRow;
 pub use connect::{IDLE_TIMEOUT, sqlite_heap_bytes};
 pub use drift::{Drift, drift};
-pub use events::{Delivered, EventClaim, EventRow, NewEvent, WatchRow};
+pub use events::{Delivered, EventClaim, EventRow, NewEvent};
 pub use keepalive::for_each_socket_to;
 pub use locks::{LockRow, LockState};
 pub use release::ReleaseOf;
 pub use retention::{Duty, DutyRow, Pruned};
+pub use watches::WatchRow;
 
 /// Whether to write the warning `key` now: a row a writer left that cannot be read is read again
 /// at every tick or scan, and its warning is written the first time, then at most every ten

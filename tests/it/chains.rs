@@ -14,8 +14,29 @@ for_each_dialect!(
     a_chain_of_three_runs_each_link_once_through_a_kill,
     a_slot_waits_for_its_upstream_then_runs_or_is_skipped,
     a_row_holding_a_triggers_name_lets_the_chain_go_on,
-    a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest,
+    a_chain_position_no_node_set_is_moved_to_the_latest,
 );
+
+/// `up`, run by hand, and `down`, chained to it, which writes each upstream run's id to `file`.
+fn up_and_down(file: &std::path::Path) -> String {
+    format!(
+        "[[job]]\nname = \"up\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"down\"\nafter = [\"up\"]\n\
+         command = \"echo \\\"$SQLCRON_UPSTREAM_RUN_ID\\\" >> {}\"\n",
+        file.display()
+    )
+}
+
+/// Runs `up` once more (its `round`th success) with `sqlcron run`; its run's history id.
+async fn run_up(store: &sqlcron::store::Store, conf: &std::path::Path, round: usize) -> i64 {
+    let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    eventually(Duration::from_secs(30), "up ran", || async {
+        let h = store.history(Some("up"), 10).await.ok()?;
+        (h.iter().filter(|r| r.outcome == "ok").count() == round).then(|| h[0].id)
+    })
+    .await
+}
 
 /// The lines a job's runs wrote.
 fn lines(file: &std::path::Path) -> Vec<String> {
@@ -273,12 +294,7 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("down");
-    let jobs = format!(
-        "[[job]]\nname = \"up\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
-         [[job]]\nname = \"down\"\nafter = [\"up\"]\n\
-         command = \"echo \\\"$SQLCRON_UPSTREAM_RUN_ID\\\" >> {}\"\n",
-        file.display()
-    );
+    let jobs = up_and_down(&file);
     let node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", &jobs));
     let conf = dir.path().join("n1.toml");
     eventually(Duration::from_secs(30), "the chain's cursor", || async {
@@ -297,19 +313,7 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
         ))
         .await
         .unwrap();
-    let run_up = |round: usize| {
-        let store = &store;
-        let conf = conf.clone();
-        async move {
-            let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "up"]);
-            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-            eventually(Duration::from_secs(30), "up ran", || async {
-                let h = store.history(Some("up"), 10).await.ok()?;
-                (h.iter().filter(|r| r.outcome == "ok").count() == round).then(|| h[0].id)
-            })
-            .await
-        }
-    };
+    let run_up = |round: usize| run_up(&store, &conf, round);
     let first = run_up(1).await;
     assert!(
         first <= 200,
@@ -348,21 +352,17 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
     assert!(node.stop().success(), "{log}");
 }
 
-/// A chain's position set with SQL outside its upstream's runs: ahead of every run (the chain
-/// waited for good, silently, as no run came after it) or below 0 (every run of the history
-/// triggered again). A node moves it to the upstream's latest run with a warning at its first
-/// look, and the chain goes on from there.
-async fn a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest(dialect: Dialect) {
+/// A chain's position set with SQL past every run record (the chain waited for good, silently,
+/// as no run came after it) or below 0 (every run of the history was looked at again). A node
+/// moves it to the upstream's latest run with a warning at its first look, and the chain goes
+/// on from there. A position past the upstream's last run but within the records (its runs
+/// pruned) is the chain's own: left as it is, without a warning.
+async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("down");
-    let jobs = format!(
-        "[[job]]\nname = \"up\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
-         [[job]]\nname = \"down\"\nafter = [\"up\"]\n\
-         command = \"echo \\\"$SQLCRON_UPSTREAM_RUN_ID\\\" >> {}\"\n",
-        file.display()
-    );
+    let jobs = up_and_down(&file);
     let first = DaemonProcess::start(dir.path(), "n0", &node_config(&db.url, "n0", &jobs));
     eventually(Duration::from_secs(30), "the chain's cursor", || async {
         let rows = store.chain_rows().await.ok()?;
@@ -372,21 +372,18 @@ async fn a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest(dial
     let log = first.log_text();
     assert!(first.stop().success(), "{log}");
     let conf = dir.path().join("n0.toml");
-    let run_up = |round: usize| {
-        let store = &store;
-        let conf = conf.clone();
-        async move {
-            let out = sqlcron(&["--config", conf.to_str().unwrap(), "run", "up"]);
-            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-            eventually(Duration::from_secs(30), "up ran", || async {
-                let h = store.history(Some("up"), 10).await.ok()?;
-                (h.iter().filter(|r| r.outcome == "ok").count() == round).then(|| h[0].id)
-            })
-            .await
-        }
-    };
+    let run_up = |round: usize| run_up(&store, &conf, round);
     let mut seen = vec![];
-    for (round, planted) in [(1, i64::MAX.to_string()), (2, "-1".to_string())] {
+    for round in 1..=3 {
+        let (planted, warnings) = match round {
+            1 => (i64::MAX, 1),
+            2 => (-1, 1),
+            // Past up's last run (the newest record is a chained run of down): not moved.
+            _ => {
+                let newest = store.scalar_i64("SELECT MAX(id) FROM cron_runs").await;
+                (newest.unwrap().unwrap(), 0)
+            }
+        };
         store
             .execute_raw(&format!(
                 "UPDATE cron_table SET chain_cursor = '{{\"up\":{planted}}}' WHERE name = 'down'"
@@ -395,8 +392,20 @@ async fn a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest(dial
             .unwrap();
         let name = format!("n{round}");
         let node = DaemonProcess::start(dir.path(), &name, &node_config(&db.url, &name, &jobs));
-        eventually(Duration::from_secs(30), "the warning", || async {
-            (warned_in(&node.log_text()) == 1).then_some(())
+        if warnings > 0 {
+            eventually(Duration::from_secs(30), "the warning", || async {
+                (warned_in(&node.log_text()) == 1).then_some(())
+            })
+            .await;
+        }
+        eventually(Duration::from_secs(30), "the node live", || async {
+            let nodes = store
+                .scalar_i64(&format!(
+                    "SELECT COUNT(*) FROM cron_nodes WHERE name = '{name}'"
+                ))
+                .await
+                .ok()??;
+            (nodes == 1).then_some(())
         })
         .await;
         let id = run_up(round).await;
@@ -409,8 +418,16 @@ async fn a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest(dial
         .await;
         let log = node.log_text();
         assert!(node.stop().success(), "{log}");
-        // Once each: the position it set is within the runs.
-        assert_eq!(warned_in(&log), 1, "{log}");
+        // Once each: the position it set is within the records.
+        assert_eq!(warned_in(&log), warnings, "{log}");
+        if round == 3 {
+            let cursor = store.chain_rows().await.unwrap()[0].cursor.clone();
+            assert_eq!(
+                cursor,
+                Some(format!("{{\"up\":{id}}}")),
+                "moved on from there"
+            );
+        }
     }
     // Below 0, the run of the first round was not chained again.
     assert_eq!(lines(&file), seen);
@@ -418,6 +435,6 @@ async fn a_chain_position_outside_its_upstreams_runs_is_moved_to_the_latest(dial
 
 fn warned_in(log: &str) -> usize {
     log.lines()
-        .filter(|l| l.contains("a chain's position outside its upstream's runs"))
+        .filter(|l| l.contains("a chain's position below 0 or past every run record"))
         .count()
 }

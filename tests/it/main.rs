@@ -60,6 +60,7 @@ mod proxied;
 mod proxy;
 mod quickstart;
 mod read_commands;
+mod replica;
 mod retention;
 mod roles;
 mod rolling_upgrade;
