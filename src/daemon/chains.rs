@@ -138,14 +138,16 @@ async fn follow(
         let checked = checks
             .get(&key)
             .is_some_and(|t| t.elapsed() < CURSOR_CHECK_EVERY);
-        if at >= 0 && (checked || at <= store.last_run_id_of_all().await?) {
-            if !checked {
-                checks.insert(key, Instant::now());
-            }
+        if at >= 0 && checked {
             continue;
         }
-        let last = store.last_run_id(&a.job).await?;
-        tracing::warn!(job = %row.name, upstream = %a.job, cursor = at, last_run_id = last, "a chain's position below 0 or past every run record, set by no node; set to the upstream's latest run (runs before it trigger nothing)");
+        // Both in one statement: a run recorded between two reads could not be skipped.
+        let (last, newest) = store.last_run_ids(&a.job).await?;
+        if (0..=newest).contains(&at) {
+            checks.insert(key, Instant::now());
+            continue;
+        }
+        tracing::warn!(job = %row.name, upstream = %a.job, cursor = at, last_run_id = last, "a chain's position below 0 or past every run record (a writer's, or every record deleted); set to the upstream's latest run (runs before it trigger nothing)");
         cursor.insert(a.job.clone(), last);
         fresh = true;
     }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 pub const REPEAT_EVERY: Duration = Duration::from_secs(600);
 
 /// The most warnings remembered: past it, those not written for [`REPEAT_EVERY`] are forgotten
-/// (they would be written at once again anyway), then the one written longest ago.
+/// (they would be written at once again anyway); while it is still full, a new warning is held
+/// back until there is room. Forgetting one to make room let more rows than this, read in turn,
+/// write every warning at every read: at most this many lines in ten minutes now.
 const REMEMBERED: usize = 1024;
 
 /// The warnings written, each with when it last was and how many times it was held back since.
@@ -38,15 +40,9 @@ impl RepeatedWarnings {
         if self.seen.len() >= REMEMBERED {
             self.seen
                 .retain(|_, (at, _)| now.saturating_duration_since(*at) < REPEAT_EVERY);
-        }
-        if self.seen.len() >= REMEMBERED
-            && let Some(oldest) = self
-                .seen
-                .iter()
-                .min_by_key(|(_, (at, _))| *at)
-                .map(|(k, _)| k.clone())
-        {
-            self.seen.remove(&oldest);
+            if self.seen.len() >= REMEMBERED {
+                return None;
+            }
         }
         self.seen.insert(key.to_string(), (now, 0));
         Some(0)
@@ -80,21 +76,14 @@ mod tests {
         for i in 0..REMEMBERED {
             assert_eq!(w.say(&i.to_string(), t0), Some(0));
         }
-        // Full of recent ones: the one written longest ago is forgotten for the new one, and
-        // the others are still held back.
+        // Full of recent ones: a new warning is held back, the others too.
         let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(w.say("0", t1), None, "held back: it is remembered");
-        for i in 1..REMEMBERED {
-            w.seen.get_mut(&i.to_string()).unwrap().0 = t1;
-        }
-        w.seen.get_mut("0").unwrap().0 = t0;
-        assert_eq!(w.say("new", t1), Some(0));
+        assert_eq!(w.say("new", t1), None);
+        assert_eq!(w.say("0", t1), None);
         assert_eq!(w.seen.len(), REMEMBERED);
-        assert!(!w.seen.contains_key("0"));
-        assert_eq!(w.say("1", t1), None);
-        // Past the interval, the old ones are forgotten, all at once.
-        assert_eq!(w.say("newer", t1 + REPEAT_EVERY), Some(0));
+        // Past the interval, the old ones are forgotten, and there is room again.
+        assert_eq!(w.say("new", t0 + REPEAT_EVERY), Some(0));
         assert_eq!(w.seen.len(), 1);
-        assert_eq!(w.say("newer", t1 + REPEAT_EVERY), None);
+        assert_eq!(w.say("new", t0 + REPEAT_EVERY), None);
     }
 }

@@ -190,13 +190,26 @@ impl Store {
             .unwrap_or(0))
     }
 
-    /// The id of the newest run record of any job (0 when there is none).
-    pub async fn last_run_id_of_all(&self) -> Result<i64> {
-        let id: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM cron_runs")
-            .fetch_one(&self.db)
-            .await
-            .map_err(sql_err!(self, "read last run"))?;
-        Ok(id.unwrap_or(0))
+    /// The highest history id of `job`'s runs and of any job's, read in one statement (so the
+    /// first is never above the second), 0 without any.
+    pub async fn last_run_ids(&self, job: &str) -> Result<(i64, i64)> {
+        let pattern = chained_pattern(self.dialect, job);
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
+            "SELECT (SELECT MAX(id) FROM cron_runs WHERE {}) AS job_id, \
+             (SELECT MAX(id) FROM cron_runs) AS any_id",
+            of_job(self.dialect)
+        ))))
+        .bind(job.to_string())
+        .bind(pattern)
+        .fetch_one(&self.db)
+        .await
+        .map_err(sql_err!(self, "read last run"))?;
+        let id = |c: &str| {
+            row.try_get::<Option<i64>, _>(c)
+                .map(|v| v.unwrap_or(0))
+                .map_err(sql_err!(self, "read last run"))
+        };
+        Ok((id("job_id")?, id("any_id")?))
     }
 
     /// Makes `trigger` (if any) as a copy of `job`'s row, and moves the row's cursor from `old`
