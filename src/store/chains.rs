@@ -174,20 +174,7 @@ impl Store {
 
     /// The highest history id of `job`'s runs (0 without any): where a new chain starts.
     pub async fn last_run_id(&self, job: &str) -> Result<i64> {
-        let pattern = chained_pattern(self.dialect, job);
-        let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT MAX(id) AS id FROM cron_runs WHERE {}",
-            of_job(self.dialect)
-        ))))
-        .bind(job.to_string())
-        .bind(pattern)
-        .fetch_one(&self.db)
-        .await
-        .map_err(sql_err!(self, "read last run"))?;
-        Ok(row
-            .try_get::<Option<i64>, _>("id")
-            .map_err(sql_err!(self, "read last run"))?
-            .unwrap_or(0))
+        Ok(self.last_run_ids(job).await?.0)
     }
 
     /// The highest history id of `job`'s runs and of any job's, read in one statement (so the
