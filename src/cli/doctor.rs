@@ -557,6 +557,22 @@ async fn database_checks(config: &Config) -> Vec<Finding> {
     match super::connect(config).await {
         Ok(store) => {
             found.extend(database(&store, config).await);
+            match store.binlog_format().await {
+                Ok(Some(format)) if format.eq_ignore_ascii_case("STATEMENT") => found.push(bad(
+                    "binary log",
+                    Level::Warn,
+                    "the server logs writes as statements (binlog_format = STATEMENT): its replicas stop at sqlcron's first insert of a job, audit row or lock request, and sqlcron's sessions keep the server's isolation level",
+                    "SET GLOBAL binlog_format = 'MIXED' (or ROW), and in the server's configuration (docs/src/how-to/production-databases.md)",
+                )),
+                Ok(Some(format)) => found.push(ok("binary log", format!("binlog_format = {format}"))),
+                Ok(None) => {}
+                Err(e) => found.push(bad(
+                    "binary log",
+                    Level::Warn,
+                    e.to_string(),
+                    "check the database user's privileges",
+                )),
+            }
             store.close().await;
         }
         Err(e) => found.push(bad(

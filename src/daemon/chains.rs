@@ -5,13 +5,15 @@
 //! exactly once however many nodes saw the upstream run, and whatever happened to the node that
 //! ran it (its run is in the history: any node finds it).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Shared;
-use crate::model::chains::{After, Upstream, trigger_name, triggered_job, triggers};
+use crate::model::chains::{
+    After, Upstream, set_by_no_node, trigger_name, triggered_job, triggers,
+};
 use crate::store::StoreError;
 use crate::store::chains::{Advance, ChainRow, NewTrigger};
 
@@ -23,15 +25,7 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 const LOOK_IDLE: Duration = Duration::from_secs(30);
 /// Upstream runs read per upstream and look.
 const RUNS_PER_LOOK: i64 = 200;
-/// How often a node checks that a chain's cursor is not past every run record: at its first
-/// look at it, then at most this often.
-const CURSOR_CHECK_EVERY: Duration = Duration::from_secs(600);
-
-/// When each (chain row, upstream) cursor was last found within the run records.
-type CursorChecks = HashMap<(String, String), Instant>;
-
 pub(super) async fn chain_loop(shared: Arc<Shared>) {
-    let mut checks = CursorChecks::new();
     loop {
         let config = shared.config();
         let chained = !shared.upstreams.lock().unwrap().is_empty()
@@ -49,7 +43,7 @@ pub(super) async fn chain_loop(shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        if let Err(e) = look(&shared, &mut checks).await {
+        if let Err(e) = look(&shared).await {
             tracing::warn!(error = %e, "could not look for finished upstream runs");
             shared.metrics.database_error(e.kind());
         }
@@ -67,7 +61,7 @@ impl Shared {
 }
 
 /// One look at every row that names upstreams.
-async fn look(shared: &Shared, checks: &mut CursorChecks) -> Result<(), StoreError> {
+async fn look(shared: &Shared) -> Result<(), StoreError> {
     let rows = shared.store.chain_rows().await?;
     let mut names = HashSet::new();
     let mut chains = vec![];
@@ -85,11 +79,10 @@ async fn look(shared: &Shared, checks: &mut CursorChecks) -> Result<(), StoreErr
         return Ok(());
     }
     let now = shared.store.now().await?;
-    checks.retain(|_, at| at.elapsed() < CURSOR_CHECK_EVERY);
     for (row, after) in chains {
         // One row's failure (a database error, a name the database refuses) leaves the others
         // to be followed.
-        if let Err(e) = follow(shared, &row, &after, now, checks).await {
+        if let Err(e) = follow(shared, &row, &after, now).await {
             tracing::warn!(job = %row.name, error = %e, "could not follow the job's upstreams");
             shared.metrics.database_error(e.kind());
         }
@@ -104,51 +97,47 @@ async fn follow(
     row: &ChainRow,
     after: &[After],
     now: i64,
-    checks: &mut CursorChecks,
 ) -> Result<(), StoreError> {
     let store = &shared.store;
     let actor = crate::exec::account::this_process(Some(&format!("daemon {}", shared.node)));
     let mut old = row.cursor.clone();
-    let mut cursor: BTreeMap<String, i64> = old
+    let parsed = old
         .as_deref()
-        .and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or_default();
+        .map(serde_json::from_str::<BTreeMap<String, i64>>);
+    if let Some(Err(e)) = &parsed
+        && let Some(held) = crate::store::say_again(&format!("chain position: {}", row.name))
+    {
+        tracing::warn!(job = %row.name, error = %e, held_back = held, "a chain's position that cannot be read (a writer's); each upstream starts again at its latest run");
+    }
+    let mut cursor = parsed.and_then(Result::ok).unwrap_or_default();
     // An upstream no longer named is forgotten (named again, it starts afresh); a new upstream
-    // starts at its latest run: the runs before the chain existed do not count.
+    // starts at its latest run: the runs before the chain existed do not count (one still
+    // running counts when it ends).
     let before = cursor.len();
     cursor.retain(|job, _| after.iter().any(|a| &a.job == job));
     let mut fresh = cursor.len() != before;
     for a in after {
         if !cursor.contains_key(&a.job) {
-            cursor.insert(a.job.clone(), store.last_run_id(&a.job).await?);
+            cursor.insert(a.job.clone(), store.chain_start(&a.job).await?);
             fresh = true;
         }
     }
     // A position below 0 or past every run record was set by no node (a writer's SQL, or a
-    // history whose records were all deleted or whose ids started again, as MySQL's TRUNCATE
-    // does): past every record, no run ever came after it and the chain waited for good,
-    // silently; below 0, every run of the history was looked at again. Set to the upstream's
-    // latest run, with a warning, as for a new upstream. Below 0 is seen at every look; past
-    // every record at a node's first look and every ten minutes after (one read of the
-    // newest record's id). A position within the records is the chain's own: one past the
-    // upstream's last run means its runs were pruned, and the next run's id is above it.
+    // history whose ids started again, as MySQL's `TRUNCATE` does): past every record, no run
+    // ever came after it and the chain waited for good, silently; below 0, every run of the
+    // history was looked at again. Set where a new upstream starts, with a warning once the
+    // move is written. The newest record's id was read with the cursor, in one statement. A
+    // position within the records is the chain's own: one past the upstream's last run means
+    // its runs were pruned, and the next run's id is above it.
+    let mut moved = vec![];
     for a in after {
         let at = cursor[&a.job];
-        let key = (row.name.clone(), a.job.clone());
-        let checked = checks
-            .get(&key)
-            .is_some_and(|t| t.elapsed() < CURSOR_CHECK_EVERY);
-        if at >= 0 && checked {
+        if !set_by_no_node(at, row.newest_run) {
             continue;
         }
-        // Both in one statement: a run recorded between two reads could not be skipped.
-        let (last, newest) = store.last_run_ids(&a.job).await?;
-        if (0..=newest).contains(&at) {
-            checks.insert(key, Instant::now());
-            continue;
-        }
-        tracing::warn!(job = %row.name, upstream = %a.job, cursor = at, last_run_id = last, "a chain's position below 0 or past every run record (a writer's, or every record deleted); set to the upstream's latest run (runs before it trigger nothing)");
-        cursor.insert(a.job.clone(), last);
+        let start = store.chain_start(&a.job).await?;
+        moved.push((a.job.as_str(), at, start));
+        cursor.insert(a.job.clone(), start);
         fresh = true;
     }
     let text = |c: &BTreeMap<String, i64>| serde_json::to_string(c).unwrap_or_default();
@@ -162,6 +151,13 @@ async fn follow(
             return Ok(());
         }
         old = Some(new);
+        for (upstream, at, start) in moved {
+            if let Some(held) =
+                crate::store::say_again(&format!("chain position: {} {upstream}", row.name))
+            {
+                tracing::warn!(job = %row.name, upstream = %upstream, cursor = at, last_run_id = start, held_back = held, "a chain's position below 0 or past every run record (a writer's, or ids that started again); set to the upstream's latest run (runs before it trigger nothing)");
+            }
+        }
     }
     for a in after {
         let from = cursor[&a.job];

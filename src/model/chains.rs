@@ -180,6 +180,13 @@ pub fn triggers(after: &After, runs: &[UpstreamRun], cursor: i64, now: i64) -> (
     (out, cursor)
 }
 
+/// Whether a chain's position `at` was set by no node: below 0, or past `newest_run`, the
+/// newest run record's id read in the same statement (a position the chain set is a run id it
+/// read, never above it, whatever was pruned since).
+pub fn set_by_no_node(at: i64, newest_run: i64) -> bool {
+    !(0..=newest_run).contains(&at)
+}
+
 /// The longest name of a job with `after`: its chained rows add `#after-` and a history id
 /// (up to 19 digits) and must fit the 191 characters MySQL allows a name.
 pub const MAX_CHAINED_NAME: usize = 160;
@@ -277,6 +284,24 @@ mod tests {
         assert!(from_json(&serde_json::json!("extract")).is_err());
         assert!(from_json(&serde_json::json!([{"job": "x", "on": "always"}])).is_err());
         assert!(from_json(&serde_json::json!([{"job": "x", "when": "1h"}])).is_err());
+    }
+
+    #[test]
+    fn a_position_below_0_or_past_the_newest_run_was_set_by_no_node() {
+        assert!(!set_by_no_node(0, 0), "a chain started before any run");
+        assert!(!set_by_no_node(7, 7));
+        assert!(
+            !set_by_no_node(3, 7),
+            "within the records, its runs pruned or not"
+        );
+        assert!(set_by_no_node(8, 7));
+        assert!(set_by_no_node(-1, 7));
+        assert!(set_by_no_node(i64::MAX, 7));
+        assert!(set_by_no_node(i64::MIN, i64::MAX));
+        assert!(
+            set_by_no_node(1, 0),
+            "every record deleted, or ids that started again"
+        );
     }
 
     #[test]

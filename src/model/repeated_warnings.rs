@@ -12,21 +12,40 @@ use std::time::{Duration, Instant};
 /// The longest a warning that goes on is held back.
 pub const REPEAT_EVERY: Duration = Duration::from_secs(600);
 
-/// The most warnings remembered: past it, those not written for [`REPEAT_EVERY`] are forgotten
-/// (they would be written at once again anyway); while it is still full, a new warning is held
-/// back until there is room. Forgetting one to make room let more rows than this, read in turn,
-/// write every warning at every read: at most this many lines in ten minutes now.
-const REMEMBERED: usize = 1024;
+/// The most warnings of one kind remembered (the kind is the key up to its first `": "`, a
+/// call site's own text): past it, those not written for [`REPEAT_EVERY`] are forgotten (they
+/// would be written at once again anyway); while it is still full, a new warning of that kind
+/// is written at most once every [`REPEAT_EVERY`], with how many were held back in between.
+/// Forgetting one to make room let more rows than this, read in turn, write every warning at
+/// every read; a limit shared by every kind let a writer's rows of one kind (copies of a
+/// template that does not exist, named to be read first) hold back every later warning of
+/// every other kind for good.
+const REMEMBERED: usize = 256;
 
 /// The warnings written, each with when it last was and how many times it was held back since.
 #[derive(Debug, Default)]
 pub struct RepeatedWarnings {
     seen: HashMap<String, (Instant, u64)>,
+    /// Per kind: how many are remembered, and when a new one was last written while it was
+    /// full, with the new ones held back since.
+    kinds: HashMap<String, Kind>,
+}
+
+#[derive(Debug, Default)]
+struct Kind {
+    remembered: usize,
+    full_since: Option<(Instant, u64)>,
+}
+
+/// The kind of a warning's key: the text before its first `": "`.
+fn kind_of(key: &str) -> &str {
+    key.split_once(": ").map_or(key, |(kind, _)| kind)
 }
 
 impl RepeatedWarnings {
-    /// Whether to write the warning `key` at `now`: `Some(n)` with the `n` times it was held
-    /// back since it was last written (0 the first time), `None` to hold it back.
+    /// Whether to write the warning `key` at `now`: `Some(n)` with the `n` times it (or, while
+    /// its kind is full, a warning of its kind) was held back since it was last written (0 the
+    /// first time), `None` to hold it back.
     pub fn say(&mut self, key: &str, now: Instant) -> Option<u64> {
         if let Some((at, held)) = self.seen.get_mut(key) {
             if now.saturating_duration_since(*at) < REPEAT_EVERY {
@@ -37,15 +56,43 @@ impl RepeatedWarnings {
             (*at, *held) = (now, 0);
             return Some(n);
         }
-        if self.seen.len() >= REMEMBERED {
-            self.seen
-                .retain(|_, (at, _)| now.saturating_duration_since(*at) < REPEAT_EVERY);
-            if self.seen.len() >= REMEMBERED {
-                return None;
-            }
+        let kind = kind_of(key);
+        if self
+            .kinds
+            .get(kind)
+            .is_some_and(|k| k.remembered >= REMEMBERED)
+        {
+            self.forget_before(now);
         }
+        let k = self.kinds.entry(kind.to_string()).or_default();
+        if k.remembered >= REMEMBERED {
+            return match &mut k.full_since {
+                Some((at, held)) if now.saturating_duration_since(*at) < REPEAT_EVERY => {
+                    *held += 1;
+                    None
+                }
+                full => {
+                    let n = full.map_or(0, |(_, held)| held);
+                    *full = Some((now, 0));
+                    Some(n)
+                }
+            };
+        }
+        k.remembered += 1;
         self.seen.insert(key.to_string(), (now, 0));
         Some(0)
+    }
+
+    /// Forgets the warnings not written for [`REPEAT_EVERY`].
+    fn forget_before(&mut self, now: Instant) {
+        let kinds = &mut self.kinds;
+        self.seen.retain(|key, (at, _)| {
+            let keep = now.saturating_duration_since(*at) < REPEAT_EVERY;
+            if !keep && let Some(k) = kinds.get_mut(kind_of(key)) {
+                k.remembered -= 1;
+            }
+            keep
+        });
     }
 }
 
@@ -70,20 +117,35 @@ mod tests {
     }
 
     #[test]
-    fn the_warnings_remembered_are_bounded() {
+    fn the_warnings_remembered_are_bounded_per_kind() {
         let mut w = RepeatedWarnings::default();
         let t0 = Instant::now();
+        let s = Duration::from_secs;
         for i in 0..REMEMBERED {
-            assert_eq!(w.say(&i.to_string(), t0), Some(0));
+            assert_eq!(w.say(&format!("copy: {i}"), t0), Some(0));
         }
-        // Full of recent ones: a new warning is held back, the others too.
-        let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(w.say("new", t1), None);
-        assert_eq!(w.say("0", t1), None);
+        // Full of recent ones of its kind: a new one is written once, then held back and
+        // counted, and the ones remembered too.
+        let t1 = t0 + s(1);
+        assert_eq!(w.say("copy: new", t1), Some(0));
+        assert_eq!(w.say("copy: newer", t1), None);
+        assert_eq!(w.say("copy: new", t1 + s(1)), None);
+        assert_eq!(w.say("copy: 0", t1), None);
         assert_eq!(w.seen.len(), REMEMBERED);
-        // Past the interval, the old ones are forgotten, and there is room again.
-        assert_eq!(w.say("new", t0 + REPEAT_EVERY), Some(0));
+        // Another kind is not held back by it.
+        assert_eq!(w.say("calendar: holidays", t1), Some(0));
+        // Kept full by the same keys written again at each interval: a new one still gets out
+        // once per interval, with the count of those held back.
+        let t2 = t0 + REPEAT_EVERY;
+        for i in 0..REMEMBERED {
+            assert_eq!(w.say(&format!("copy: {i}"), t2), Some(u64::from(i == 0)));
+        }
+        assert_eq!(w.say("copy: real", t2 + s(1)), Some(2));
+        assert_eq!(w.say("copy: real", t2 + s(2)), None);
+        // Past the interval with nothing written again, the old ones are forgotten.
+        let t3 = t2 + REPEAT_EVERY;
+        assert_eq!(w.say("copy: later", t3), Some(0));
         assert_eq!(w.seen.len(), 1);
-        assert_eq!(w.say("new", t0 + REPEAT_EVERY), None);
+        assert_eq!(w.say("copy: later", t3), None);
     }
 }

@@ -38,6 +38,10 @@ pub struct ChainRow {
     pub cursor: Option<String>,
     /// Enabled and not parked: its triggers make rows (else they pass, as its slots would).
     pub enabled: bool,
+    /// The newest run record's id (any job's, 0 without any), read in the same statement as
+    /// the cursor: a position the chain itself set is never above it, on any server that
+    /// holds the cursor (a lagging Galera node's too).
+    pub newest_run: i64,
 }
 
 /// A trigger row to make.
@@ -61,7 +65,8 @@ impl Store {
                     let cols = ["name", "after_jobs", "chain_cursor", "enabled", "error"];
                     let cols = dialect::columns(self.dialect, &cols, bytes);
                     format!(
-                        "SELECT {cols} FROM cron_table \
+                        "SELECT {cols}, (SELECT MAX(id) FROM cron_runs) AS newest_run \
+                         FROM cron_table \
                          WHERE after_jobs IS NOT NULL AND template IS NULL \
                          AND (run_on IS NULL OR run_on <> 'every_node')"
                     )
@@ -90,6 +95,11 @@ impl Store {
                     after,
                     cursor,
                     enabled: r.try_get::<i64, _>("enabled").unwrap_or(1) != 0 && error.is_none(),
+                    newest_run: r
+                        .try_get::<Option<i64>, _>("newest_run")
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0),
                 })
             })
             .collect())
@@ -172,20 +182,17 @@ impl Store {
         .await
     }
 
-    /// The highest history id of `job`'s runs (0 without any): where a new chain starts.
-    pub async fn last_run_id(&self, job: &str) -> Result<i64> {
-        Ok(self.last_run_ids(job).await?.0)
-    }
-
-    /// The highest history id of `job`'s runs and of any job's, read in one statement (so the
-    /// first is never above the second), 0 without any.
-    pub async fn last_run_ids(&self, job: &str) -> Result<(i64, i64)> {
+    /// Where a chain starts following `job`: just before its oldest run still `running` (which
+    /// counts when it ends), else at its newest run; 0 without any.
+    pub async fn chain_start(&self, job: &str) -> Result<i64> {
         let pattern = chained_pattern(self.dialect, job);
         let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT (SELECT MAX(id) FROM cron_runs WHERE {}) AS job_id, \
-             (SELECT MAX(id) FROM cron_runs) AS any_id",
+            "SELECT (SELECT MIN(id) FROM cron_runs WHERE {0} AND outcome = 'running') AS running_id, \
+             (SELECT MAX(id) FROM cron_runs WHERE {0}) AS last_id",
             of_job(self.dialect)
         ))))
+        .bind(job.to_string())
+        .bind(pattern.clone())
         .bind(job.to_string())
         .bind(pattern)
         .fetch_one(&self.db)
@@ -193,10 +200,12 @@ impl Store {
         .map_err(sql_err!(self, "read last run"))?;
         let id = |c: &str| {
             row.try_get::<Option<i64>, _>(c)
-                .map(|v| v.unwrap_or(0))
                 .map_err(sql_err!(self, "read last run"))
         };
-        Ok((id("job_id")?, id("any_id")?))
+        Ok(match (id("running_id")?, id("last_id")?) {
+            (Some(running), _) => running.saturating_sub(1).max(0),
+            (None, last) => last.unwrap_or(0),
+        })
     }
 
     /// Makes `trigger` (if any) as a copy of `job`'s row, and moves the row's cursor from `old`

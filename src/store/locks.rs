@@ -46,16 +46,6 @@ pub enum LockState {
     Lost,
 }
 
-macro_rules! err {
-    ($self:expr, $op:expr) => {
-        |source| StoreError::Sql {
-            dialect: $self.dialect().name(),
-            op: $op,
-            source,
-        }
-    };
-}
-
 /// The state `sqlcron locks` gives a request whose lease ends further off than any holder
 /// sets: counted by no contender.
 pub const UNCOUNTED: &str = "uncounted";
@@ -119,13 +109,14 @@ impl Store {
             let row = q(self.dialect().render(&format!("{insert} RETURNING id")))
                 .fetch_one(&self.db)
                 .await
-                .map_err(err!(self, "queue lock request"))?;
-            row.try_get("id").map_err(err!(self, "queue lock request"))
+                .map_err(sql_err!(self, "queue lock request"))?;
+            row.try_get("id")
+                .map_err(sql_err!(self, "queue lock request"))
         } else {
             let done = q(self.dialect().render(insert))
                 .execute(&self.db)
                 .await
-                .map_err(err!(self, "queue lock request"))?;
+                .map_err(sql_err!(self, "queue lock request"))?;
             done.last_insert_id().ok_or_else(|| StoreError::Sql {
                 dialect: self.dialect().name(),
                 op: "queue lock request",
@@ -151,9 +142,9 @@ impl Store {
         .bind(id)
         .fetch_one(&self.db)
         .await
-        .map_err(err!(self, "count lock queue"))?
+        .map_err(sql_err!(self, "count lock queue"))?
         .try_get("n")
-        .map_err(err!(self, "count lock queue"))?;
+        .map_err(sql_err!(self, "count lock queue"))?;
         let lease_ms = lease.as_millis() as i64;
         if ahead < i64::from(size) {
             let done = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
@@ -165,7 +156,7 @@ impl Store {
             .bind(id)
             .execute(&self.db)
             .await
-            .map_err(err!(self, "take lock"))?;
+            .map_err(sql_err!(self, "take lock"))?;
             return Ok(if done.rows_affected() == 1 {
                 LockState::Holding
             } else {
@@ -190,7 +181,7 @@ impl Store {
         .bind(id)
         .execute(&self.db)
         .await
-        .map_err(err!(self, "extend lock"))?;
+        .map_err(sql_err!(self, "extend lock"))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -209,7 +200,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.db)
         .await
-        .map_err(err!(self, "read lock"))?;
+        .map_err(sql_err!(self, "read lock"))?;
         sqlx::query(AssertSqlSafe(
             self.dialect()
                 .render("DELETE FROM cron_lock_waiters WHERE id = ?"),
@@ -217,10 +208,10 @@ impl Store {
         .bind(id)
         .execute(&self.db)
         .await
-        .map_err(err!(self, "release lock"))?;
+        .map_err(sql_err!(self, "release lock"))?;
         if let Some(r) = row {
             let state = super::text_lossy(&r, "state")
-                .map_err(err!(self, "read lock"))?
+                .map_err(sql_err!(self, "read lock"))?
                 .unwrap_or_default();
             match state.as_str() {
                 "holding" => self.record_lock_release(&r, "clean").await?,
@@ -245,7 +236,7 @@ impl Store {
         token: Option<i64>,
         actor: &crate::model::actor::Actor,
     ) -> Result<Vec<LockRow>> {
-        let mut tx = self.begin_write().await.map_err(err!(self, "begin"))?;
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         // The text as bytes, shown with replacements (see `lock_reap`): a holder's owner that is
         // not UTF-8 failed every `sqlcron unlock` of that lock.
         let select = format!(
@@ -263,21 +254,24 @@ impl Store {
             .bind(name.to_string())
             .fetch_all(&mut *tx)
             .await
-            .map_err(err!(self, "find lock holders"))?;
+            .map_err(sql_err!(self, "find lock holders"))?;
         let mut broken = Vec::new();
         for r in &rows {
             let row = LockRow {
                 name: super::text_lossy(r, "name")
-                    .map_err(err!(self, "find lock holders"))?
+                    .map_err(sql_err!(self, "find lock holders"))?
                     .unwrap_or_default(),
                 state: "broken".into(),
-                owner: super::text_lossy(r, "owner").map_err(err!(self, "find lock holders"))?,
-                host: super::text_lossy(r, "host").map_err(err!(self, "find lock holders"))?,
+                owner: super::text_lossy(r, "owner")
+                    .map_err(sql_err!(self, "find lock holders"))?,
+                host: super::text_lossy(r, "host").map_err(sql_err!(self, "find lock holders"))?,
                 // Shown as "?" when a writer put text there: the break is by id.
                 pid: r.try_get("pid").ok().flatten(),
                 since: r.try_get("acquired_at").ok().flatten(),
                 until: r.try_get("lease_until").ok().flatten(),
-                token: r.try_get("id").map_err(err!(self, "find lock holders"))?,
+                token: r
+                    .try_get("id")
+                    .map_err(sql_err!(self, "find lock holders"))?,
             };
             if token.is_some() && row.token != token {
                 continue;
@@ -288,7 +282,7 @@ impl Store {
             .bind(row.token)
             .execute(&mut *tx)
             .await
-            .map_err(err!(self, "break lock"))?;
+            .map_err(sql_err!(self, "break lock"))?;
             if done.rows_affected() != 1 {
                 continue;
             }
@@ -303,26 +297,26 @@ impl Store {
                 .await?;
             broken.push(row);
         }
-        tx.commit().await.map_err(err!(self, "commit"))?;
+        tx.commit().await.map_err(sql_err!(self, "commit"))?;
         Ok(broken)
     }
 
     async fn record_lock_release(&self, r: &sqlx::any::AnyRow, how: &str) -> Result<()> {
         let get_s = |c: &str| super::text_lossy(r, c);
         let name: String = get_s("name")
-            .map_err(err!(self, "read lock"))?
+            .map_err(sql_err!(self, "read lock"))?
             .unwrap_or_default();
         sqlx::query(AssertSqlSafe(self.upsert_lock_summary()))
             .bind(name)
-            .bind(get_s("owner").map_err(err!(self, "read lock"))?)
-            .bind(get_s("host").map_err(err!(self, "read lock"))?)
+            .bind(get_s("owner").map_err(sql_err!(self, "read lock"))?)
+            .bind(get_s("host").map_err(sql_err!(self, "read lock"))?)
             // None where a writer put text (SQLite): the release is recorded all the same.
             .bind(r.try_get::<Option<i64>, _>("pid").ok().flatten())
             .bind(r.try_get::<Option<i64>, _>("acquired_at").ok().flatten())
             .bind(how.to_string())
             .execute(&self.db)
             .await
-            .map_err(err!(self, "record lock release"))?;
+            .map_err(sql_err!(self, "record lock release"))?;
         Ok(())
     }
 
@@ -345,11 +339,13 @@ impl Store {
         .bind(name.to_string())
         .fetch_all(&self.db)
         .await
-        .map_err(err!(self, "find expired locks"))?;
+        .map_err(sql_err!(self, "find expired locks"))?;
         for r in &rows {
-            let id: i64 = r.try_get("id").map_err(err!(self, "find expired locks"))?;
+            let id: i64 = r
+                .try_get("id")
+                .map_err(sql_err!(self, "find expired locks"))?;
             let state = super::text_lossy(r, "state")
-                .map_err(err!(self, "find expired locks"))?
+                .map_err(sql_err!(self, "find expired locks"))?
                 .unwrap_or_default();
             let deleted = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
                 "DELETE FROM cron_lock_waiters WHERE id = ? AND NOT ({})",
@@ -358,7 +354,7 @@ impl Store {
             .bind(id)
             .execute(&self.db)
             .await
-            .map_err(err!(self, "reap lock"))?;
+            .map_err(sql_err!(self, "reap lock"))?;
             if deleted.rows_affected() == 1 {
                 match state.as_str() {
                     "holding" => self.record_lock_release(r, "expired").await?,
@@ -396,7 +392,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.db)
         .await
-        .map_err(err!(self, "list locks"))?;
+        .map_err(sql_err!(self, "list locks"))?;
         let mut out = Vec::new();
         let mut busy = std::collections::HashSet::new();
         for r in &live {
@@ -438,7 +434,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.db)
         .await
-        .map_err(err!(self, "list locks"))?;
+        .map_err(sql_err!(self, "list locks"))?;
         idle.sort_by_cached_key(|r| super::text_lossy(r, "name").ok().flatten());
         for r in &idle {
             let text = |c: &str| super::text_lossy(r, c);

@@ -441,6 +441,7 @@ pub mod resume;
 mod retention;
 mod run_reads;
 pub mod run_search;
+mod server_settings;
 mod sqlite_plans;
 pub mod start_rate;
 pub mod topology;

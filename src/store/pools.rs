@@ -10,16 +10,6 @@ use sqlx::{AssertSqlSafe, Row};
 use super::locks::live;
 use super::{Dialect, Result, Store, StoreError};
 
-macro_rules! err {
-    ($self:expr, $op:expr) => {
-        |source| StoreError::Sql {
-            dialect: $self.dialect().name(),
-            op: $op,
-            source,
-        }
-    };
-}
-
 impl Store {
     /// Writes `[pools]` sizes to `cron_pools` (pools defined only with SQL are left alone).
     pub async fn apply_pools(&self, pools: &std::collections::BTreeMap<String, u32>) -> Result<()> {
@@ -33,7 +23,7 @@ impl Store {
                 .bind(i64::from(*size))
                 .execute(&self.db)
                 .await
-                .map_err(err!(self, "write pool"))?;
+                .map_err(sql_err!(self, "write pool"))?;
         }
         Ok(())
     }
@@ -48,10 +38,10 @@ impl Store {
         .bind(pool.to_string())
         .fetch_optional(&self.db)
         .await
-        .map_err(err!(self, "read pool"))?
+        .map_err(sql_err!(self, "read pool"))?
         .map(|r| r.try_get("size"))
         .transpose()
-        .map_err(err!(self, "read pool"))?;
+        .map_err(sql_err!(self, "read pool"))?;
         let Some(size) = size else { return Ok(None) };
         let ahead: i64 = sqlx::query(AssertSqlSafe(self.dialect().render(&format!(
             "SELECT COUNT(*) AS n FROM cron_table WHERE pool = ? AND exec_by IS NOT NULL \
@@ -66,9 +56,9 @@ impl Store {
         .bind(id)
         .fetch_one(&self.db)
         .await
-        .map_err(err!(self, "count pool"))?
+        .map_err(sql_err!(self, "count pool"))?
         .try_get("n")
-        .map_err(err!(self, "count pool"))?;
+        .map_err(sql_err!(self, "count pool"))?;
         Ok(Some(ahead < size))
     }
 
@@ -84,10 +74,10 @@ impl Store {
         .bind(pool.to_string())
         .fetch_optional(&self.db)
         .await
-        .map_err(err!(self, "count pool"))?;
+        .map_err(sql_err!(self, "count pool"))?;
         let Some(row) = row else { return Ok(false) };
-        let size: i64 = row.try_get("size").map_err(err!(self, "count pool"))?;
-        let live: i64 = row.try_get("n").map_err(err!(self, "count pool"))?;
+        let size: i64 = row.try_get("size").map_err(sql_err!(self, "count pool"))?;
+        let live: i64 = row.try_get("n").map_err(sql_err!(self, "count pool"))?;
         Ok(live < size)
     }
 
@@ -124,7 +114,7 @@ impl Store {
         let done = q
             .execute(&self.db)
             .await
-            .map_err(err!(self, "free pool place"))?;
+            .map_err(sql_err!(self, "free pool place"))?;
         Ok(done.rows_affected())
     }
 
@@ -165,7 +155,7 @@ impl Store {
         .bind(token)
         .execute(&self.db)
         .await
-        .map_err(err!(self, "defer for pool"))?;
+        .map_err(sql_err!(self, "defer for pool"))?;
         Ok(super::Fenced::from_rows(done.rows_affected()))
     }
 }

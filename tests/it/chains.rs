@@ -353,62 +353,74 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
 }
 
 /// A chain's position set with SQL past every run record (the chain waited for good, silently,
-/// as no run came after it) or below 0 (every run of the history was looked at again). A node
-/// moves it to the upstream's latest run with a warning at its first look, and the chain goes
-/// on from there. A position past the upstream's last run but within the records (its runs
-/// pruned) is the chain's own: left as it is, without a warning.
+/// as no run came after it), below 0 (every run of the history was looked at again) or not a
+/// JSON object of numbers. A live node moves it at its next look where a new upstream starts:
+/// after the upstream's latest run, or just before its run still going, which is then chained
+/// when it ends (moved past it, that run was lost). The warning is written once, then held back.
+/// A position past the upstream's last run but within the records (its runs pruned) is the
+/// chain's own: left as it is.
 async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("down");
-    let jobs = up_and_down(&file);
-    let first = DaemonProcess::start(dir.path(), "n0", &node_config(&db.url, "n0", &jobs));
+    let hold = dir.path().join("hold");
+    // `up` goes on while the file `hold` is there.
+    let jobs = up_and_down(&file).replacen(
+        "command = \"true\"",
+        &format!(
+            "command = \"while [ -e {} ]; do sleep 0.05; done\"",
+            hold.display()
+        ),
+        1,
+    );
+    let node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", &jobs));
+    let cursor = || async { store.chain_rows().await.ok()?.first()?.cursor.clone() };
     eventually(Duration::from_secs(30), "the chain's cursor", || async {
-        let rows = store.chain_rows().await.ok()?;
-        (rows.len() == 1 && rows[0].cursor.is_some()).then_some(())
+        cursor().await.map(|_| ())
     })
     .await;
-    let log = first.log_text();
-    assert!(first.stop().success(), "{log}");
-    let conf = dir.path().join("n0.toml");
-    let run_up = |round: usize| run_up(&store, &conf, round);
-    let mut seen = vec![];
-    for round in 1..=3 {
-        let (planted, warnings) = match round {
-            1 => (i64::MAX, 1),
-            2 => (-1, 1),
+    eventually(Duration::from_secs(30), "the node live", || async {
+        let nodes = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_nodes WHERE name = 'n1'")
+            .await
+            .ok()??;
+        (nodes == 1).then_some(())
+    })
+    .await;
+    let conf = dir.path().join("n1.toml");
+    let plant = |text: String| {
+        let store = &store;
+        async move {
+            store
+                .execute_raw(&format!(
+                    "UPDATE cron_table SET chain_cursor = '{text}' WHERE name = 'down'"
+                ))
+                .await
+                .unwrap();
+        }
+    };
+    let mut seen: Vec<String> = vec![];
+    for round in 1..=4 {
+        let last = seen.last().cloned().unwrap_or_else(|| "0".into());
+        let (planted, moved_to) = match round {
+            1 => (format!("{{\"up\":{}}}", i64::MAX), last),
+            2 => ("{\"up\":-1}".to_string(), last),
+            3 => ("not a position".to_string(), last),
             // Past up's last run (the newest record is a chained run of down): not moved.
             _ => {
                 let newest = store.scalar_i64("SELECT MAX(id) FROM cron_runs").await;
-                (newest.unwrap().unwrap(), 0)
+                let newest = newest.unwrap().unwrap().to_string();
+                (format!("{{\"up\":{newest}}}"), newest)
             }
         };
-        store
-            .execute_raw(&format!(
-                "UPDATE cron_table SET chain_cursor = '{{\"up\":{planted}}}' WHERE name = 'down'"
-            ))
-            .await
-            .unwrap();
-        let name = format!("n{round}");
-        let node = DaemonProcess::start(dir.path(), &name, &node_config(&db.url, &name, &jobs));
-        if warnings > 0 {
-            eventually(Duration::from_secs(30), "the warning", || async {
-                (warned_in(&node.log_text()) == 1).then_some(())
-            })
-            .await;
-        }
-        eventually(Duration::from_secs(30), "the node live", || async {
-            let nodes = store
-                .scalar_i64(&format!(
-                    "SELECT COUNT(*) FROM cron_nodes WHERE name = '{name}'"
-                ))
-                .await
-                .ok()??;
-            (nodes == 1).then_some(())
+        plant(planted.clone()).await;
+        let want = format!("{{\"up\":{moved_to}}}");
+        eventually(Duration::from_secs(30), "the position moved", || async {
+            (cursor().await? == want).then_some(())
         })
         .await;
-        let id = run_up(round).await;
+        let id = run_up(&store, &conf, round).await;
         seen.push(id.to_string());
         eventually(
             Duration::from_secs(30),
@@ -416,20 +428,58 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
             || async { (lines(&file) == seen).then_some(()) },
         )
         .await;
-        let log = node.log_text();
-        assert!(node.stop().success(), "{log}");
-        // Once each: the position it set is within the records.
-        assert_eq!(warned_in(&log), warnings, "{log}");
-        if round == 3 {
-            let cursor = store.chain_rows().await.unwrap()[0].cursor.clone();
-            assert_eq!(
-                cursor,
-                Some(format!("{{\"up\":{id}}}")),
-                "moved on from there"
-            );
-        }
+        assert_eq!(
+            cursor().await,
+            Some(format!("{{\"up\":{id}}}")),
+            "{planted}"
+        );
     }
-    // Below 0, the run of the first round was not chained again.
+    // A run of up still going when the position is set below 0: the position is put just
+    // before it, and it is chained when it ends.
+    std::fs::write(&hold, "").unwrap();
+    let mut going = std::process::Command::new(crate::util::sqlcron_bin())
+        .args(["--config", conf.to_str().unwrap(), "run", "up"])
+        .env_remove("SQLCRON_CONFIG")
+        .env_remove("SQLCRON_DATABASE_URL")
+        .env_remove("NOTIFY_SOCKET")
+        .spawn()
+        .unwrap();
+    let running = eventually(Duration::from_secs(30), "up running", || async {
+        store
+            .scalar_i64(
+                "SELECT MIN(id) FROM cron_runs WHERE job_name = 'up' AND outcome = 'running'",
+            )
+            .await
+            .ok()?
+    })
+    .await;
+    plant("{\"up\":-1}".to_string()).await;
+    let want = format!("{{\"up\":{}}}", running - 1);
+    eventually(
+        Duration::from_secs(30),
+        "the position before the run",
+        || async { (cursor().await? == want).then_some(()) },
+    )
+    .await;
+    std::fs::remove_file(&hold).unwrap();
+    assert!(going.wait().unwrap().success());
+    seen.push(running.to_string());
+    eventually(
+        Duration::from_secs(30),
+        "down ran for the run that was going",
+        || async { (lines(&file) == seen).then_some(()) },
+    )
+    .await;
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    // Written once, then held back: the first of rounds 1, 2 and the last.
+    assert_eq!(warned_in(&log), 1, "{log}");
+    let unreadable = log
+        .lines()
+        .filter(|l| l.contains("a chain's position that cannot be read"))
+        .count();
+    assert_eq!(unreadable, 1, "{log}");
+    // No upstream run was chained twice.
     assert_eq!(lines(&file), seen);
 }
 

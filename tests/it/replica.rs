@@ -1,7 +1,7 @@
 //! A MariaDB primary with a replica that applies its binary log: the triggers that make every
 //! id the server's (jobs, audit rows, lock requests) refuse an insert in a session that set
-//! `insert_id`. MIXED, MariaDB's default, logs sqlcron's inserts as rows, and its replica
-//! applies everything; STATEMENT logs them as statements, each after the `insert_id` the
+//! `insert_id`. MIXED, MariaDB's default, logs sqlcron's inserts as rows, as ROW does, and
+//! their replicas apply everything; STATEMENT logs them as statements, each after the `insert_id` the
 //! primary gave, and its replica stops at the first such insert with sqlcron's reason (the
 //! documented limit: docs/src/how-to/production-databases.md). Throwaway servers of the
 //! test's own, on free ports.
@@ -15,6 +15,11 @@ use crate::util::{DaemonProcess, eventually, node_config, sqlcron, stderr};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_replica_applies_what_sqlcron_writes() {
     replica_of("MIXED", false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_replica_applies_what_sqlcron_writes() {
+    replica_of("ROW", false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,6 +80,9 @@ async fn replica_of(format: &str, stops: bool) {
         let out = sqlcron(&[&["--config", conf][..], args].concat());
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     }
+    let doctor = crate::util::stdout(&sqlcron(&["--config", conf, "doctor"]));
+    let warned = doctor.contains("binlog_format = STATEMENT): its replicas stop");
+    assert_eq!(warned, format == "STATEMENT", "{doctor}");
     if stops {
         let status = eventually(Duration::from_secs(60), "the replica stopped", || async {
             let (_, status) = client(&replica, "SHOW SLAVE STATUS\\G");
