@@ -569,8 +569,8 @@ async fn database_checks(config: &Config) -> Vec<Finding> {
                 Err(e) => found.push(bad(
                     "binary log",
                     Level::Warn,
-                    e.to_string(),
-                    "check the database user's privileges",
+                    format!("the server's binlog_format could not be read: {e}"),
+                    "look at it with SELECT @@log_bin, @@binlog_format (STATEMENT stops replicas)",
                 )),
             }
             store.close().await;

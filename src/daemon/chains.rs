@@ -107,35 +107,39 @@ async fn follow(
     if let Some(Err(e)) = &parsed
         && let Some(held) = crate::store::say_again(&format!("chain position: {}", row.name))
     {
-        tracing::warn!(job = %row.name, error = %e, held_back = held, "a chain's position that cannot be read (a writer's); each upstream starts again at its latest run");
+        tracing::warn!(job = %row.name, error = %e, held_back = held, "a chain's position that cannot be read (a writer's); each upstream starts again as a new one");
     }
     let mut cursor = parsed.and_then(Result::ok).unwrap_or_default();
     // An upstream no longer named is forgotten (named again, it starts afresh); a new upstream
     // starts at its latest run: the runs before the chain existed do not count (one still
-    // running counts when it ends).
+    // going counts when it ends).
     let before = cursor.len();
     cursor.retain(|job, _| after.iter().any(|a| &a.job == job));
     let mut fresh = cursor.len() != before;
+    let mut started = HashSet::new();
     for a in after {
         if !cursor.contains_key(&a.job) {
             cursor.insert(a.job.clone(), store.chain_start(&a.job).await?);
+            started.insert(a.job.as_str());
             fresh = true;
         }
     }
-    // A position below 0 or past every run record was set by no node (a writer's SQL, or a
-    // history whose ids started again, as MySQL's `TRUNCATE` does): past every record, no run
-    // ever came after it and the chain waited for good, silently; below 0, every run of the
-    // history was looked at again. Set where a new upstream starts, with a warning once the
-    // move is written. The newest record's id was read with the cursor, in one statement. A
+    // A position below 0 or past every run record was set by no node (a writer's SQL, a
+    // history whose ids started again, as MySQL's `TRUNCATE` does, or retention that pruned
+    // every record after it): past every record, no run ever came after it and the chain
+    // waited for good, silently; below 0, every run of the history was looked at again. Set
+    // where a new upstream starts, but never past the newest record read with the position
+    // (a run that ended since is followed), with a warning once the move is written. A
     // position within the records is the chain's own: one past the upstream's last run means
     // its runs were pruned, and the next run's id is above it.
     let mut moved = vec![];
     for a in after {
         let at = cursor[&a.job];
-        if !set_by_no_node(at, row.newest_run) {
+        let Some(newest) = row.newest_run else { break };
+        if started.contains(a.job.as_str()) || !set_by_no_node(at, newest) {
             continue;
         }
-        let start = store.chain_start(&a.job).await?;
+        let start = store.chain_start(&a.job).await?.min(newest);
         moved.push((a.job.as_str(), at, start));
         cursor.insert(a.job.clone(), start);
         fresh = true;
@@ -155,7 +159,7 @@ async fn follow(
             if let Some(held) =
                 crate::store::say_again(&format!("chain position: {} {upstream}", row.name))
             {
-                tracing::warn!(job = %row.name, upstream = %upstream, cursor = at, last_run_id = start, held_back = held, "a chain's position below 0 or past every run record (a writer's, or ids that started again); set to the upstream's latest run (runs before it trigger nothing)");
+                tracing::warn!(job = %row.name, upstream = %upstream, cursor = at, last_run_id = start, held_back = held, "a chain's position below 0 or past every run record (a writer's, ids that started again, or every later record pruned); set where a new upstream starts (runs before it trigger nothing)");
             }
         }
     }

@@ -37,6 +37,21 @@ struct Kind {
     full_since: Option<(Instant, u64)>,
 }
 
+/// The longest key remembered, in bytes: a key carries a row's name or value, which a writer
+/// chooses; longer keys are cut (at a character's boundary).
+const LONGEST_KEY: usize = 512;
+
+fn bounded(key: &str) -> &str {
+    if key.len() <= LONGEST_KEY {
+        return key;
+    }
+    let mut end = LONGEST_KEY;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    &key[..end]
+}
+
 /// The kind of a warning's key: the text before its first `": "`.
 fn kind_of(key: &str) -> &str {
     key.split_once(": ").map_or(key, |(kind, _)| kind)
@@ -47,6 +62,7 @@ impl RepeatedWarnings {
     /// its kind is full, a warning of its kind) was held back since it was last written (0 the
     /// first time), `None` to hold it back.
     pub fn say(&mut self, key: &str, now: Instant) -> Option<u64> {
+        let key = bounded(key);
         if let Some((at, held)) = self.seen.get_mut(key) {
             if now.saturating_duration_since(*at) < REPEAT_EVERY {
                 *held += 1;
@@ -57,11 +73,17 @@ impl RepeatedWarnings {
             return Some(n);
         }
         let kind = kind_of(key);
-        if self
-            .kinds
-            .get(kind)
-            .is_some_and(|k| k.remembered >= REMEMBERED)
+        if let Some(k) = self.kinds.get_mut(kind)
+            && k.remembered >= REMEMBERED
         {
+            // Held back without a look at the others while the kind's last new one is recent:
+            // a writer's many rows of one kind cost one count each, not a scan.
+            if let Some((at, held)) = &mut k.full_since
+                && now.saturating_duration_since(*at) < REPEAT_EVERY
+            {
+                *held += 1;
+                return None;
+            }
             self.forget_before(now);
         }
         let k = self.kinds.entry(kind.to_string()).or_default();
@@ -142,10 +164,22 @@ mod tests {
         }
         assert_eq!(w.say("copy: real", t2 + s(1)), Some(2));
         assert_eq!(w.say("copy: real", t2 + s(2)), None);
-        // Past the interval with nothing written again, the old ones are forgotten.
-        let t3 = t2 + REPEAT_EVERY;
+        // Past the interval with nothing written again (and past the kind's last new one),
+        // the old ones are forgotten.
+        assert_eq!(w.say("copy: later", t2 + REPEAT_EVERY), None);
+        let t3 = t2 + REPEAT_EVERY + s(1);
         assert_eq!(w.say("copy: later", t3), Some(0));
         assert_eq!(w.seen.len(), 1);
         assert_eq!(w.say("copy: later", t3), None);
+    }
+
+    #[test]
+    fn keys_are_bounded_in_length() {
+        let mut w = RepeatedWarnings::default();
+        let t0 = Instant::now();
+        let long = format!("row: {}", "é".repeat(1_000));
+        assert_eq!(w.say(&long, t0), Some(0));
+        assert!(w.seen.keys().all(|k| k.len() <= LONGEST_KEY));
+        assert_eq!(w.say(&format!("{long}x"), t0), None, "the same once cut");
     }
 }

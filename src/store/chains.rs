@@ -38,10 +38,11 @@ pub struct ChainRow {
     pub cursor: Option<String>,
     /// Enabled and not parked: its triggers make rows (else they pass, as its slots would).
     pub enabled: bool,
-    /// The newest run record's id (any job's, 0 without any), read in the same statement as
-    /// the cursor: a position the chain itself set is never above it, on any server that
-    /// holds the cursor (a lagging Galera node's too).
-    pub newest_run: i64,
+    /// The newest run record's id (any job's, 0 without any; `None` when it cannot be read),
+    /// read in the same statement as the cursor: a position the chain itself set is never
+    /// above it, on any server that holds the cursor (a lagging Galera node's too), unless
+    /// retention pruned every record after it.
+    pub newest_run: Option<i64>,
 }
 
 /// A trigger row to make.
@@ -98,8 +99,7 @@ impl Store {
                     newest_run: r
                         .try_get::<Option<i64>, _>("newest_run")
                         .ok()
-                        .flatten()
-                        .unwrap_or(0),
+                        .map(|n| n.unwrap_or(0)),
                 })
             })
             .collect())
@@ -182,15 +182,25 @@ impl Store {
         .await
     }
 
-    /// Where a chain starts following `job`: just before its oldest run still `running` (which
-    /// counts when it ends), else at its newest run; 0 without any.
+    /// Where a chain starts following `job`: at its newest run, or just before a run still
+    /// going above every finished one (it counts when it ends); 0 without any. A `running`
+    /// record counts only while its row is claimed with the record's token: a node that died
+    /// before its row was deleted left one `running` for good, and a chain put before it
+    /// waited for good.
     pub async fn chain_start(&self, job: &str) -> Result<i64> {
         let pattern = chained_pattern(self.dialect, job);
+        let of_job = of_job(self.dialect);
         let row = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "SELECT (SELECT MIN(id) FROM cron_runs WHERE {0} AND outcome = 'running') AS running_id, \
-             (SELECT MAX(id) FROM cron_runs WHERE {0}) AS last_id",
-            of_job(self.dialect)
+            "SELECT (SELECT MIN(cron_runs.id) FROM cron_runs JOIN cron_table \
+             ON cron_table.name = cron_runs.job_name AND cron_table.token = cron_runs.token \
+             AND cron_table.exec_by IS NOT NULL \
+             WHERE {of_job} AND cron_runs.outcome = 'running' \
+             AND cron_runs.id > COALESCE((SELECT MAX(id) FROM cron_runs \
+             WHERE {of_job} AND outcome <> 'running'), 0)) AS running_id, \
+             (SELECT MAX(id) FROM cron_runs WHERE {of_job}) AS last_id"
         ))))
+        .bind(job.to_string())
+        .bind(pattern.clone())
         .bind(job.to_string())
         .bind(pattern.clone())
         .bind(job.to_string())

@@ -358,7 +358,7 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
 /// after the upstream's latest run, or just before its run still going, which is then chained
 /// when it ends (moved past it, that run was lost). The warning is written once, then held back.
 /// A position past the upstream's last run but within the records (its runs pruned) is the
-/// chain's own: left as it is.
+/// chain's own: left as it is. A record left `running` with no claim holds no new position.
 async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
@@ -434,6 +434,33 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
             "{planted}"
         );
     }
+    // A record left `running` by a node that died before its row was deleted (its row is not
+    // claimed with its token): the position is not put before it, where the chain waited for
+    // good.
+    store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             VALUES ('up', 1, 0, 'gone', 424242, 0, 'running')",
+        )
+        .await
+        .unwrap();
+    let stale = store
+        .scalar_i64("SELECT MAX(id) FROM cron_runs WHERE job_name = 'up'")
+        .await
+        .unwrap()
+        .unwrap();
+    plant("{\"up\":-1}".to_string()).await;
+    let want = format!("{{\"up\":{stale}}}");
+    eventually(Duration::from_secs(30), "the position past it", || async {
+        (cursor().await? == want).then_some(())
+    })
+    .await;
+    let id = run_up(&store, &conf, 5).await;
+    seen.push(id.to_string());
+    eventually(Duration::from_secs(30), "down ran past it", || async {
+        (lines(&file) == seen).then_some(())
+    })
+    .await;
     // A run of up still going when the position is set below 0: the position is put just
     // before it, and it is chained when it ends.
     std::fs::write(&hold, "").unwrap();
@@ -446,9 +473,10 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
         .unwrap();
     let running = eventually(Duration::from_secs(30), "up running", || async {
         store
-            .scalar_i64(
-                "SELECT MIN(id) FROM cron_runs WHERE job_name = 'up' AND outcome = 'running'",
-            )
+            .scalar_i64(&format!(
+                "SELECT MAX(id) FROM cron_runs WHERE job_name = 'up' AND outcome = 'running' \
+                 AND id > {stale}"
+            ))
             .await
             .ok()?
     })
