@@ -112,7 +112,7 @@ async fn follow(
     let mut cursor = parsed.and_then(Result::ok).unwrap_or_default();
     // An upstream no longer named is forgotten (named again, it starts afresh); a new upstream
     // starts at its latest run: the runs before the chain existed do not count (one still
-    // going counts when it ends).
+    // going above every finished one counts when it ends: `Store::chain_start`).
     let before = cursor.len();
     cursor.retain(|job, _| after.iter().any(|a| &a.job == job));
     let mut fresh = cursor.len() != before;
@@ -135,11 +135,15 @@ async fn follow(
     let mut moved = vec![];
     for a in after {
         let at = cursor[&a.job];
-        let Some(newest) = row.newest_run else { break };
-        if started.contains(a.job.as_str()) || !set_by_no_node(at, newest) {
+        // The newest record's id that could not be read checks below 0 only.
+        let no_node = row
+            .newest_run
+            .map_or(at < 0, |newest| set_by_no_node(at, newest));
+        if started.contains(a.job.as_str()) || !no_node {
             continue;
         }
-        let start = store.chain_start(&a.job).await?.min(newest);
+        let start = store.chain_start(&a.job).await?;
+        let start = row.newest_run.map_or(start, |newest| start.min(newest));
         moved.push((a.job.as_str(), at, start));
         cursor.insert(a.job.clone(), start);
         fresh = true;

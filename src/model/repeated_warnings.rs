@@ -102,7 +102,8 @@ impl RepeatedWarnings {
         }
         k.remembered += 1;
         self.seen.insert(key.to_string(), (now, 0));
-        Some(0)
+        // Room again: the new ones of its kind held back meanwhile are counted here.
+        Some(k.full_since.take().map_or(0, |(_, held)| held))
     }
 
     /// Forgets the warnings not written for [`REPEAT_EVERY`].
@@ -168,8 +169,13 @@ mod tests {
         // the old ones are forgotten.
         assert_eq!(w.say("copy: later", t2 + REPEAT_EVERY), None);
         let t3 = t2 + REPEAT_EVERY + s(1);
-        assert_eq!(w.say("copy: later", t3), Some(0));
-        assert_eq!(w.seen.len(), 1);
+        assert_eq!(
+            w.say("copy: later", t3),
+            Some(2),
+            "the two held back since the last new one"
+        );
+        assert_eq!(w.say("copy: after", t3), Some(0));
+        assert_eq!(w.seen.len(), 2);
         assert_eq!(w.say("copy: later", t3), None);
     }
 

@@ -183,7 +183,10 @@ impl Store {
     }
 
     /// Where a chain starts following `job`: at its newest run, or just before a run still
-    /// going above every finished one (it counts when it ends); 0 without any. A `running`
+    /// going above every finished one (it counts when it ends; skipped slots, abandoned
+    /// retries and lost runs are no finished runs); 0 without any. A run still going below a
+    /// finished one (a chained row's run that ended while the job's own went on) is passed:
+    /// starting before it would replay the finished ones. A `running`
     /// record counts only while its row is claimed with the record's token: a node that died
     /// before its row was deleted left one `running` for good, and a chain put before it
     /// waited for good.
@@ -196,7 +199,8 @@ impl Store {
              AND cron_table.exec_by IS NOT NULL \
              WHERE {of_job} AND cron_runs.outcome = 'running' \
              AND cron_runs.id > COALESCE((SELECT MAX(id) FROM cron_runs \
-             WHERE {of_job} AND outcome <> 'running'), 0)) AS running_id, \
+             WHERE {of_job} AND outcome NOT IN ('running', 'skipped', 'abandoned', 'lost')), 0)) \
+             AS running_id, \
              (SELECT MAX(id) FROM cron_runs WHERE {of_job}) AS last_id"
         ))))
         .bind(job.to_string())

@@ -462,7 +462,21 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
     })
     .await;
     // A run of up still going when the position is set below 0: the position is put just
-    // before it, and it is chained when it ends.
+    // before it, and it is chained when it ends; neither a record left `running` below it
+    // while up's row is claimed (with another token) nor a skipped slot's summary above it
+    // (no finished run) moves the position elsewhere.
+    store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             VALUES ('up', 2, 0, 'gone', 424243, 0, 'running')",
+        )
+        .await
+        .unwrap();
+    let stale = store
+        .scalar_i64("SELECT MAX(id) FROM cron_runs WHERE job_name = 'up'")
+        .await
+        .unwrap()
+        .unwrap();
     std::fs::write(&hold, "").unwrap();
     let mut going = std::process::Command::new(crate::util::sqlcron_bin())
         .args(["--config", conf.to_str().unwrap(), "run", "up"])
@@ -481,6 +495,13 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
             .ok()?
     })
     .await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome) \
+             VALUES ('up#after-1', 1, 0, 'n1', 0, 0, 'skipped')",
+        )
+        .await
+        .unwrap();
     plant("{\"up\":-1}".to_string()).await;
     let want = format!("{{\"up\":{}}}", running - 1);
     eventually(
