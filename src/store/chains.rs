@@ -186,10 +186,9 @@ impl Store {
     /// going above every finished one (it counts when it ends; skipped slots, abandoned
     /// retries and lost runs are no finished runs); 0 without any. A run still going below a
     /// finished one (a chained row's run that ended while the job's own went on) is passed:
-    /// starting before it would replay the finished ones. A `running`
-    /// record counts only while its row is claimed with the record's token: a node that died
-    /// before its row was deleted left one `running` for good, and a chain put before it
-    /// waited for good.
+    /// starting before it would replay the finished ones. A `running` record counts only
+    /// while its row is claimed with the record's token: a row deleted while its run went on
+    /// leaves one `running` for good, and a chain put before it waited for good.
     pub async fn chain_start(&self, job: &str) -> Result<i64> {
         let pattern = chained_pattern(self.dialect, job);
         let of_job = of_job(self.dialect);
