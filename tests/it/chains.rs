@@ -434,21 +434,10 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
             "{planted}"
         );
     }
-    // A record left `running` by a node that died before its row was deleted (its row is not
-    // claimed with its token): the position is not put before it, where the chain waited for
+    // A record left `running` by a row deleted while its run went on (its row is not claimed
+    // with its token): the position is not put before it, where the chain waited for
     // good.
-    store
-        .execute_raw(
-            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
-             VALUES ('up', 1, 0, 'gone', 424242, 0, 'running')",
-        )
-        .await
-        .unwrap();
-    let stale = store
-        .scalar_i64("SELECT MAX(id) FROM cron_runs WHERE job_name = 'up'")
-        .await
-        .unwrap()
-        .unwrap();
+    let stale = stale_record(&store, 1).await;
     plant("{\"up\":-1}".to_string()).await;
     let want = format!("{{\"up\":{stale}}}");
     eventually(Duration::from_secs(30), "the position past it", || async {
@@ -465,18 +454,7 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
     // before it, and it is chained when it ends; neither a record left `running` below it
     // while up's row is claimed (with another token) nor a skipped slot's summary above it
     // (no finished run) moves the position elsewhere.
-    store
-        .execute_raw(
-            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
-             VALUES ('up', 2, 0, 'gone', 424243, 0, 'running')",
-        )
-        .await
-        .unwrap();
-    let stale = store
-        .scalar_i64("SELECT MAX(id) FROM cron_runs WHERE job_name = 'up'")
-        .await
-        .unwrap()
-        .unwrap();
+    let stale = stale_record(&store, 2).await;
     std::fs::write(&hold, "").unwrap();
     let mut going = std::process::Command::new(crate::util::sqlcron_bin())
         .args(["--config", conf.to_str().unwrap(), "run", "up"])
@@ -530,6 +508,23 @@ async fn a_chain_position_no_node_set_is_moved_to_the_latest(dialect: Dialect) {
     assert_eq!(unreadable, 1, "{log}");
     // No upstream run was chained twice.
     assert_eq!(lines(&file), seen);
+}
+
+/// A record of `up` left `running` with a token no claim holds (for slot `slot`); its id.
+async fn stale_record(store: &sqlcron::store::Store, slot: i64) -> i64 {
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, outcome) \
+             VALUES ('up', {slot}, 0, 'gone', {}, 0, 'running')",
+            424_241 + slot
+        ))
+        .await
+        .unwrap();
+    store
+        .scalar_i64("SELECT MAX(id) FROM cron_runs WHERE job_name = 'up'")
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 fn warned_in(log: &str) -> usize {
