@@ -88,17 +88,10 @@ impl RepeatedWarnings {
         }
         let k = self.kinds.entry(kind.to_string()).or_default();
         if k.remembered >= REMEMBERED {
-            return match &mut k.full_since {
-                Some((at, held)) if now.saturating_duration_since(*at) < REPEAT_EVERY => {
-                    *held += 1;
-                    None
-                }
-                full => {
-                    let n = full.map_or(0, |(_, held)| held);
-                    *full = Some((now, 0));
-                    Some(n)
-                }
-            };
+            // Still full, and its last new one (if any) is older than the interval.
+            let held = k.full_since.map_or(0, |(_, held)| held);
+            k.full_since = Some((now, 0));
+            return Some(held);
         }
         k.remembered += 1;
         self.seen.insert(key.to_string(), (now, 0));
