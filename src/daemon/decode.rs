@@ -199,7 +199,7 @@ pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Resul
 }
 
 /// Whether a job may have the daemon read the file `path` for it as its `key` (`env_file`,
-/// `headers_file`). A row is untrusted input and the daemon reads with its own rights, so a row
+/// `headers_file`, `ca_file`). A row is untrusted input and the daemon reads with its own rights, so a row
 /// written with SQL could otherwise copy another job's secrets into its own command or request.
 /// Allowed when the file lies in a directory of `[security] file_dirs`, or when this node's own
 /// TOML names the same file as that key for the same job (a backfill row counts as its job) and
@@ -389,6 +389,10 @@ impl super::Shared {
         config: &Config,
     ) -> Result<Resolved<'a>, String> {
         if let Some(target) = row_http(row)? {
+            // A row's CA file is read with the daemon's rights, as its headers file is.
+            if let Some(path) = &target.ca_file {
+                file_allowed(&row.name, Some(row), "ca_file", path, config, false)?;
+            }
             // No process: no account to switch to, no environment; the headers of its file.
             let file_headers = match &target.headers_file {
                 Some(path) => {

@@ -100,7 +100,20 @@ impl Shared {
         {
             return Ok(false);
         }
-        let templates = self.store.every_node_templates().await?;
+        let mut templates = self.store.every_node_templates().await?;
+        // A name with an @, written with SQL (a TOML job is refused), would share its copies'
+        // names with another template's on another node (`a@b` on `c`, `a` on `b@c`): none made.
+        templates.retain(|t| {
+            let ok = !t.name.contains('@');
+            if !ok && let Some(held) = crate::store::say_again(&format!("every_node @: {}", t.name)) {
+                tracing::error!(
+                    job = %t.name,
+                    held_back = held,
+                    "a run_on = \"every_node\" job's name may not contain @ (its copies are named job@node); no copy made"
+                );
+            }
+            ok
+        });
         let names: Vec<String> = templates.iter().map(|t| t.name.clone()).collect();
         let mine: Vec<String> = names.iter().map(|t| copy_name(t, &self.node)).collect();
         let copies = self.store.copies_named(&mine).await?;

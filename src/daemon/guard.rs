@@ -59,21 +59,31 @@ pub async fn run_guarded(
     argv: &[String],
 ) -> Result<i32, GuardError> {
     let mut interrupts = Interrupts::new();
-    let id = match acquire(store, p, &mut interrupts).await? {
-        Acquired::Holding(id) => id,
+    let held = match acquire(store, p, &mut interrupts).await? {
+        Acquired::Holding(held) => held,
         Acquired::Busy => return Ok(EXIT_BUSY),
         Acquired::Interrupted => return Ok(130),
     };
-    let status = hold_and_run(store, p, id, argv, &mut interrupts).await;
-    let _ = store.lock_release(id).await;
+    let status = hold_and_run(store, p, held, argv, &mut interrupts).await;
+    let _ = store.lock_release(held.id).await;
     status
+}
+
+/// A request that holds: its fencing token, and when the statement that took the hold was sent.
+/// The lease in the database began no earlier than `since`, so the trust window is counted from
+/// there, not from when the command starts (a stall between the two would otherwise let this
+/// holder run past its lease, beside the next one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub id: i64,
+    pub since: Instant,
 }
 
 /// How waiting for a lock ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquired {
-    /// Holding, with this fencing token (release it with `Store::lock_release`).
-    Holding(i64),
+    /// Holding (release it with `Store::lock_release(held.id)`).
+    Holding(Held),
     /// `wait` ran out; the request was withdrawn.
     Busy,
     /// SIGINT or SIGTERM while waiting; the request was withdrawn.
@@ -96,9 +106,10 @@ pub async fn acquire(
     let mut max_delay = (p.lease / 3).min(POLL_MAX);
     let mut polls = 0u32;
     let mut was_next = false;
-    loop {
+    let since = loop {
+        let attempt = Instant::now();
         match store.lock_try_acquire(id, &p.name, p.size, p.lease).await {
-            Ok(LockState::Holding) => break,
+            Ok(LockState::Holding) => break attempt,
             Ok(LockState::Waiting(ahead)) => {
                 // The request next in line looks often, so a release is noticed quickly; the
                 // others back off further. Only one request per free place polls fast.
@@ -144,11 +155,11 @@ pub async fn acquire(
             Woke::Timer => {}
         }
         delay = (delay.mul_f32(1.5)).min(max_delay);
-    }
+    };
     tracing::debug!(lock = %p.name, token = id, "holding");
     // Record holders whose lease ran out before us (as "expired"), then hold.
     let _ = store.lock_reap(&p.name).await;
-    Ok(Acquired::Holding(id))
+    Ok(Acquired::Holding(Held { id, since }))
 }
 
 /// First and longest pause between two looks at the queue while waiting.
@@ -256,15 +267,21 @@ impl Interrupts {
 /// Runs the command while holding: the same process handling as a job's (its own process group,
 /// registered with the reaper under a deadline, stopped as a whole) and the same trust window
 /// (`daemon::lease`), enforced by a timer, not by an error coming back.
-async fn hold_and_run(
+/// A hold whose trust window has already ended (the process stalled after taking it, or the
+/// look for expired holders took that long) runs nothing and returns [`EXIT_LOST`].
+pub async fn hold_and_run(
     store: &Store,
     p: &GuardParams,
-    id: i64,
+    held: Held,
     argv: &[String],
     interrupts: &mut Interrupts,
 ) -> Result<i32, GuardError> {
-    let attempt = Instant::now();
-    let mut trusted_until = crate::model::lease::trusted_until(attempt, p.lease);
+    let id = held.id;
+    let mut trusted_until = crate::model::lease::trusted_until(held.since, p.lease);
+    if !crate::model::lease::window_open(trusted_until, Instant::now()) {
+        tracing::error!(lock = %p.name, token = id, "lock no longer trusted (its lease may have ended before the command could start); not starting the command");
+        return Ok(EXIT_LOST);
+    }
     let pgid = Arc::new(AtomicI32::new(0));
     let spec = RunSpec {
         job: format!("lock {}", p.name),

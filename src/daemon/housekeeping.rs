@@ -134,14 +134,14 @@ async fn prune(
             let page = store.run_count_boundaries(after, keep, BATCH).await?;
             for (_, job, boundary) in &page {
                 let Some(boundary) = *boundary else { continue };
+                // A claimed job keeps only its current slot's runs (as by age): a job claimed
+                // most of the time (long runs, a wait on a lock) is held to its count too.
                 loop {
-                    if store.claimed_jobs().await?.contains_key(job) {
-                        break;
-                    }
-                    let ids = store.runs_up_to(job, boundary, BATCH).await?;
+                    let candidates = store.runs_up_to(job, boundary, BATCH).await?;
+                    let ids = deletable(&candidates, &store.claimed_jobs().await?);
                     let n = delete(shared, duty, lease_ms, Table::Runs, &ids).await?;
                     pruned.runs_by_count += n;
-                    if n == 0 || (ids.len() as i64) < BATCH {
+                    if n == 0 || (candidates.len() as i64) < BATCH {
                         break;
                     }
                 }

@@ -136,14 +136,32 @@ impl Shared {
         let alive = alive_due(*self.alive_counted.lock().unwrap(), started);
         let mut peek = self.store.peek(&self.node, view.matching(), alive).await?;
         let view = if placements_stale(&view, peek.placements, &config.node_tags, started) {
-            let values = self.store.placement_values().await?;
+            let (values, unreadable) = self.store.placement_values().await?;
+            for value in &unreadable {
+                let error =
+                    "placement: not UTF-8 text (written with SQL); no node can claim the row";
+                match self.store.park_placed_as(value, error).await {
+                    Ok(0) => {}
+                    Ok(parked) => {
+                        tracing::error!(
+                            parked,
+                            "cron_table rows whose placement is not UTF-8 text parked (no node could claim them)"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not park the rows whose placement is not UTF-8 text");
+                    }
+                }
+            }
             let (matching, left_out) = bounded(matching_values(
                 values.iter().map(String::as_str),
                 &self.node,
                 &config.node_tags,
             ));
             let fresh = PlacementView {
-                count: values.len() as i64,
+                // Every value, those not UTF-8 too: the peek counts them all (with them left
+                // out, the count differed at every peek, and the values were read at each).
+                count: (values.len() + unreadable.len()) as i64,
                 tags: config.node_tags.clone(),
                 // No value read is no value matched, not no filter: a writer who deletes the
                 // values (or the first placed row, written after this read) must not make every

@@ -93,13 +93,18 @@ fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, Stri
         std::fs::canonicalize(f).map_or_else(|_| f.to_string(), |p| p.display().to_string())
     });
     let key = (canonical, redirects);
-    let mut clients = clients().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = clients.get(&key) {
+    if let Some(c) = clients()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
         return Ok(c.clone());
     }
+    // Read and built outside the lock: another request's client is not kept waiting on a file.
     let mut builder = client_builder(redirects).tcp_keepalive(Duration::from_secs(30));
     if let Some(f) = ca_file {
-        let pem = std::fs::read(f).map_err(|e| format!("ca_file \"{f}\": {e}"))?;
+        let pem =
+            read_ca_file(std::path::Path::new(f)).map_err(|e| format!("ca_file \"{f}\": {e}"))?;
         let certs = reqwest::Certificate::from_pem_bundle(&pem)
             .map_err(|e| format!("ca_file \"{f}\": {e}"))?;
         if certs.is_empty() {
@@ -113,11 +118,39 @@ fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, Stri
     let c = builder
         .build()
         .map_err(|e| format!("HTTP client: {}", error_chain(&e)))?;
+    let mut clients = clients().lock().unwrap_or_else(|e| e.into_inner());
     if clients.len() >= MAX_CLIENTS {
         clients.clear();
     }
     clients.insert(key, c.clone());
     Ok(c)
+}
+
+/// The largest `ca_file` read (a system's whole bundle is about 200 KiB).
+pub const CA_FILE_MAX: u64 = 4 << 20;
+
+/// Reads a CA file: a regular file (opened without waiting, so a FIFO or a device named by a
+/// row written with SQL neither blocks nor floods the daemon) of at most [`CA_FILE_MAX`] bytes.
+pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.file_type().is_file() {
+        return Err("is not a regular file".into());
+    }
+    let mut pem = Vec::new();
+    file.take(CA_FILE_MAX + 1)
+        .read_to_end(&mut pem)
+        .map_err(|e| e.to_string())?;
+    if pem.len() as u64 > CA_FILE_MAX {
+        return Err(format!("is larger than {} MiB", CA_FILE_MAX >> 20));
+    }
+    Ok(pem)
 }
 
 /// A request's error with its causes, without the URL: reqwest's text names the URL in full

@@ -256,17 +256,29 @@ impl Store {
             .map_err(sql_err!(self, "count runs"))
     }
 
-    /// Up to `limit` ids of `job`'s runs with an id up to `boundary`, oldest first.
-    pub async fn runs_up_to(&self, job: &str, boundary: i64, limit: i64) -> Result<Vec<i64>> {
-        sqlx::query_scalar(AssertSqlSafe(self.dialect.render(
-            "SELECT id FROM cron_runs WHERE job_name = ? AND id <= ? ORDER BY id LIMIT ?",
+    /// Up to `limit` of `job`'s ended runs with an id up to `boundary`, oldest first, as
+    /// `(id, job, slot)` (what `model::retention::deletable` weighs). A run still going is never
+    /// among them.
+    pub async fn runs_up_to(
+        &self,
+        job: &str,
+        boundary: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, Option<String>, Option<i64>)>> {
+        let rows = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT id, slot FROM cron_runs WHERE job_name = ? AND id <= ? AND ended IS NOT NULL \
+             ORDER BY id LIMIT ?",
         )))
         .bind(job.to_string())
         .bind(boundary)
         .bind(limit)
         .fetch_all(&self.db)
         .await
-        .map_err(sql_err!(self, "find runs beyond the limit"))
+        .map_err(sql_err!(self, "find runs beyond the limit"))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, Some(job.to_string()), r.try_get("slot")?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(sql_err!(self, "find runs beyond the limit"))
     }
 
     /// Deletes the rows `ids` of `table`, fenced by `duty` (nothing when its lease ended or

@@ -130,6 +130,21 @@ impl Store {
     /// Takes up to `want` starts from the budget `name`: the database time of the take and
     /// what was taken, or `None` when there is no such budget (no limit).
     pub async fn take_starts(&self, name: &str, want: usize) -> Result<Option<(i64, Grant)>> {
+        self.take_with(name, want, Rate::take).await
+    }
+
+    /// Takes `n` starts owed to rows taken over from another node, beyond the horizon if need
+    /// be ([`Rate::owe`]), as [`Store::take_starts`] takes within it.
+    pub async fn owe_starts(&self, name: &str, n: usize) -> Result<Option<(i64, Grant)>> {
+        self.take_with(name, n, Rate::owe).await
+    }
+
+    async fn take_with(
+        &self,
+        name: &str,
+        want: usize,
+        take: fn(&Rate, i64, i64, usize) -> Grant,
+    ) -> Result<Option<(i64, Grant)>> {
         let read = self.dialect.render(
             "SELECT name, per_second, burst, tat, {now} AS db_now FROM cron_start_rate WHERE name = ?",
         );
@@ -151,7 +166,7 @@ impl Store {
             let now: i64 = row
                 .try_get("db_now")
                 .map_err(sql_err!(self, "read start rate"))?;
-            let grant = b.rate.take(b.tat, now, want);
+            let grant = take(&b.rate, b.tat, now, want);
             if grant.waits_ms.is_empty() {
                 return Ok(Some((now, grant)));
             }

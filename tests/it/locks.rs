@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use sqlcron::store::{Dialect, Store};
 
-use crate::util::{DaemonProcess, TestDb, eventually, node_config};
+use crate::util::{DaemonProcess, KillOnDrop, TestDb, eventually, node_config};
 
 for_each_dialect!(
     semaphore_of_three_with_eight_contenders,
@@ -18,6 +18,8 @@ for_each_dialect!(
     a_freed_pool_place_starts_the_waiting_job_at_once,
     a_lease_no_holder_set_holds_no_lock_and_no_pool,
     a_locker_cannot_choose_a_requests_id,
+    a_holder_stalled_after_taking_the_lock_runs_nothing,
+    an_expired_lease_is_never_extended_again,
 );
 
 fn config_file(dir: &Path, url: &str, name: &str) -> String {
@@ -722,4 +724,100 @@ async fn a_locker_cannot_choose_a_requests_id(dialect: Dialect) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A holder that stalls after the statement that took the lock and before its command starts
+/// (a slow look for expired holders, a frozen process) may find its lease gone and the next
+/// holder running: its trust window counts from that statement, so it runs nothing and exits as
+/// a lost hold. (It counted from the command's start: both commands ran at once.)
+async fn a_holder_stalled_after_taking_the_lock_runs_nothing(dialect: Dialect) {
+    use sqlcron::daemon::guard::{self, Acquired, GuardParams, Interrupts};
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = GuardParams {
+        name: "S".into(),
+        size: 1,
+        lease: Duration::from_secs(2),
+        wait: None,
+        owner: "a".into(),
+        host: "here".into(),
+        pid: std::process::id(),
+    };
+    let mut interrupts = Interrupts::new();
+    let Acquired::Holding(held) = guard::acquire(&store, &p, &mut interrupts).await.unwrap() else {
+        panic!("the free lock was not taken");
+    };
+    // The stall: the lease runs out and the next holder takes the lock and runs its command.
+    let cfg = config_file(dir.path(), &db.url, "b");
+    let next_ran = dir.path().join("b-ran");
+    let next = Command::new(env!("CARGO_BIN_EXE_sqlcron"))
+        .args([
+            "--config", &cfg, "lock", "S", "--lease", "2s", "--wait", "60s",
+        ])
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 30", next_ran.display()))
+        .env_remove("SQLCRON_DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut next = KillOnDrop(next);
+    eventually(
+        Duration::from_secs(30),
+        "the next holder's command",
+        || async { next_ran.exists().then_some(()) },
+    )
+    .await;
+    // The stalled holder goes on: it must not start its command beside the next holder's.
+    let ran = dir.path().join("a-ran");
+    let argv = vec!["touch".to_string(), ran.display().to_string()];
+    let status = guard::hold_and_run(&store, &p, held, &argv, &mut interrupts)
+        .await
+        .unwrap();
+    assert_eq!(status, guard::EXIT_LOST, "the stalled holder's exit status");
+    assert!(
+        !ran.exists(),
+        "the stalled holder ran its command beside the next one"
+    );
+    next.0.kill().unwrap();
+    next.0.wait().unwrap();
+}
+
+/// docs/locks.md: "an expired lease is never extended again" (every extension and the take
+/// itself say `AND lease_until > now`), so the count of live requests ahead only falls.
+async fn an_expired_lease_is_never_extended_again(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let lease = Duration::from_secs(1);
+    let holder = store
+        .lock_enqueue("X", 1, "me", "here", 1, lease)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.lock_try_acquire(holder, "X", 1, lease).await.unwrap(),
+        sqlcron::store::LockState::Holding
+    ));
+    let waiter = store
+        .lock_enqueue("X", 1, "me", "here", 2, lease)
+        .await
+        .unwrap();
+    // Neither is extended until both leases have ended on the database's clock.
+    eventually(Duration::from_secs(10), "both leases ended", || async {
+        let now = store.now().await.unwrap();
+        let latest = store
+            .scalar_i64("SELECT MAX(lease_until) FROM cron_lock_waiters")
+            .await
+            .unwrap()?;
+        (latest < now).then_some(())
+    })
+    .await;
+    assert!(!store.lock_extend(holder, lease).await.unwrap());
+    assert!(!store.lock_extend(waiter, lease).await.unwrap());
+    assert!(matches!(
+        store.lock_try_acquire(waiter, "X", 1, lease).await.unwrap(),
+        sqlcron::store::LockState::Lost
+    ));
+    store.close().await;
 }

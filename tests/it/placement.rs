@@ -23,6 +23,20 @@ for_each_dialect!(
     an_overlong_placement_written_with_sql_is_parked_with_its_reason,
 );
 
+// PostgreSQL keeps no text that is not UTF-8.
+mod placement_not_text {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::a_placement_that_is_not_utf8_text_parks_its_row(sqlcron::store::Dialect::Sqlite)
+            .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        super::a_placement_that_is_not_utf8_text_parks_its_row(sqlcron::store::Dialect::Mysql).await
+    }
+}
+
 // The node's side alone (the same on every database): one is enough for a test of a minute.
 mod placement_swap {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,14 +764,17 @@ async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Di
         .execute_raw(
             "INSERT INTO cron_table (name, schedule, command, run_on) \
              VALUES ('keep', '0 0 1 1 *', 'true', 'every_node'), \
-                    ('gone', '0 0 1 1 *', 'true', 'every_node')",
+                    ('gone', '0 0 1 1 *', 'true', 'every_node'), \
+                    ('x@y', '0 0 1 1 *', 'true', 'every_node')",
         )
         .await
         .unwrap();
     let names = || copy_names(&store);
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
     let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
-    let all = ["gone@a", "gone@b", "keep@a", "keep@b"];
+    // A template written with SQL whose name holds an @ gets no copy: `x@y@a` would also be
+    // the copy of a template `x` on a node `y@a`, and the two nodes would rewrite it in turn.
+    let all = ["gone@a", "gone@b", "keep@a", "keep@b", "x@y"];
     eventually(Duration::from_secs(30), "each node's copies", || async {
         (names().await == all).then_some(())
     })
@@ -771,13 +788,18 @@ async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Di
     eventually(
         Duration::from_secs(30),
         "the removed template's copies gone",
-        || async { (names().await == ["keep@a", "keep@b"]).then_some(()) },
+        || async { (names().await == ["keep@a", "keep@b", "x@y"]).then_some(()) },
     )
     .await;
     let log = a.log_text();
     assert!(
         log.contains("host-local copy removed: its job is gone"),
         "{log}"
+    );
+    assert_eq!(
+        log.matches("may not contain @").count(),
+        1,
+        "the template named with an @, said once: {log}"
     );
     assert!(a.stop().success(), "{log}");
 }
@@ -1054,6 +1076,73 @@ async fn an_overlong_placement_written_with_sql_is_parked_with_its_reason(dialec
     store.prune_placements().await.unwrap();
     assert_eq!(store.restore_placements().await.unwrap(), 0);
     let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
+/// A row written with SQL, already due, whose placement is not UTF-8 text (SQLite keeps any
+/// bytes as text, MariaDB an encoded surrogate): no node can name the value in its claim, so
+/// none claimed the row to park it, as it parks a placement that does not parse; it waited
+/// unseen. The nodes park it with the reason; the other jobs run.
+async fn a_placement_that_is_not_utf8_text_parks_its_row(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = db.store().await;
+    let garbled = match dialect {
+        Dialect::Sqlite => "CAST(X'7BFF7D' AS TEXT)",
+        _ => "CAST(X'7BEDA0807D' AS CHAR CHARACTER SET utf8mb4)",
+    };
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, next_exec, slot, placement) \
+             VALUES ('garbled', '* * * * * *', 'true', 1000, 1000, {garbled})"
+        ))
+        .await
+        .unwrap();
+    let node = DaemonProcess::start(
+        dir.path(),
+        "b",
+        &node_config(
+            &db.url,
+            "b",
+            "[[job]]\nname = \"plain\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n",
+        ),
+    );
+    let error = eventually(Duration::from_secs(40), "the row parked", || async {
+        store
+            .scalars::<Option<String>>(&format!(
+                "SELECT error FROM cron_table WHERE name = 'garbled' AND next_exec = {}",
+                sqlcron::store::PARKED
+            ))
+            .await
+            .unwrap()
+            .into_iter()
+            .flatten()
+            .next()
+    })
+    .await;
+    assert!(error.contains("not UTF-8"), "{error}");
+    eventually(Duration::from_secs(30), "plain runs", || async {
+        (store
+            .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'plain'")
+            .await
+            .unwrap()
+            .unwrap_or(0)
+            >= 2)
+            .then_some(())
+    })
+    .await;
+    let runs = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_runs WHERE job_name = 'garbled'")
+        .await
+        .unwrap();
+    assert_eq!(runs, Some(0));
+    let log = node.log_text();
+    assert_eq!(
+        log.matches("placement is not UTF-8 text parked").count(),
+        1,
+        "{log}"
+    );
     assert!(node.stop().success(), "{log}");
     store.close().await;
 }

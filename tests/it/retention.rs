@@ -147,13 +147,28 @@ async fn three_nodes_prune_the_history_to_its_limits(dialect: Dialect) {
     let dir = tempfile::tempdir().unwrap();
     let jobs = "[history]\nkeep = \"30d\"\nkeep_runs = 1000\nkeep_audit = \"365d\"\n\
                 prune_interval = \"1s\"\n\
-                [[job]]\nname = \"busy\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n";
+                [[job]]\nname = \"busy\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+                [[job]]\nname = \"held\"\nschedule = \"* * * * * *\"\ncommand = \"sleep 600\"\n";
     let nodes: Vec<DaemonProcess> = (0..3)
         .map(|i| {
             let name = format!("r{i}");
             DaemonProcess::start(dir.path(), &name, &node_config(&db.url, &name, jobs))
         })
         .collect();
+    // A job claimed nearly all the time (its one run takes minutes) is held to its count too,
+    // all but its current slot's runs: its history is seeded once it is claimed (every run of a
+    // claimed job was kept, the whole history of a job always running or waiting on a lock).
+    eventually(Duration::from_secs(30), "held claimed", || async {
+        (count(
+            &store,
+            "SELECT COUNT(*) FROM cron_table WHERE name = 'held' AND exec_by IS NOT NULL",
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    insert_runs(&store, "held", 1_300, now - 3 * DAY, now - DAY).await;
     eventually(
         Duration::from_secs(60),
         "the history pruned to its limits",
@@ -178,7 +193,23 @@ async fn three_nodes_prune_the_history_to_its_limits(dialect: Dialect) {
                 "SELECT COUNT(*) FROM cron_events WHERE dedupe = 'old-sent'",
             )
             .await;
-            (gone == 0 && busy <= 1_000 && audit == 0 && events == 0).then_some(())
+            let held = count(
+                &store,
+                "SELECT COUNT(*) FROM cron_runs WHERE job_name = 'held'",
+            )
+            .await;
+            let held_claimed = count(
+                &store,
+                "SELECT COUNT(*) FROM cron_table WHERE name = 'held' AND exec_by IS NOT NULL",
+            )
+            .await;
+            (gone == 0
+                && busy <= 1_000
+                && held_claimed == 1
+                && held <= 1_001
+                && audit == 0
+                && events == 0)
+                .then_some(())
         },
     )
     .await;

@@ -1342,6 +1342,14 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
     write(&own_headers, "Authorization: Bearer own-token\n");
     let shared_env = allowed.join("shared.env");
     write(&shared_env, "TOKEN=shared\n");
+    let ca_fifo = allowed.join("ca.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&ca_fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let ca_large = allowed.join("large.pem");
+    std::fs::write(&ca_large, vec![b'#'; 5 << 20]).unwrap();
     let out = |job: &str| dir.path().join(format!("{job}.out"));
     // The node's own [defaults] webhook names a token file: only that hook may read it.
     let defaults_headers = other.join("defaults.headers");
@@ -1398,6 +1406,35 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
                 own_headers.display()
             ),
         ),
+        // A row's CA file is read with the daemon's rights too: outside file_dirs nothing is
+        // read; inside, a FIFO (it blocked the read for good) or a file too large is refused.
+        (
+            "ca-reader",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"ca_file\":\"{}\"}}'",
+                own_headers.display()
+            ),
+        ),
+        (
+            "ca-fifo",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"ca_file\":\"{}\"}}'",
+                ca_fifo.display()
+            ),
+        ),
+        (
+            "ca-large",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"ca_file\":\"{}\"}}'",
+                ca_large.display()
+            ),
+        ),
         // A row's request borrowing the [defaults] webhook's token file.
         (
             "defaults-thief",
@@ -1443,7 +1480,13 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         "shared"
     );
     // ... and not another job's file elsewhere: failed, saying why, nothing run or sent.
-    for job in ["thief", "thief-http", "own#backfill-7", "defaults-thief"] {
+    for job in [
+        "thief",
+        "thief-http",
+        "own#backfill-7",
+        "defaults-thief",
+        "ca-reader",
+    ] {
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");
         let m = r.message.clone().unwrap_or_default();
@@ -1451,6 +1494,15 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
             m.contains("is not a file this node reads for this job") && m.contains("file_dirs"),
             "{m}"
         );
+    }
+    for (job, why) in [
+        ("ca-fifo", "is not a regular file"),
+        ("ca-large", "is larger than 4 MiB"),
+    ] {
+        let r = first_run(&store, job).await;
+        assert_eq!(r.outcome, "failed", "{r:?}");
+        let m = r.message.clone().unwrap_or_default();
+        assert!(m.contains("ca_file") && m.contains(why), "{job}: {m}");
     }
     assert!(!out("thief").exists());
     assert!(!out("borrower").exists());

@@ -10,7 +10,10 @@ use sqlcron::store::{Dialect, Store};
 
 use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stderr, stdout};
 
-for_each_dialect!(three_nodes_share_one_start_rate_oldest_slot_first);
+for_each_dialect!(
+    three_nodes_share_one_start_rate_oldest_slot_first,
+    rows_taken_over_start_at_the_rate_too,
+);
 
 const JOBS: i64 = 2_000;
 const POOLED: i64 = 12;
@@ -203,5 +206,66 @@ async fn three_nodes_share_one_start_rate_oldest_slot_first(dialect: Dialect) {
         let log = n.log_text();
         assert!(n.stop().success(), "{log}");
     }
+    store.close().await;
+}
+
+/// Rows taken over from another node are never handed back (they may owe a rerun only their
+/// claim knows of); those the budget had no turn for went at its next room without a turn, so a
+/// writer who set `exec_by` on many due rows had them all start at once, above the rate. They
+/// now take the turns after the horizon: the k-th starts k intervals after the first.
+async fn rows_taken_over_start_at_the_rate_too(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "max_parallel = 16\n[cluster]\nmax_starts_per_second = 2\nburst = 1\n";
+    let node = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", extra));
+    eventually(
+        Duration::from_secs(60),
+        "the node and its budget",
+        || async {
+            let budgets = store
+                .scalar_i64("SELECT COUNT(*) FROM cron_start_rate")
+                .await
+                .ok()??;
+            (budgets == 1).then_some(())
+        },
+    )
+    .await;
+    // Eight due rows that look claimed by a node whose lease ended long ago.
+    let now = store.now().await.unwrap();
+    for i in 1..=8 {
+        let slot = now - 1_000 + i;
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command, slot, next_exec, exec_by, \
+                 lease_until, token) VALUES ('taken{i}', '0 0 1 1 *', 'true', {slot}, {slot}, \
+                 'ghost', 1, 1)"
+            ))
+            .await
+            .unwrap();
+    }
+    let all = eventually(Duration::from_secs(60), "every row run", || async {
+        let r = runs(&store).await;
+        (r.iter().filter(|r| r.3 == "ok").count() >= 8).then_some(r)
+    })
+    .await;
+    let mut starts: Vec<i64> = all.iter().map(|r| r.2).collect();
+    starts.sort();
+    // 2 a second, one at once: any span of starts holds at most the burst, one more per
+    // 500 ms, and one for a start late after its turn (they went together within a second).
+    let spread: Vec<i64> = starts.iter().map(|s| s - starts[0]).collect();
+    for i in 0..starts.len() {
+        for j in i + 1..starts.len() {
+            let allowed = 2 + (starts[j] - starts[i]) / 500;
+            assert!(
+                (j - i) as i64 <= allowed,
+                "starts {i} to {j} within {} ms: {spread:?}",
+                starts[j] - starts[i]
+            );
+        }
+    }
+    assert!(spread[7] >= 3_000, "{spread:?}");
+    let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
     store.close().await;
 }

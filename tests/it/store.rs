@@ -1653,6 +1653,27 @@ async fn fencing_token_never_decreases_when_a_row_is_recreated(dialect: Dialect)
     make_due(&store, "t").await;
     let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
     assert_eq!(rows[0].token, 42);
+    // A writer who sets the token back (a daemon column an editor's UPDATE reaches): clearing
+    // next_exec, as docs/http-jobs.md says, prepares the row above its history's tokens again.
+    store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, outcome) \
+             VALUES ('t', 2000, 1, 'a', 42, 'ok')",
+        )
+        .await
+        .unwrap();
+    store
+        .execute_raw(
+            "UPDATE cron_table SET token = 0, exec_by = NULL, lease_until = NULL, \
+             next_exec = NULL WHERE name = 't'",
+        )
+        .await
+        .unwrap();
+    let row = store.rows_to_prepare(10).await.unwrap().remove(0);
+    assert!(store.set_prepared(row.id, 3_000, 3_000).await.unwrap());
+    make_due(&store, "t").await;
+    let (_, rows) = store.claim("a", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows[0].token, 43);
 }
 
 /// Issue 9 (11): applying a changed TOML job keeps a pause made with `sqlcron pause`; a change
