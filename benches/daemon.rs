@@ -1039,10 +1039,10 @@ async fn lock_throughput(dialect: Dialect) {
                 let start = Instant::now();
                 let mut n = 0u64;
                 while start.elapsed() < window {
-                    if let Acquired::Holding(id) =
+                    if let Acquired::Holding(held) =
                         acquire(&store, &p, &mut interrupts).await.unwrap()
                     {
-                        store.lock_release(id).await.unwrap();
+                        store.lock_release(held.id()).await.unwrap();
                         n += 1;
                     }
                 }

@@ -202,8 +202,9 @@ pub fn account_allowed(row: &JobRow, config: &Config, daemon: &Account) -> Resul
 /// `headers_file`, `ca_file`). A row is untrusted input and the daemon reads with its own rights, so a row
 /// written with SQL could otherwise copy another job's secrets into its own command or request.
 /// Allowed when the file lies in a directory of `[security] file_dirs`, or when this node's own
-/// TOML names the same file as that key for the same job (a backfill row counts as its job) and
-/// the row's whole definition is that job's (`row`; a row that borrows a TOML job's name with
+/// TOML names the same file as that key for the same job (a backfill row, a chained row and a
+/// host-local copy count as their job) and the row's whole definition is that job's (a copy's
+/// but for where it runs) (`row`; a row that borrows a TOML job's name with
 /// another command or user must not read its secrets), or, when the node's own `[defaults]`
 /// webhook is delivered (`node_hook`), in `[defaults]`.
 pub fn file_allowed(
@@ -221,12 +222,22 @@ pub fn file_allowed(
     if plain && config.security.file_dirs.iter().any(|d| p.starts_with(d)) {
         return Ok(());
     }
+    // The job a backfill row (`JOB#backfill-SLOT`), a chained row (`JOB#after-RUN`) or a
+    // host-local copy (`JOB@NODE`, its template named in the row) runs.
     let base = job.rsplit_once("#backfill-").map_or(job, |(j, _)| j);
-    let in_toml = config.jobs.iter().filter(|j| j.name == base).any(|spec| {
+    let base = crate::model::chains::triggered_job(base).unwrap_or(base);
+    let copy_of = row.and_then(|r| r.template.as_deref());
+    let in_toml = config.jobs.iter().any(|spec| {
+        let as_copy = spec.name != base && copy_of == Some(spec.name.as_str());
+        if spec.name != base && !(as_copy && row.is_some_and(|r| this_nodes_copy(r, spec, config)))
+        {
+            return false;
+        }
         let definition = crate::store::apply::definition_of(spec);
-        row.is_some_and(|r| definition.same_as(&r.definition()))
-            && serde_json::from_str(&definition.canonical())
-                .is_ok_and(|v| names_file(&v, key, path))
+        row.is_some_and(|r| match as_copy {
+            false => definition.same_as(&r.definition()),
+            true => definition.same_but_where(&r.definition()),
+        }) && serde_json::from_str(&definition.canonical()).is_ok_and(|v| names_file(&v, key, path))
     });
     // `[defaults]` vouches for its files only when its own hook is delivered: a row's HTTP
     // request, env_file or a hook the row names must not borrow them.
@@ -243,6 +254,28 @@ pub fn file_allowed(
         "{key} \"{path}\" is not a file this node reads for this job: name it in the job in this \
          node's TOML file, or list its directory in [security] file_dirs"
     ))
+}
+
+/// Whether `row` is this node's copy of the TOML every_node job `spec` (as [`trusted`] judges a
+/// copy in signed mode): named `JOB@THIS-NODE`, pinned to this node by its placement alone, and
+/// the job's own placement admits this node. A row naming the job as its template but placed
+/// or named otherwise would read the job's files on a node the job does not run on.
+fn this_nodes_copy(row: &JobRow, spec: &crate::model::job::JobSpec, config: &Config) -> bool {
+    use crate::model::placement::Placement;
+    let pin = Placement {
+        tags: vec![],
+        nodes: vec![config.node_name.clone()],
+    };
+    spec.every_node
+        && row.name == super::every_node::copy_name(&spec.name, &config.node_name)
+        && row
+            .placement
+            .as_deref()
+            .is_some_and(|p| Placement::from_json(p).is_ok_and(|p| p == pin))
+        && spec
+            .placement
+            .as_ref()
+            .is_none_or(|p| p.matches(&config.node_name, &config.node_tags))
 }
 
 /// Whether `key = path` appears anywhere in `v`.

@@ -102,7 +102,13 @@ impl Shared {
         }
         let mut templates = self.store.every_node_templates().await?;
         // A name with an @, written with SQL (a TOML job is refused), would share its copies'
-        // names with another template's on another node (`a@b` on `c`, `a` on `b@c`): none made.
+        // names with another template's on another node (`a@b` on `c`, `a` on `b@c`): none made,
+        // and this node's copy made before such names were refused goes.
+        let refused: Vec<String> = templates
+            .iter()
+            .filter(|t| t.name.contains('@'))
+            .map(|t| t.name.clone())
+            .collect();
         templates.retain(|t| {
             let ok = !t.name.contains('@');
             if !ok && let Some(held) = crate::store::say_again(&format!("every_node @: {}", t.name)) {
@@ -114,6 +120,28 @@ impl Shared {
             }
             ok
         });
+        let mut refused_left = false;
+        if !refused.is_empty() {
+            let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
+            let theirs: Vec<String> = refused.iter().map(|t| copy_name(t, &self.node)).collect();
+            for copy in self.store.copies_named(&theirs).await? {
+                // Only the refused template's own copy (a template `x` on a node `y@a` has a
+                // copy of the same name).
+                if !copy
+                    .template
+                    .as_deref()
+                    .is_some_and(|t| refused.iter().any(|r| r == t))
+                {
+                    continue;
+                }
+                if self.store.remove_copy(&copy.name, &actor).await? {
+                    tracing::info!(job = %copy.name, "host-local copy removed: its job's name holds an @");
+                } else {
+                    // Held by a run now: removed at a later sync.
+                    refused_left = true;
+                }
+            }
+        }
         let names: Vec<String> = templates.iter().map(|t| t.name.clone()).collect();
         let mine: Vec<String> = names.iter().map(|t| copy_name(t, &self.node)).collect();
         let copies = self.store.copies_named(&mine).await?;
@@ -141,9 +169,9 @@ impl Shared {
             Ordering::Relaxed,
         );
         if templates.is_empty() && orphans.is_empty() {
-            return Ok(true);
+            return Ok(!refused_left);
         }
-        let mut complete = true;
+        let mut complete = !refused_left;
         let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
         let pin = Placement {
             tags: vec![],

@@ -64,8 +64,9 @@ pub async fn run_guarded(
         Acquired::Busy => return Ok(EXIT_BUSY),
         Acquired::Interrupted => return Ok(130),
     };
+    let id = held.id;
     let status = hold_and_run(store, p, held, argv, &mut interrupts).await;
-    let _ = store.lock_release(held.id).await;
+    let _ = store.lock_release(id).await;
     status
 }
 
@@ -73,16 +74,24 @@ pub async fn run_guarded(
 /// The lease in the database began no earlier than `since`, so the trust window is counted from
 /// there, not from when the command starts (a stall between the two would otherwise let this
 /// holder run past its lease, beside the next one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Made only by [`acquire`], and spent by [`hold_and_run`].
+#[derive(Debug, PartialEq, Eq)]
 pub struct Held {
-    pub id: i64,
-    pub since: Instant,
+    id: i64,
+    since: Instant,
+}
+
+impl Held {
+    /// The fencing token.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
 }
 
 /// How waiting for a lock ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Acquired {
-    /// Holding (release it with `Store::lock_release(held.id)`).
+    /// Holding (release it with `Store::lock_release(held.id())`).
     Holding(Held),
     /// `wait` ran out; the request was withdrawn.
     Busy,
@@ -278,6 +287,22 @@ pub async fn hold_and_run(
 ) -> Result<i32, GuardError> {
     let id = held.id;
     let mut trusted_until = crate::model::lease::trusted_until(held.since, p.lease);
+    // A hold older than a tenth of its lease (a stall after taking it) is extended before the
+    // command starts, so that a window still open is renewed rather than left to stop the
+    // command just started, and a hold found gone starts nothing.
+    if held.since.elapsed() >= p.lease / 10 {
+        let attempt = Instant::now();
+        match store.lock_extend(id, p.lease).await {
+            Ok(true) if crate::model::lease::window_open(trusted_until, Instant::now()) => {
+                trusted_until = crate::model::lease::trusted_until(attempt, p.lease);
+            }
+            Ok(_) => {
+                tracing::error!(lock = %p.name, token = id, "lock lost before the command could start (expired or broken); not starting the command");
+                return Ok(EXIT_LOST);
+            }
+            Err(e) => tracing::warn!(lock = %p.name, error = %e, "extending the lock failed"),
+        }
+    }
     if !crate::model::lease::window_open(trusted_until, Instant::now()) {
         tracing::error!(lock = %p.name, token = id, "lock no longer trusted (its lease may have ended before the command could start); not starting the command");
         return Ok(EXIT_LOST);

@@ -136,8 +136,9 @@ impl Shared {
         let alive = alive_due(*self.alive_counted.lock().unwrap(), started);
         let mut peek = self.store.peek(&self.node, view.matching(), alive).await?;
         let view = if placements_stale(&view, peek.placements, &config.node_tags, started) {
-            let (values, unreadable) = self.store.placement_values().await?;
-            for value in &unreadable {
+            let read = self.store.placement_values().await?;
+            let values = read.text;
+            for value in &read.unreadable {
                 let error =
                     "placement: not UTF-8 text (written with SQL); no node can claim the row";
                 match self.store.park_placed_as(value, error).await {
@@ -159,9 +160,10 @@ impl Shared {
                 &config.node_tags,
             ));
             let fresh = PlacementView {
-                // Every value, those not UTF-8 too: the peek counts them all (with them left
-                // out, the count differed at every peek, and the values were read at each).
-                count: (values.len() + unreadable.len()) as i64,
+                // Every row, values not UTF-8 and a writer's NULL too: the peek counts them all
+                // (with them left out, the count differed at every peek, and the values were
+                // read again at each).
+                count: read.rows as i64,
                 tags: config.node_tags.clone(),
                 // No value read is no value matched, not no filter: a writer who deletes the
                 // values (or the first placed row, written after this read) must not make every

@@ -125,8 +125,9 @@ impl Shared {
 
     /// Gives each claimed row (in claim order) its turn from the budgets: the rows that keep
     /// their claim, each with its wait in milliseconds (0: start now); the others are handed
-    /// back. A row taken over from another node keeps its claim (it may owe a rerun only its
-    /// claim knows of) and takes a turn beyond the horizon if the budget has none within it.
+    /// back. A row taken over from another node is handed back as it was, claimed by that node
+    /// without a lease (it may owe a rerun only the next takeover's look can tell): takeovers
+    /// take their turns like every other start.
     pub(super) async fn ration(
         &self,
         rows: Vec<JobRow>,
@@ -193,11 +194,18 @@ impl Shared {
                         .zip(row.slot)
                         .map_or(0, |(at, slot)| at.saturating_sub(slot));
                     let on_time = late < MISFIRE_THRESHOLD_DEFAULT.as_millis() as i64;
-                    match self
+                    let given = self
                         .store
-                        .give_back(row.id, &self.node, row.token, back_at, on_time)
-                        .await
-                    {
+                        .give_back(
+                            row.id,
+                            &self.node,
+                            row.token,
+                            back_at,
+                            on_time,
+                            row.prev_exec_by.is_some(),
+                        )
+                        .await;
+                    match given {
                         Ok(_) => {
                             tracing::debug!(job = %row.name, due = %fmt_ms(back_at), "no start left in the start rate: handed back");
                         }
@@ -218,8 +226,7 @@ impl Shared {
     /// each member's wait becomes the later of its wait so far and its turn. A member without a
     /// turn is handed back: due again at its slot (keeping its place among the oldest) for the
     /// cluster's budget, at the budget's next room for a pool's (the pool's rows would otherwise
-    /// come back at the head of every claim). A row taken over keeps its claim and takes a turn
-    /// beyond the horizon ([`crate::model::start_rate::Rate::owe`]).
+    /// come back at the head of every claim). A row taken over goes back as a takeover.
     async fn give_turns(
         &self,
         budget: &str,
@@ -233,31 +240,10 @@ impl Shared {
         let Some((now, grant)) = self.store.take_starts(budget, members.len()).await? else {
             return Ok(());
         };
-        // The rows taken over that found no turn within the horizon take the turns after it
-        // (never handed back, they would otherwise start above the rate).
-        let owed = members
-            .iter()
-            .skip(grant.waits_ms.len())
-            .filter(|&&i| rows[i].prev_exec_by.is_some())
-            .count();
-        let owed_turns = match owed {
-            0 => vec![],
-            n => match self.store.owe_starts(budget, n).await? {
-                // From the first take's time, as the others' waits.
-                Some((at, g)) => g.waits_ms.iter().map(|w| w + (at - now)).collect(),
-                None => vec![],
-            },
-        };
         let mut turns = grant.waits_ms.iter();
-        let mut owed_turns = owed_turns.into_iter();
         let mut refused: i64 = 0;
         for &i in members {
-            let turn = turns.next().copied().or_else(|| {
-                rows[i]
-                    .prev_exec_by
-                    .is_some()
-                    .then(|| owed_turns.next().unwrap_or(grant.next_room_ms - now))
-            });
+            let turn = turns.next().copied();
             // A pool's refused rows come back one turn apart from the pool's next room: not
             // all at once, to be refused again together.
             let back_at = if budget == CLUSTER {

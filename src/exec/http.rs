@@ -134,15 +134,19 @@ pub const CA_FILE_MAX: u64 = 4 << 20;
 pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    // Looked at before it is opened (opening a device may itself do something), and again
+    // once open (it may have been swapped between the two).
+    let regular = |meta: std::fs::Metadata| match meta.file_type().is_file() {
+        true => Ok(()),
+        false => Err("is not a regular file".to_string()),
+    };
+    regular(std::fs::metadata(path).map_err(|e| e.to_string())?)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.file_type().is_file() {
-        return Err("is not a regular file".into());
-    }
+    regular(file.metadata().map_err(|e| e.to_string())?)?;
     let mut pem = Vec::new();
     file.take(CA_FILE_MAX + 1)
         .read_to_end(&mut pem)

@@ -104,6 +104,18 @@ impl Definition {
     pub fn same_as(&self, other: &Definition) -> bool {
         self.canonical() == other.canonical()
     }
+
+    /// Whether two definitions run the same thing wherever each runs: equal but for
+    /// `placement` and `run_on` (an every_node template and its copies, pinned to a node).
+    pub fn same_but_where(&self, other: &Definition) -> bool {
+        let without_where = |d: &Definition| {
+            let mut d = d.clone();
+            d.columns.insert("placement", None);
+            d.columns.insert("run_on", None);
+            d.canonical()
+        };
+        without_where(self) == without_where(other)
+    }
 }
 
 /// `v` with every object's keys in sorted order.

@@ -37,11 +37,6 @@ const MAX_INTERVAL_US: i64 = 86_400_000_000;
 /// each a horizon ahead stay well within it).
 const MAX_AHEAD_US: i64 = 3_600_000_000;
 
-/// The furthest ahead of now the starts owed to takeovers move a budget's clock
-/// ([`Rate::owe`]): half of [`MAX_AHEAD_US`], so that such a clock is never taken for a
-/// writer's garbage.
-const MAX_OWED_US: i64 = MAX_AHEAD_US / 2;
-
 /// The most starts per second a budget may allow (one per microsecond is the clock's grain).
 pub const MAX_PER_SECOND: f64 = 100_000.0;
 
@@ -99,43 +94,6 @@ impl Rate {
             tat
         } else {
             base.saturating_add((granted as i64).saturating_mul(interval))
-        };
-        Grant {
-            waits_ms,
-            tat,
-            next_room_ms: self.when_room(tat, now_ms, 1),
-            interval_ms: ceil_ms(interval).max(1),
-        }
-    }
-
-    /// Takes `n` starts owed to rows taken over from another node (which are never handed
-    /// back: they may owe a rerun only their claim knows of), beyond the horizon when the
-    /// budget has no room within it: each takes the next turn and waits for it, so that
-    /// takeovers never start above the rate (they went at the budget's next room without a
-    /// turn, and rows a writer made to look taken over started together). The clock goes at
-    /// most [`MAX_OWED_US`] ahead of now; a start owed beyond that is not given (its row waits
-    /// for the budget's next room, as before).
-    pub fn owe(&self, tat: i64, now_ms: i64, n: usize) -> Grant {
-        let now_us = now_ms.saturating_mul(1000);
-        let interval = self.interval_us();
-        let base = self.base(tat, now_us);
-        let limit = now_us.saturating_add(MAX_OWED_US);
-        let fit = if limit <= base {
-            0
-        } else {
-            (limit.saturating_sub(base) / interval).min(1_000_000) as usize
-        };
-        let given = n.min(fit);
-        let waits_ms = (1..=given as i64)
-            .map(|i| {
-                let at = base.saturating_add(i.saturating_mul(interval));
-                ceil_ms(at.saturating_sub(now_us).max(0))
-            })
-            .collect();
-        let tat = if given == 0 {
-            tat
-        } else {
-            base.saturating_add((given as i64).saturating_mul(interval))
         };
         Grant {
             waits_ms,
@@ -224,29 +182,6 @@ mod tests {
         let again = r.take(g.tat, NOW, 5);
         assert!(again.waits_ms.is_empty());
         assert_eq!(again.tat, g.tat, "an empty take leaves the clock alone");
-    }
-
-    #[test]
-    fn starts_owed_to_takeovers_take_turns_beyond_the_horizon() {
-        let r = rate(2.0, 1);
-        // The budget taken up to its horizon: the takeovers take the turns after it, one
-        // interval (500 ms) apart, and move the clock so that the next take waits for them.
-        let g = r.take(0, NOW, 100);
-        assert_eq!(g.waits_ms, [0, 500, 1_000]);
-        let owed = r.owe(g.tat, NOW, 4);
-        assert_eq!(owed.waits_ms, [1_500, 2_000, 2_500, 3_000]);
-        assert_eq!(owed.tat, (NOW + 3_000) * 1000);
-        assert_eq!(r.room(owed.tat, NOW + 2_000), 0);
-        assert_eq!(r.take(owed.tat, NOW + 2_500, 1).waits_ms, [1_000]);
-        // An idle budget gives an owed start its burst at once.
-        assert_eq!(r.owe(0, NOW, 2).waits_ms, [0, 500]);
-        // Never further than half an hour ahead: 3,600 turns at 2 a second, then none.
-        let far = r.owe(g.tat, NOW, 10_000);
-        assert_eq!(far.waits_ms.len(), 3_598);
-        assert!(far.tat <= (NOW + 1_800_000) * 1000);
-        assert!(r.owe(far.tat, NOW, 1).waits_ms.is_empty());
-        // The clock it leaves is not taken for a writer's garbage.
-        assert_eq!(r.room(far.tat, NOW + 1_799_000), 0);
     }
 
     #[test]

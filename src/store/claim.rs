@@ -73,62 +73,6 @@ impl Store {
         })
     }
 
-    /// Every placement value in use (`cron_placements`), and apart those that are not UTF-8
-    /// (which a writer could insert on SQLite and MariaDB), as bytes: no node can name one in
-    /// its claim ([`Store::park_placed_as`] parks their rows), and they must not stop the
-    /// others being read.
-    pub async fn placement_values(&self) -> Result<(Vec<String>, Vec<Vec<u8>>)> {
-        let (rows, _) = self
-            .read_rows_text_or_bytes(
-                "read placements",
-                |bytes| {
-                    let col = dialect::columns(self.dialect, &["placement"], bytes);
-                    format!("SELECT {col} FROM cron_placements ORDER BY placement")
-                },
-                |q| q,
-            )
-            .await?;
-        let (mut text, mut bytes) = (vec![], vec![]);
-        for r in &rows {
-            match text_column(r, "placement") {
-                Ok(Some(v)) => text.push(v),
-                Ok(None) => {}
-                Err(_) => {
-                    if let Ok(Some(b)) = r.try_get::<Option<Vec<u8>>, _>("placement") {
-                        bytes.push(b);
-                    }
-                }
-            }
-        }
-        Ok((text, bytes))
-    }
-
-    /// Parks the rows that wait for a slot, unclaimed, whose placement is `value`, bytes that
-    /// are not UTF-8 text: no node can name such a value in its claim, so none would claim
-    /// the row and park it as it parks a placement that does not parse; it would wait unseen.
-    /// The number parked.
-    pub async fn park_placed_as(&self, value: &[u8], error: &str) -> Result<u64> {
-        let same = match self.dialect {
-            // The value as text, byte for byte (as the writer cast it).
-            Dialect::Sqlite => "placement = CAST(? AS TEXT)",
-            Dialect::Mysql => "placement = ?",
-            // PostgreSQL keeps no text that is not UTF-8.
-            Dialect::Postgres => return Ok(0),
-        };
-        let done = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
-            "UPDATE cron_table SET error = ?, next_exec = ?, slot = NULL, dirty = 0 \
-             WHERE {same} AND exec_by IS NULL AND next_exec IS NOT NULL AND next_exec <> ?"
-        ))))
-        .bind(error.to_string())
-        .bind(PARKED)
-        .bind(value.to_vec())
-        .bind(PARKED)
-        .execute(&self.db)
-        .await
-        .map_err(sql_err!(self, "park rows placed as no node can name"))?;
-        Ok(done.rows_affected())
-    }
-
     /// Rows without a `next_exec` (new or changed with SQL), oldest first.
     pub async fn rows_to_prepare(&self, limit: i64) -> Result<Vec<JobRow>> {
         let (rows, bytes) = self

@@ -130,21 +130,6 @@ impl Store {
     /// Takes up to `want` starts from the budget `name`: the database time of the take and
     /// what was taken, or `None` when there is no such budget (no limit).
     pub async fn take_starts(&self, name: &str, want: usize) -> Result<Option<(i64, Grant)>> {
-        self.take_with(name, want, Rate::take).await
-    }
-
-    /// Takes `n` starts owed to rows taken over from another node, beyond the horizon if need
-    /// be ([`Rate::owe`]), as [`Store::take_starts`] takes within it.
-    pub async fn owe_starts(&self, name: &str, n: usize) -> Result<Option<(i64, Grant)>> {
-        self.take_with(name, n, Rate::owe).await
-    }
-
-    async fn take_with(
-        &self,
-        name: &str,
-        want: usize,
-        take: fn(&Rate, i64, i64, usize) -> Grant,
-    ) -> Result<Option<(i64, Grant)>> {
         let read = self.dialect.render(
             "SELECT name, per_second, burst, tat, {now} AS db_now FROM cron_start_rate WHERE name = ?",
         );
@@ -166,7 +151,7 @@ impl Store {
             let now: i64 = row
                 .try_get("db_now")
                 .map_err(sql_err!(self, "read start rate"))?;
-            let grant = take(&b.rate, b.tat, now, want);
+            let grant = b.rate.take(b.tat, now, want);
             if grant.waits_ms.is_empty() {
                 return Ok(Some((now, grant)));
             }
@@ -203,6 +188,11 @@ impl Store {
     /// claim: due again at `next_exec` (its slot, so that it keeps its place among the oldest),
     /// the wait not counted against its slot's misfire threshold when `held_on_time` (the slot
     /// was not yet missed when the rate first held it).
+    ///
+    /// A row `taken_over` from another node goes back as it was before the takeover: claimed
+    /// by that node (`prev_exec_by`) without a lease, so that the next claim is a takeover again
+    /// and accounts for the run that node may have started ([`Store::previous_run`] finds it
+    /// below the new token); an edit made meanwhile is left for the release of that run.
     pub async fn give_back(
         &self,
         id: i64,
@@ -210,26 +200,36 @@ impl Store {
         token: i64,
         next_exec: i64,
         held_on_time: bool,
+        taken_over: bool,
     ) -> Result<Fenced> {
         // A row edited with SQL while claimed is prepared again (as a release does), and a wait
         // counts as the rate's only for a slot not yet past the default misfire threshold when
         // first held (an older one keeps the misfire policy).
-        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "UPDATE cron_table SET next_exec = CASE WHEN dirty = 1 THEN NULL ELSE ? END, \
-             dirty = 0, \
-             pool_wait = CASE WHEN pool_wait = 0 AND ? = 1 THEN ? ELSE pool_wait END, \
-             exec_by = NULL, lease_until = NULL, claim_id = NULL \
-             WHERE id = ? AND exec_by = ? AND token = ? AND prev_exec_by IS NULL",
-        )))
-        .bind(next_exec)
-        .bind(i64::from(held_on_time))
-        .bind(PoolWait::Waiting.as_column())
-        .bind(id)
-        .bind(node.to_string())
-        .bind(token)
-        .execute(&self.db)
-        .await
-        .map_err(sql_err!(self, "give back a claim"))?;
+        let text = match taken_over {
+            false => {
+                "UPDATE cron_table SET next_exec = CASE WHEN dirty = 1 THEN NULL ELSE ? END, \
+                 dirty = 0, \
+                 pool_wait = CASE WHEN pool_wait = 0 AND ? = 1 THEN ? ELSE pool_wait END, \
+                 exec_by = NULL, lease_until = NULL, claim_id = NULL \
+                 WHERE id = ? AND exec_by = ? AND token = ? AND prev_exec_by IS NULL"
+            }
+            true => {
+                "UPDATE cron_table SET next_exec = ?, \
+                 pool_wait = CASE WHEN pool_wait = 0 AND ? = 1 THEN ? ELSE pool_wait END, \
+                 exec_by = prev_exec_by, lease_until = NULL, claim_id = NULL \
+                 WHERE id = ? AND exec_by = ? AND token = ? AND prev_exec_by IS NOT NULL"
+            }
+        };
+        let done = sqlx::query(AssertSqlSafe(self.dialect.render(text)))
+            .bind(next_exec)
+            .bind(i64::from(held_on_time))
+            .bind(PoolWait::Waiting.as_column())
+            .bind(id)
+            .bind(node.to_string())
+            .bind(token)
+            .execute(&self.db)
+            .await
+            .map_err(sql_err!(self, "give back a claim"))?;
         Ok(Fenced::from_rows(done.rows_affected()))
     }
 }

@@ -308,6 +308,12 @@ async fn https_jobs_trust_the_ca_file_or_the_system_roots() {
             "",
         ),
         http_job("system", &format!(r#"{{ url = "{url}" }}"#), ""),
+        // A host-local job's copy reads its TOML job's CA file as the job does.
+        http_job(
+            "local",
+            &format!(r#"{{ url = "{url}", ca_file = "{}" }}"#, ca.display()),
+            "run_on = \"every_node\"",
+        ),
         http_job(
             "wrong-ca",
             &format!(r#"{{ url = "{url}", ca_file = "{}" }}"#, other.display()),
@@ -317,12 +323,18 @@ async fn https_jobs_trust_the_ca_file_or_the_system_roots() {
     .concat();
     let _a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", &jobs));
     let store = db.store().await;
-    for job in ["trusted", "system", "wrong-ca"] {
+    eventually(Duration::from_secs(30), "the copy local@a", || async {
+        store.job("local@a").await.unwrap().map(|_| ())
+    })
+    .await;
+    for job in ["trusted", "system", "wrong-ca", "local@a"] {
         make_due_now(&store, job).await;
     }
-    let trusted = runs(&store, "trusted", 1).await;
-    assert_eq!(trusted[0].outcome, "ok", "{trusted:?}");
-    assert_eq!(trusted[0].output.as_deref(), Some("HTTP 200 OK\nfine"));
+    for job in ["trusted", "local@a"] {
+        let trusted = runs(&store, job, 1).await;
+        assert_eq!(trusted[0].outcome, "ok", "{trusted:?}");
+        assert_eq!(trusted[0].output.as_deref(), Some("HTTP 200 OK\nfine"));
+    }
     for job in ["system", "wrong-ca"] {
         let r = runs(&store, job, 1).await;
         assert_eq!(r[0].outcome, "failed", "{r:?}");
@@ -335,7 +347,7 @@ async fn https_jobs_trust_the_ca_file_or_the_system_roots() {
     }
     assert_eq!(
         server.requests("/ok").len(),
-        1,
-        "only the trusted job got through"
+        2,
+        "only the trusted job and the copy got through"
     );
 }

@@ -783,6 +783,25 @@ async fn a_holder_stalled_after_taking_the_lock_runs_nothing(dialect: Dialect) {
     );
     next.0.kill().unwrap();
     next.0.wait().unwrap();
+    // A shorter stall, the window still open but past the point where the first extension,
+    // a third of a lease after the start, would come after it: the hold is extended before
+    // the command starts, and the command runs to its end (it was stopped as no longer
+    // trusted).
+    let q = GuardParams {
+        name: "T".into(),
+        lease: Duration::from_secs(4),
+        ..p.clone()
+    };
+    let Acquired::Holding(held) = guard::acquire(&store, &q, &mut interrupts).await.unwrap() else {
+        panic!("the free lock was not taken");
+    };
+    // The stall is the test's subject: 60 % of the lease, the window (80 %) still open.
+    tokio::time::sleep(Duration::from_millis(2_400)).await;
+    let argv = vec!["sleep".to_string(), "1".to_string()];
+    let status = guard::hold_and_run(&store, &q, held, &argv, &mut interrupts)
+        .await
+        .unwrap();
+    assert_eq!(status, 0, "the command after a stall within the window");
 }
 
 /// docs/locks.md: "an expired lease is never extended again" (every extension and the take

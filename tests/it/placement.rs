@@ -769,6 +769,14 @@ async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Di
         )
         .await
         .unwrap();
+    // And this node's copy of it made before such names were refused goes.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, template, source) \
+             VALUES ('x@y@a', '0 0 1 1 *', 'true', 'x@y', 'copy')",
+        )
+        .await
+        .unwrap();
     let names = || copy_names(&store);
     let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", ""));
     let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", ""));
@@ -800,6 +808,10 @@ async fn copies_of_a_removed_template_go_even_on_a_node_that_is_gone(dialect: Di
         log.matches("may not contain @").count(),
         1,
         "the template named with an @, said once: {log}"
+    );
+    assert!(
+        log.contains("host-local copy removed: its job's name holds an @"),
+        "{log}"
     );
     assert!(a.stop().success(), "{log}");
 }

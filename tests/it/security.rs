@@ -1360,10 +1360,13 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
          [[job]]\nname = \"own\"\nschedule = \"* * * * * *\"\nenv_file = \"{own_env}\"\n\
          command = \"echo $TOKEN > {own_out}\"\n\
          [[job]]\nname = \"own-http\"\nschedule = \"* * * * * *\"\n\
-         http = {{ url = \"{base}/ok\", headers_file = \"{own_headers}\" }}\n",
+         http = {{ url = \"{base}/ok\", headers_file = \"{own_headers}\" }}\n\
+         [[job]]\nname = \"local\"\nschedule = \"* * * * * *\"\nrun_on = \"every_node\"\n\
+         env_file = \"{own_env}\"\ncommand = \"echo $TOKEN >> {local_out}\"\n",
         allowed = allowed.display(),
         own_env = own_env.display(),
         own_out = out("own").display(),
+        local_out = out("local").display(),
         own_headers = own_headers.display(),
         defaults_headers = defaults_headers.display(),
     );
@@ -1376,6 +1379,23 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         store.job("own-http").await.unwrap().map(|_| ())
     })
     .await;
+    // A host-local job's copy reads the job's env_file as the job does; a row naming the job as
+    // its template with the copy's very columns, but not pinned to this node (nor named for it),
+    // reads nothing: it would run the job, and read its secret, where the job does not run.
+    eventually(Duration::from_secs(15), "the copy local@n", || async {
+        store.job("local@n").await.unwrap().map(|_| ())
+    })
+    .await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, template, command, argv, env, env_file, \
+             http, inherit_env, limits, run_user, run_group, workdir, alerts) \
+             SELECT 'stolen', schedule, template, command, argv, env, env_file, http, \
+             inherit_env, limits, run_user, run_group, workdir, alerts FROM cron_table \
+             WHERE name = 'local@n'",
+        )
+        .await
+        .unwrap();
     let rows = [
         (
             "thief",
@@ -1480,12 +1500,15 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         "shared"
     );
     // ... and not another job's file elsewhere: failed, saying why, nothing run or sent.
+    let local = first_run(&store, "local@n").await;
+    assert_eq!(local.outcome, "ok", "{local:?}");
     for job in [
         "thief",
         "thief-http",
         "own#backfill-7",
         "defaults-thief",
         "ca-reader",
+        "stolen",
     ] {
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");

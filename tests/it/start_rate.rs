@@ -13,6 +13,7 @@ use crate::util::{DaemonProcess, TestDb, eventually, node_config, sqlcron, stder
 for_each_dialect!(
     three_nodes_share_one_start_rate_oldest_slot_first,
     rows_taken_over_start_at_the_rate_too,
+    a_dead_nodes_runs_are_taken_over_at_the_rate,
 );
 
 const JOBS: i64 = 2_000;
@@ -209,50 +210,26 @@ async fn three_nodes_share_one_start_rate_oldest_slot_first(dialect: Dialect) {
     store.close().await;
 }
 
-/// Rows taken over from another node are never handed back (they may owe a rerun only their
-/// claim knows of); those the budget had no turn for went at its next room without a turn, so a
-/// writer who set `exec_by` on many due rows had them all start at once, above the rate. They
-/// now take the turns after the horizon: the k-th starts k intervals after the first.
-async fn rows_taken_over_start_at_the_rate_too(dialect: Dialect) {
-    let db = TestDb::new(dialect).await;
-    let store = db.store().await;
-    let dir = tempfile::tempdir().unwrap();
-    let extra = "max_parallel = 16\n[cluster]\nmax_starts_per_second = 2\nburst = 1\n";
-    let node = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", extra));
-    eventually(
-        Duration::from_secs(60),
-        "the node and its budget",
-        || async {
-            let budgets = store
-                .scalar_i64("SELECT COUNT(*) FROM cron_start_rate")
-                .await
-                .ok()??;
-            (budgets == 1).then_some(())
-        },
-    )
-    .await;
-    // Eight due rows that look claimed by a node whose lease ended long ago.
-    let now = store.now().await.unwrap();
-    for i in 1..=8 {
-        let slot = now - 1_000 + i;
-        store
-            .execute_raw(&format!(
-                "INSERT INTO cron_table (name, schedule, command, slot, next_exec, exec_by, \
-                 lease_until, token) VALUES ('taken{i}', '0 0 1 1 *', 'true', {slot}, {slot}, \
-                 'ghost', 1, 1)"
-            ))
+/// A pool limited to 2 starts a second, one at once (claims are not cut to a pool's room, so a
+/// node may claim more of its rows than the pool has turns for).
+const SLOW_POOL: &str = "max_parallel = 16\n[pools]\np = 100\n\
+                         [cluster.pools.p]\nmax_starts_per_second = 2\nburst = 1\n";
+
+/// Waits for `node`'s budget (the pool's) to be written.
+async fn budget_written(store: &Store) {
+    eventually(Duration::from_secs(60), "the pool's budget", || async {
+        let budgets = store
+            .scalar_i64("SELECT COUNT(*) FROM cron_start_rate")
             .await
-            .unwrap();
-    }
-    let all = eventually(Duration::from_secs(60), "every row run", || async {
-        let r = runs(&store).await;
-        (r.iter().filter(|r| r.3 == "ok").count() >= 8).then_some(r)
+            .ok()??;
+        (budgets == 1).then_some(())
     })
     .await;
-    let mut starts: Vec<i64> = all.iter().map(|r| r.2).collect();
-    starts.sort();
-    // 2 a second, one at once: any span of starts holds at most the burst, one more per
-    // 500 ms, and one for a start late after its turn (they went together within a second).
+}
+
+/// At most the burst, one more per 500 ms, and one for a start late after its turn, in any
+/// span of `starts` (sorted); and they are spread as the rate spreads them.
+fn at_two_a_second(starts: &[i64]) {
     let spread: Vec<i64> = starts.iter().map(|s| s - starts[0]).collect();
     for i in 0..starts.len() {
         for j in i + 1..starts.len() {
@@ -264,8 +241,97 @@ async fn rows_taken_over_start_at_the_rate_too(dialect: Dialect) {
             );
         }
     }
-    assert!(spread[7] >= 3_000, "{spread:?}");
+    let n = starts.len() as i64;
+    assert!(spread[starts.len() - 1] >= (n - 3) * 500, "{spread:?}");
+}
+
+/// Rows taken over from another node were never handed back (they may owe a rerun only a
+/// takeover's look can tell): those the budget had no turn for went at its next room without
+/// one, so a writer who set `exec_by` on many due rows of a pool had them start at once, above
+/// the pool's rate. They are now handed back as they were (claimed by that node, no lease) and
+/// taken over again at their turn: each runs once, at the rate.
+async fn rows_taken_over_start_at_the_rate_too(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", SLOW_POOL));
+    budget_written(&store).await;
+    // Eight due rows of the pool that look claimed by a node whose lease ended long ago.
+    let now = store.now().await.unwrap();
+    for i in 1..=8 {
+        let slot = now - 1_000 + i;
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command, pool, slot, next_exec, exec_by, \
+                 lease_until, token) VALUES ('taken{i}', '0 0 1 1 *', 'true', 'p', {slot}, \
+                 {slot}, 'ghost', 1, 1)"
+            ))
+            .await
+            .unwrap();
+    }
+    let all = eventually(Duration::from_secs(60), "every row run", || async {
+        let r = runs(&store).await;
+        (r.iter().filter(|r| r.3 == "ok").count() >= 8).then_some(r)
+    })
+    .await;
+    assert_eq!(all.len(), 8, "each row run once: {all:?}");
+    let mut starts: Vec<i64> = all.iter().map(|r| r.2).collect();
+    starts.sort();
+    at_two_a_second(&starts);
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");
+    store.close().await;
+}
+
+/// A node dies (SIGKILL) running six jobs of the rated pool; the node that takes them over
+/// reruns each once (`rerun_lost`), at the pool's rate: the takeovers it has no turn for go
+/// back as takeovers and are taken over again, each lost run recorded once.
+async fn a_dead_nodes_runs_are_taken_over_at_the_rate(dialect: Dialect) {
+    let db = TestDb::new(dialect).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = DaemonProcess::start(dir.path(), "a", &node_config(&db.url, "a", SLOW_POOL));
+    budget_written(&store).await;
+    let now = store.now().await.unwrap();
+    for i in 1..=6 {
+        let slot = now - 1_000 + i;
+        store
+            .execute_raw(&format!(
+                "INSERT INTO cron_table (name, schedule, command, pool, slot, next_exec) \
+                 VALUES ('long{i}', '0 0 1 1 *', 'sleep 600', 'p', {slot}, {slot})"
+            ))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(60), "six runs going on a", || async {
+        let r = runs(&store).await;
+        (r.iter().filter(|r| r.3 == "running").count() == 6).then_some(())
+    })
+    .await;
+    a.signal(libc::SIGKILL);
+    drop(a);
+    let b = DaemonProcess::start(dir.path(), "b", &node_config(&db.url, "b", SLOW_POOL));
+    let all = eventually(Duration::from_secs(90), "six reruns going on b", || async {
+        let r = runs(&store).await;
+        let lost = r.iter().filter(|r| r.3 == "lost").count();
+        let rerun = r.iter().filter(|r| r.3 == "running").count();
+        (lost == 6 && rerun == 6).then_some(r)
+    })
+    .await;
+    // Each slot: its lost run and one rerun, nothing more.
+    for i in 1..=6 {
+        let name = format!("long{i}");
+        let mine: Vec<_> = all.iter().filter(|r| r.0 == name).collect();
+        assert_eq!(mine.len(), 2, "{mine:?}");
+    }
+    let mut starts: Vec<i64> = all
+        .iter()
+        .filter(|r| r.3 == "running")
+        .map(|r| r.2)
+        .collect();
+    starts.sort();
+    at_two_a_second(&starts);
+    let log = b.log_text();
+    assert!(b.stop().success(), "{log}");
     store.close().await;
 }
