@@ -224,13 +224,19 @@ pub fn file_allowed(
     }
     // The job a backfill row (`JOB#backfill-SLOT`), a chained row (`JOB#after-RUN`) or a
     // host-local copy (`JOB@NODE`, its template named in the row) runs.
-    let base = job.rsplit_once("#backfill-").map_or(job, |(j, _)| j);
-    let base = crate::model::chains::triggered_job(base).unwrap_or(base);
+    // (A TOML job may itself be named like one of those: its own name counts too.)
+    let unfilled = job.rsplit_once("#backfill-").map_or(job, |(j, _)| j);
+    let names = [
+        job,
+        unfilled,
+        crate::model::chains::triggered_job(unfilled).unwrap_or(unfilled),
+    ];
     let copy_of = row.and_then(|r| r.template.as_deref());
     let in_toml = config.jobs.iter().any(|spec| {
-        let as_copy = spec.name != base && copy_of == Some(spec.name.as_str());
-        if spec.name != base && !(as_copy && row.is_some_and(|r| this_nodes_copy(r, spec, config)))
-        {
+        let own = names.contains(&spec.name.as_str());
+        let as_copy = !own && copy_of == Some(spec.name.as_str());
+        let copy_here = as_copy && row.is_some_and(|r| this_nodes_copy(r, spec, config));
+        if !own && !copy_here {
             return false;
         }
         let definition = crate::store::apply::definition_of(spec);

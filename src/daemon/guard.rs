@@ -290,6 +290,8 @@ pub async fn hold_and_run(
     // A hold older than a tenth of its lease (a stall after taking it) is extended before the
     // command starts, so that a window still open is renewed rather than left to stop the
     // command just started, and a hold found gone starts nothing.
+    // (When that extension fails, the loop's first one is made as the command starts.)
+    let mut extend_at_start = false;
     if held.since.elapsed() >= p.lease / 10 {
         let attempt = Instant::now();
         match store.lock_extend(id, p.lease).await {
@@ -300,7 +302,10 @@ pub async fn hold_and_run(
                 tracing::error!(lock = %p.name, token = id, "lock lost before the command could start (expired or broken); not starting the command");
                 return Ok(EXIT_LOST);
             }
-            Err(e) => tracing::warn!(lock = %p.name, error = %e, "extending the lock failed"),
+            Err(e) => {
+                tracing::warn!(lock = %p.name, error = %e, "extending the lock failed");
+                extend_at_start = true;
+            }
         }
     }
     if !crate::model::lease::window_open(trusted_until, Instant::now()) {
@@ -334,7 +339,9 @@ pub async fn hold_and_run(
     let run = runner::run(&spec, stop_rx);
     tokio::pin!(run);
     let mut extend = tokio::time::interval(crate::model::lease::extend_interval(p.lease));
-    extend.tick().await;
+    if !extend_at_start {
+        extend.tick().await;
+    }
     let mut lost = false;
     loop {
         tokio::select! {

@@ -35,11 +35,17 @@ async fn ok_runs(store: &Store, job: &str) -> usize {
 }
 
 /// Checks a per-second job's history: no slot run twice (a run recorded `lost` counts as its
-/// slot's run), and every second from the first slot to the last either run or recorded as
+/// slot's run, retries `abandoned` do not), and every second from the first slot to the last either run or recorded as
 /// skipped (nothing owed went unrecorded). Returns the runs' count.
 pub(crate) fn every_slot_once(rows: &[sqlcron::store::HistoryRow]) -> usize {
     let mut covered = std::collections::BTreeMap::new();
     for r in rows {
+        // A slot's retries abandoned (the next regular slot came first) ran nothing more: the
+        // slot is accounted for by its earlier attempt's record.
+        if r.outcome == "abandoned" {
+            covered.entry(r.slot).or_insert(0);
+            continue;
+        }
         if r.outcome == "skipped" {
             let last = r.skipped_last.unwrap_or(r.slot);
             let mut s = r.slot;
