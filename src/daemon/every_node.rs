@@ -100,26 +100,25 @@ impl Shared {
         {
             return Ok(false);
         }
-        let mut templates = self.store.every_node_templates().await?;
         // A name with an @, written with SQL (a TOML job is refused), would share its copies'
         // names with another template's on another node (`a@b` on `c`, `a` on `b@c`): none made,
         // and this node's copy made before such names were refused goes.
-        let refused: Vec<String> = templates
-            .iter()
-            .filter(|t| t.name.contains('@'))
-            .map(|t| t.name.clone())
-            .collect();
-        templates.retain(|t| {
-            let ok = !t.name.contains('@');
-            if !ok && let Some(held) = crate::store::say_again(&format!("every_node @: {}", t.name)) {
+        let (refused, templates): (Vec<JobRow>, Vec<JobRow>) = self
+            .store
+            .every_node_templates()
+            .await?
+            .into_iter()
+            .partition(|t| t.name.contains('@'));
+        let refused: Vec<String> = refused.into_iter().map(|t| t.name).collect();
+        for name in &refused {
+            if let Some(held) = crate::store::say_again(&format!("every_node @: {name}")) {
                 tracing::error!(
-                    job = %t.name,
+                    job = %name,
                     held_back = held,
                     "a run_on = \"every_node\" job's name may not contain @ (its copies are named job@node); no copy made"
                 );
             }
-            ok
-        });
+        }
         let mut refused_left = false;
         if !refused.is_empty() {
             let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
