@@ -129,28 +129,12 @@ fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, Stri
 /// The largest `ca_file` read (a system's whole bundle is about 200 KiB).
 pub const CA_FILE_MAX: u64 = 4 << 20;
 
-/// Reads a CA file: a regular file (opened without waiting, so a FIFO or a device named by a
-/// row written with SQL neither blocks nor floods the daemon) of at most [`CA_FILE_MAX`] bytes.
+/// Reads a CA file with the checks of an `env_file` (`envfile::read_trusted`: a regular file,
+/// not a symbolic link, opened without waiting, that only root or the daemon's user could have
+/// written, in directories the same holds for), of at most [`CA_FILE_MAX`] bytes: a row written
+/// with SQL names it, and the daemon reads it with its own rights.
 pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Looked at before it is opened (opening a device may itself do something), and again
-    // once open (it may have been swapped between the two).
-    let regular = |meta: std::fs::Metadata| match meta.file_type().is_file() {
-        true => Ok(()),
-        false => Err("is not a regular file".to_string()),
-    };
-    regular(std::fs::metadata(path).map_err(|e| e.to_string())?)?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    regular(file.metadata().map_err(|e| e.to_string())?)?;
-    let mut pem = Vec::new();
-    file.take(CA_FILE_MAX + 1)
-        .read_to_end(&mut pem)
-        .map_err(|e| e.to_string())?;
+    let pem = crate::exec::envfile::read_trusted(path)?.into_bytes();
     if pem.len() as u64 > CA_FILE_MAX {
         return Err(format!("is larger than {} MiB", CA_FILE_MAX >> 20));
     }

@@ -1350,6 +1350,9 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
     assert!(made.success());
     let ca_large = allowed.join("large.pem");
     std::fs::write(&ca_large, vec![b'#'; 5 << 20]).unwrap();
+    // A link in an allowed directory to a file outside it is not followed.
+    let ca_link = allowed.join("link.pem");
+    std::os::unix::fs::symlink(&own_headers, &ca_link).unwrap();
     let out = |job: &str| dir.path().join(format!("{job}.out"));
     // The node's own [defaults] webhook names a token file: only that hook may read it.
     let defaults_headers = other.join("defaults.headers");
@@ -1455,6 +1458,15 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
                 ca_large.display()
             ),
         ),
+        (
+            "ca-link",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"ca_file\":\"{}\"}}'",
+                ca_link.display()
+            ),
+        ),
         // A row's request borrowing the [defaults] webhook's token file.
         (
             "defaults-thief",
@@ -1521,6 +1533,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
     for (job, why) in [
         ("ca-fifo", "is not a regular file"),
         ("ca-large", "is larger than 4 MiB"),
+        ("ca-link", "is a symbolic link"),
     ] {
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");
