@@ -125,8 +125,16 @@ pub(super) enum Command {
     /// job written with SQL only with a valid signature. Prints what was signed.
     Sign {
         /// The signing key file (`sqlcron keygen`).
+        #[arg(long, required_unless_present = "dry_run")]
+        key: Option<std::path::PathBuf>,
+        /// Sign nothing: print each job's definition and its digest, to review before signing
+        /// with `--expect`.
+        #[arg(long, conflicts_with = "expect")]
+        dry_run: bool,
+        /// Sign only if the job's definition is still the one reviewed: its digest as
+        /// `--dry-run` printed it (once per job, in the order of the jobs).
         #[arg(long)]
-        key: std::path::PathBuf,
+        expect: Vec<String>,
         #[arg(required = true)]
         jobs: Vec<String>,
     },

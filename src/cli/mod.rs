@@ -367,8 +367,17 @@ pub fn run(cli: Cli) -> Result<u8, Failure> {
                 )
                 .await
             }
-            Command::Sign { key, jobs } => {
-                signing::sign(&connect(&config).await?, &key, &jobs).await
+            Command::Sign {
+                key,
+                dry_run,
+                expect,
+                jobs,
+            } => {
+                let store = connect(&config).await?;
+                match key.filter(|_| !dry_run) {
+                    None => signing::review(&store, &jobs).await,
+                    Some(key) => signing::sign(&store, &key, &jobs, &expect).await,
+                }
             }
             Command::At {
                 time,

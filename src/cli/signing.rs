@@ -40,17 +40,68 @@ pub fn read_key(path: &Path) -> Result<SecretKey, Failure> {
     SecretKey::parse(&text).map_err(|m| Failure::usage(format!("{}: {m}", path.display())))
 }
 
-/// Signs each job's definition as it is stored now, and prints what was signed.
-pub async fn sign(store: &Store, key: &Path, jobs: &[String]) -> Result<u8, Failure> {
-    let key = read_key(key)?;
-    let actor = crate::exec::account::this_process(None);
+/// The digest of a definition as `sign --dry-run` prints it and `--expect` takes it: the
+/// SHA-256 of its canonical text, in hex.
+fn digest(definition: &crate::model::signing::Definition) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(definition.canonical().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+async fn stored(store: &Store, name: &str) -> Result<crate::store::JobRow, Failure> {
+    store
+        .job(name)
+        .await
+        .map_err(Failure::runtime)?
+        .ok_or_else(|| Failure::usage(format!("no job named \"{name}\"")))
+}
+
+/// `sign --dry-run`: each job's definition as it is stored now, and its digest; nothing signed.
+pub async fn review(store: &Store, jobs: &[String]) -> Result<u8, Failure> {
     for name in jobs {
-        let row = store
-            .job(name)
-            .await
-            .map_err(Failure::runtime)?
-            .ok_or_else(|| Failure::usage(format!("no job named \"{name}\"")))?;
+        let definition = stored(store, name).await?.definition();
+        println!(
+            "{name}: digest {}: {}",
+            digest(&definition),
+            definition.canonical()
+        );
+    }
+    Ok(0)
+}
+
+/// Signs each job's definition as it is stored now, and prints what was signed. With `expect`
+/// (one digest per job), a job whose definition is no longer the one reviewed is not signed:
+/// a writer of the table may change it between the review and the signature.
+pub async fn sign(
+    store: &Store,
+    key: &Path,
+    jobs: &[String],
+    expect: &[String],
+) -> Result<u8, Failure> {
+    let key = read_key(key)?;
+    if !expect.is_empty() && expect.len() != jobs.len() {
+        return Err(Failure::usage(format!(
+            "--expect is given {} times for {} jobs: give one digest per job, in their order",
+            expect.len(),
+            jobs.len()
+        )));
+    }
+    let actor = crate::exec::account::this_process(None);
+    for (i, name) in jobs.iter().enumerate() {
+        let row = stored(store, name).await?;
         let definition = row.definition();
+        if let Some(want) = expect.get(i)
+            && !want.trim().eq_ignore_ascii_case(&digest(&definition))
+        {
+            return Err(Failure::usage(format!(
+                "{name}: its definition is not the one reviewed (digest {}, expected {}); \
+                 nothing signed from here: review it again with --dry-run",
+                digest(&definition),
+                want.trim()
+            )));
+        }
         // Higher than the row's own and than any before it: the database's clock in
         // milliseconds, or one more than the generation the row holds if that is later.
         // The row's generation counts only when its signature is this key's for this row: a

@@ -184,6 +184,38 @@ fn read_trusted(file: &Path) -> Result<Vec<PublicKey>, String> {
     Ok(keys)
 }
 
+/// The node's own files, which no job reads whatever `file_dirs` lists: its configuration,
+/// the database's URL and password files, the dashboard's users, the metrics token, the signing
+/// keys, and systemd's credentials directory. A row written with SQL naming one (a
+/// `headers_file` sent to a server of the row's choosing) would hand the node's secrets out.
+pub fn own_file(config: &super::Config, path: &Path) -> bool {
+    let beside = |p: &str| {
+        let p = Path::new(p);
+        match p.is_absolute() {
+            true => p.to_path_buf(),
+            false => config.path.parent().unwrap_or(Path::new("/")).join(p),
+        }
+    };
+    let mut own: Vec<std::path::PathBuf> = vec![config.path.clone()];
+    own.extend(config.database_secrets.url_file.iter().cloned());
+    own.extend(config.database_secrets.password_file.iter().cloned());
+    for file in [
+        &config.web.users_file,
+        &config.metrics_token_file,
+        &config.security.trusted_keys_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        own.push(beside(file));
+    }
+    // Compared as the files they are: a path through a directory link names the same file.
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let path = real(path);
+    let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(|d| real(Path::new(&d)));
+    credentials.is_some_and(|d| path.starts_with(d)) || own.iter().any(|o| real(o) == path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,19 @@ pub(super) fn validate(raw: &RawWeb, c: &mut Collector) -> WebConfig {
         (None, None) => Some(Role::Viewer),
         _ => anonymous_role,
     };
+    // An anonymous visitor is every account on this host, every job running on it included:
+    // one that may act could create a job that runs as any account of allowed_users.
+    if let Some(role) = anonymous_role.filter(|r| *r > Role::Viewer) {
+        c.push(
+            "[web] anonymous_role",
+            format!(
+                "\"{}\" would let every account on this host, and every job running on it, act \
+                 on the cluster (create a job that runs as any account of [daemon] \
+                 allowed_users): set users_file and sign in, or anonymous_role = \"viewer\"",
+                role.name()
+            ),
+        );
+    }
     if let Some(addr) = listen
         && !addr.ip().is_loopback()
     {

@@ -94,11 +94,14 @@ pub fn trusted(row: &JobRow, config: &Config, template: Option<&JobRow>) -> Resu
         }
         return trusted(t, config, None).map_err(|e| format!("template \"{name}\": {e}"));
     }
-    // A TOML job's row, or a backfill row of one (`JOB#backfill-SLOT`, which copies its
-    // definition): trusted when it runs exactly what this node's file says.
+    // A TOML job's row, or a row it makes of itself (a backfill's `JOB#backfill-SLOT`, a
+    // chain's `JOB#after-RUN`, which copy its definition): trusted when it runs exactly what
+    // this node's file says. (Chained rows were judged by a signature no TOML job has, and
+    // parked: a chain did not go on in signed mode.)
+    let derived = crate::model::signing::signed_name(&row.name);
     let toml_name = match row.source.as_str() {
         "toml" => Some(row.name.as_str()),
-        _ => row.name.rsplit_once("#backfill-").map(|(job, _)| job),
+        _ => Some(derived).filter(|job| *job != row.name),
     };
     if let Some(spec) = toml_name.and_then(|n| config.jobs.iter().find(|j| j.name == n)) {
         if crate::store::apply::definition_of(spec).same_as(&row.definition()) {
@@ -113,15 +116,14 @@ pub fn trusted(row: &JobRow, config: &Config, template: Option<&JobRow>) -> Resu
     }
     // Signed for this name (a backfill's or a chain's row: for its job's), and not older than
     // a version this node has already run (a replay).
-    let name = crate::model::signing::signed_name(&row.name);
-    let generation = crate::model::signing::verify(
-        name,
+    let generation = crate::model::signing::verify_row(
+        &row.name,
         &row.definition(),
         row.signature.as_deref(),
         &config.security.trusted_keys,
     )
     .map_err(|r| r.message().to_string())?;
-    super::generations::admit(name, generation)
+    super::generations::admit(derived, generation)
 }
 
 /// What a run's process is made of besides its row: the daemon's own account and environment,
@@ -216,6 +218,14 @@ pub fn file_allowed(
     node_hook: bool,
 ) -> Result<(), String> {
     let p = std::path::Path::new(path);
+    // Never one of the node's own files (its configuration, the database's password...),
+    // whoever names it and whatever file_dirs holds: a TOML job needs none of them either.
+    if crate::config::security::own_file(config, p) {
+        return Err(format!(
+            "{key} \"{path}\" is one of this node's own files (its configuration or a secret): \
+             never read for a job"
+        ));
+    }
     let plain = p.is_absolute()
         && p.components()
             .all(|c| !matches!(c, std::path::Component::ParentDir));
@@ -258,7 +268,8 @@ pub fn file_allowed(
     }
     Err(format!(
         "{key} \"{path}\" is not a file this node reads for this job: name it in the job in this \
-         node's TOML file, or list its directory in [security] file_dirs"
+         node's TOML file, or list its directory in [security] file_dirs (a directory for jobs' \
+         files alone)"
     ))
 }
 
@@ -427,15 +438,27 @@ impl super::Shared {
         row: &JobRow,
         config: &Config,
     ) -> Result<Resolved<'a>, String> {
+        self.resolve_process_of(row, row, config)
+    }
+
+    /// [`Self::resolve_process`] for `row`, its files judged as `job`'s: a command hook the job
+    /// names runs as the job, with its `env_file`, though its command is the hook's (judged as
+    /// the hook's own row, no TOML job's definition matched it, and the hook never ran).
+    pub(super) fn resolve_process_of<'a>(
+        &'a self,
+        row: &JobRow,
+        job: &JobRow,
+        config: &Config,
+    ) -> Result<Resolved<'a>, String> {
         if let Some(target) = row_http(row)? {
             // A row's CA file is read with the daemon's rights, as its headers file is.
             if let Some(path) = &target.ca_file {
-                file_allowed(&row.name, Some(row), "ca_file", path, config, false)?;
+                file_allowed(&job.name, Some(job), "ca_file", path, config, false)?;
             }
             // No process: no account to switch to, no environment; the headers of its file.
             let file_headers = match &target.headers_file {
                 Some(path) => {
-                    file_allowed(&row.name, Some(row), "headers_file", path, config, false)?;
+                    file_allowed(&job.name, Some(job), "headers_file", path, config, false)?;
                     crate::exec::headers_file::read(std::path::Path::new(path))?
                 }
                 None => vec![],
@@ -466,7 +489,7 @@ impl super::Shared {
         .filter(|a| !a.same_identity(&self.host.account));
         let file_env = match &row.env_file {
             Some(path) => {
-                file_allowed(&row.name, Some(row), "env_file", path, config, false)?;
+                file_allowed(&job.name, Some(job), "env_file", path, config, false)?;
                 crate::exec::envfile::read(std::path::Path::new(path))?
             }
             None => vec![],

@@ -345,7 +345,7 @@ async fn run_hook_command(
     };
     let payload: Value = serde_json::from_str(&claim.payload).unwrap_or(Value::Null);
     let mut spec = shared
-        .resolve_process(&hook_row, &config)
+        .resolve_process_of(&hook_row, &row, &config)
         .and_then(|resolved| run_spec(&hook_row, 0, 0, &shared.node, &policy, &config, resolved))
         .map_err(permanent)?;
     spec.timeout = config.delivery.timeout;

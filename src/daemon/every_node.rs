@@ -102,7 +102,8 @@ impl Shared {
         }
         // A name with an @, written with SQL (a TOML job is refused), would share its copies'
         // names with another template's on another node (`a@b` on `c`, `a` on `b@c`): none made,
-        // and this node's copy made before such names were refused goes.
+        // and its copies made before such names were refused go as orphans (below), whichever
+        // node they belong to.
         let (refused, templates): (Vec<JobRow>, Vec<JobRow>) = self
             .store
             .every_node_templates()
@@ -119,46 +120,26 @@ impl Shared {
                 );
             }
         }
-        let mut refused_left = false;
-        if !refused.is_empty() {
-            let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
-            let theirs: Vec<String> = refused.iter().map(|t| copy_name(t, &self.node)).collect();
-            for copy in self.store.copies_named(&theirs).await? {
-                // Only the refused template's own copy (a template `x` on a node `y@a` has a
-                // copy of the same name).
-                if !copy
-                    .template
-                    .as_deref()
-                    .is_some_and(|t| refused.iter().any(|r| r == t))
-                {
-                    continue;
-                }
-                if self.store.remove_copy(&copy.name, &actor).await? {
-                    tracing::info!(job = %copy.name, "host-local copy removed: its job's name holds an @");
-                } else {
-                    // Held by a run now: removed at a later sync.
-                    refused_left = true;
-                }
-            }
-        }
         let names: Vec<String> = templates.iter().map(|t| t.name.clone()).collect();
         let mine: Vec<String> = names.iter().map(|t| copy_name(t, &self.node)).collect();
         let copies = self.store.copies_named(&mine).await?;
         // Copies of templates that are gone, whichever node they belong to (nothing would ever
         // remove those of a node that is gone): looked for when the templates' names change,
         // at the first sync, while no template exists and every ten minutes, not with each
-        // heartbeat (the look reads every node's copies).
+        // heartbeat (the look reads every node's copies). The names held back count: a
+        // template renamed with an @ has its copies removed at once.
         let now = std::time::Instant::now();
+        let all_names: Vec<String> = names.iter().chain(&refused).cloned().collect();
         let sweep = {
             let swept = self.copies_swept.lock().unwrap_or_else(|e| e.into_inner());
             names.is_empty()
                 || swept.as_ref().is_none_or(|(seen, at)| {
-                    *seen != names || now.duration_since(*at) >= ORPHAN_SWEEP
+                    *seen != all_names || now.duration_since(*at) >= ORPHAN_SWEEP
                 })
         };
         let orphans = if sweep {
             let found = self.store.orphan_copies().await?;
-            *self.copies_swept.lock().unwrap_or_else(|e| e.into_inner()) = Some((names, now));
+            *self.copies_swept.lock().unwrap_or_else(|e| e.into_inner()) = Some((all_names, now));
             found
         } else {
             vec![]
@@ -168,9 +149,9 @@ impl Shared {
             Ordering::Relaxed,
         );
         if templates.is_empty() && orphans.is_empty() {
-            return Ok(!refused_left);
+            return Ok(true);
         }
-        let mut complete = !refused_left;
+        let mut complete = true;
         let actor = crate::exec::account::this_process(Some(&format!("daemon {}", self.node)));
         let pin = Placement {
             tags: vec![],
@@ -202,7 +183,14 @@ impl Shared {
         }
         for (copy, template) in &orphans {
             if self.store.remove_copy(copy, &actor).await? {
-                tracing::info!(job = %copy, template, "host-local copy removed: its job is gone");
+                match template.contains('@') {
+                    true => {
+                        tracing::info!(job = %copy, template, "host-local copy removed: its job's name holds an @")
+                    }
+                    false => {
+                        tracing::info!(job = %copy, template, "host-local copy removed: its job is gone")
+                    }
+                }
             } else {
                 // Held by a run now: looked for again at the next sync.
                 *self.copies_swept.lock().unwrap_or_else(|e| e.into_inner()) = None;

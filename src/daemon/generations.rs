@@ -173,11 +173,20 @@ pub async fn learn(
             if known.get(&row.name) == Some(&sig) {
                 continue;
             }
+            // A copy (`T@NODE`) carries its template's signature, made for the template's name
+            // and placement: the template's own row is judged for it (verified under the
+            // copy's name, it never passed, and every signed row was read again at each
+            // heartbeat).
+            if row.template.is_some() {
+                judged.push((row.name, sig));
+                continue;
+            }
             let name = crate::model::signing::signed_name(&row.name);
             // Only a signature that verifies is judged for good: one that does not may verify
             // later with the same text (a column changed and changed back), and is read again
             // with each heartbeat until it does or changes.
-            if let Ok(g) = crate::model::signing::verify(name, &row.definition(), Some(&sig), &keys)
+            if let Ok(g) =
+                crate::model::signing::verify_row(&row.name, &row.definition(), Some(&sig), &keys)
             {
                 found.push((name.to_string(), g));
                 judged.push((row.name, sig));

@@ -80,8 +80,14 @@ pub fn read(path: &Path) -> Result<Vec<(String, String)>, String> {
     parse(&text).map_err(err)
 }
 
-/// The text of a file only root or the daemon's user could have written (the checks above):
-/// what the daemon reads for a job, an `env_file` or a `headers_file`.
+/// The largest file [`read_trusted`] reads: an environment, headers, keys or a CA bundle (a
+/// system's whole bundle is about 200 KiB). A row written with SQL names such files, and a
+/// large one under `[security] file_dirs` (a log) would otherwise be read whole into memory.
+pub const READ_MAX: u64 = 4 << 20;
+
+/// The text of a file only root or the daemon's user could have written (the checks above), of
+/// at most [`READ_MAX`] bytes: what the daemon reads for a job, an `env_file`, a `headers_file`
+/// or a `ca_file`.
 pub fn read_trusted(path: &Path) -> Result<String, String> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
@@ -99,7 +105,7 @@ fn trusted_owner(uid: u32, me: u32) -> bool {
 fn open_trusted(path: &Path, me: u32) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
@@ -123,9 +129,18 @@ fn open_trusted(path: &Path, me: u32) -> Result<String, String> {
             meta.mode() & 0o777
         ));
     }
+    let too_large = || format!("is larger than {} MiB", READ_MAX >> 20);
+    if meta.len() > READ_MAX {
+        return Err(too_large());
+    }
+    // Bounded as it is read too: a file that grows after the look above.
     let mut text = String::new();
-    file.read_to_string(&mut text)
+    file.take(READ_MAX + 1)
+        .read_to_string(&mut text)
         .map_err(|e| format!("cannot read: {e}"))?;
+    if text.len() as u64 > READ_MAX {
+        return Err(too_large());
+    }
     Ok(text)
 }
 
@@ -228,5 +243,13 @@ mod tests {
         assert!(check_parents(Path::new("relative.env"), me).is_err());
         // A directory is not an env file.
         assert!(read(dir.path()).unwrap_err().contains("not a regular file"));
+        // Nor is a file larger than READ_MAX (a sparse one: its length is what is looked at).
+        let large = dir.path().join("large.env");
+        let f = std::fs::File::create(&large).unwrap();
+        f.set_len(READ_MAX + 1).unwrap();
+        std::fs::set_permissions(&large, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(read(&large).unwrap_err().ends_with("is larger than 4 MiB"));
+        f.set_len(READ_MAX).unwrap();
+        assert!(read_trusted(&large).is_ok_and(|t| t.len() as u64 == READ_MAX));
     }
 }

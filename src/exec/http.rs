@@ -126,19 +126,12 @@ fn client(ca_file: Option<&str>, redirects: u64) -> Result<reqwest::Client, Stri
     Ok(c)
 }
 
-/// The largest `ca_file` read (a system's whole bundle is about 200 KiB).
-pub const CA_FILE_MAX: u64 = 4 << 20;
-
 /// Reads a CA file with the checks of an `env_file` (`envfile::read_trusted`: a regular file,
 /// not a symbolic link, opened without waiting, that only root or the daemon's user could have
-/// written, in directories the same holds for), of at most [`CA_FILE_MAX`] bytes: a row written
-/// with SQL names it, and the daemon reads it with its own rights.
+/// written, in directories the same holds for, of at most `envfile::READ_MAX` bytes): a row
+/// written with SQL names it, and the daemon reads it with its own rights.
 pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    let pem = crate::exec::envfile::read_trusted(path)?.into_bytes();
-    if pem.len() as u64 > CA_FILE_MAX {
-        return Err(format!("is larger than {} MiB", CA_FILE_MAX >> 20));
-    }
-    Ok(pem)
+    Ok(crate::exec::envfile::read_trusted(path)?.into_bytes())
 }
 
 /// A request's error with its causes, without the URL: reqwest's text names the URL in full

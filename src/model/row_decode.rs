@@ -27,6 +27,10 @@ pub fn resolve(row: &JobRow, defaults: &Policy) -> Result<(Schedule, Policy), St
             }
             row_http(row)?;
         }
+        // Both: what runs (argv) would not be what a reader of the command sees.
+        (Some(c), Some(_)) if !c.trim().is_empty() => {
+            return Err("argv: give one of command, argv or http, not both".into());
+        }
         (_, Some(argv)) => {
             let v: Vec<String> = serde_json::from_str(argv)
                 .map_err(|e| format!("argv: not a JSON array of strings ({e})"))?;

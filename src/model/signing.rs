@@ -283,6 +283,26 @@ pub fn verify(
     }
 }
 
+/// [`verify`] for a row named `row_name`, under [`signed_name`]: a row a job makes of itself (a
+/// backfill's, a chain's) does not copy `run_on`, so its NULL there verifies as the job's
+/// `any` too, which means the same.
+pub fn verify_row(
+    row_name: &str,
+    definition: &Definition,
+    signature: Option<&str>,
+    keys: &[PublicKey],
+) -> Result<u64, Refusal> {
+    let name = signed_name(row_name);
+    match verify(name, definition, signature, keys) {
+        Err(refused) if name != row_name && definition.columns.get("run_on") == Some(&None) => {
+            let mut any = definition.clone();
+            any.columns.insert("run_on", Some("any".into()));
+            verify(name, &any, signature, keys).map_err(|_| refused)
+        }
+        verified => verified,
+    }
+}
+
 /// The name a row's signature is made for: its own, or for the rows a job makes of itself (a
 /// backfill's `JOB#backfill-SLOT`, a chain's `JOB#after-RUN`, which copy its definition and
 /// signature) the job's.

@@ -274,17 +274,32 @@ impl Store {
         if took.rows_affected() != 1 {
             return Ok(None);
         }
-        let row = sqlx::query(AssertSqlSafe(self.dialect.render(
-            "SELECT id, job_name, kind, created, hook, payload, tries, token, node, \
-             {now} AS db_now FROM cron_events WHERE id = ? AND node = ? AND state = 'sending'",
+        // The claim's token first, alone (a number the claim itself wrote): whatever else the
+        // row holds, every later write about this claim is fenced by it.
+        let token = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.dialect.render(
+            "SELECT token FROM cron_events WHERE id = ? AND node = ? AND state = 'sending'",
         )))
         .bind(id)
         .bind(node.to_string())
         .fetch_optional(&self.db)
+        .await
+        .map_err(sql_err!(self, "claim event"))?;
+        let Some(token) = token else { return Ok(None) };
+        let row = sqlx::query(AssertSqlSafe(self.dialect.render(
+            "SELECT id, job_name, kind, created, hook, payload, tries, token, node, \
+             {now} AS db_now FROM cron_events \
+             WHERE id = ? AND node = ? AND token = ? AND state = 'sending'",
+        )))
+        .bind(id)
+        .bind(node.to_string())
+        .bind(token)
+        .fetch_optional(&self.db)
         .await;
         let row = match row {
             Ok(row) => row,
-            Err(sqlx::Error::Decode(e)) => return self.event_unreadable(id, node, &e).await,
+            Err(sqlx::Error::Decode(e)) => {
+                return self.event_unreadable(id, node, token, &e).await;
+            }
             Err(e) => return Err(sql_err!(self, "claim event")(e)),
         };
         let Some(r) = row else { return Ok(None) };
@@ -304,28 +319,32 @@ impl Store {
         })();
         match claim {
             Ok(claim) => Ok(Some(claim)),
-            Err(e) => self.event_unreadable(id, node, &e).await,
+            Err(e) => self.event_unreadable(id, node, token, &e).await,
         }
     }
 
     /// An event this node claimed but cannot read (text that is not UTF-8, or a value of
     /// another type, written with SQL): it is not delivered, but recorded `failed` with the
-    /// reason, rather than claimed again at the end of every lease.
+    /// reason, rather than claimed again at the end of every lease. Fenced by the claim's
+    /// `token`: a later claim of the event (this node's lease ended, the row was mended and
+    /// claimed again) is not recorded failed by this one.
     async fn event_unreadable(
         &self,
         id: i64,
         node: &str,
+        token: i64,
         e: &(dyn std::fmt::Display + Sync),
     ) -> Result<Option<EventClaim>> {
         let error = format!("the event cannot be read: {e}");
         tracing::warn!(event = id, error = %error, "an event that cannot be read; recorded failed");
         sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_events SET state = 'failed', next_try = NULL, error = ? \
-             WHERE id = ? AND node = ? AND state = 'sending'",
+             WHERE id = ? AND node = ? AND token = ? AND state = 'sending'",
         )))
         .bind(error)
         .bind(id)
         .bind(node.to_string())
+        .bind(token)
         .execute(&self.db)
         .await
         .map_err(sql_err!(self, "claim event"))?;

@@ -67,8 +67,9 @@ impl Store {
         Ok(decode_rows(&rows, bytes))
     }
 
-    /// Copies whose template no longer exists or is no longer `every_node`, whichever node
-    /// they belong to: (name, template).
+    /// Copies whose template no longer exists, is no longer `every_node` or has a name with an
+    /// `@` (written with SQL; such a template gets no copies), whichever node they belong to:
+    /// (name, template).
     pub async fn orphan_copies(&self) -> Result<Vec<(String, String)>> {
         // Names compared byte for byte: MySQL's default collation ignores case, and a copy
         // of `Backup` is not a copy of `backup`.
@@ -84,7 +85,8 @@ impl Store {
                     format!(
                         "SELECT {cols} FROM cron_table c WHERE c.template IS NOT NULL \
                          AND NOT EXISTS (SELECT 1 FROM cron_table t \
-                         WHERE {same} AND t.run_on = 'every_node') ORDER BY c.name",
+                         WHERE {same} AND t.run_on = 'every_node' \
+                         AND t.name NOT LIKE '%@%') ORDER BY c.name",
                     )
                 },
                 |q| q,

@@ -59,7 +59,12 @@ impl Store {
         let same = match self.dialect {
             // The value as text, byte for byte (as the writer cast it).
             Dialect::Sqlite => "placement = CAST(? AS TEXT)",
-            Dialect::Mysql => "placement = ?",
+            // As bytes, trailing spaces aside: the key of `cron_placements` (a collation that
+            // pads) keeps one of the values that differ only in those, the others unread.
+            Dialect::Mysql => {
+                "TRIM(TRAILING ' ' FROM CAST(placement AS BINARY)) = \
+                 TRIM(TRAILING ' ' FROM CAST(? AS BINARY))"
+            }
             // PostgreSQL keeps no text that is not UTF-8.
             Dialect::Postgres => return Ok(0),
         };

@@ -94,13 +94,20 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
     for sql in &plant {
         store.execute_raw(sql).await.unwrap();
     }
+    // The failing job reads an env_file outside [security] file_dirs, as its TOML names it:
+    // its own command hook runs with it too (it was refused the file, its command not
+    // being the job's, and the hook never ran).
+    let env_file = dir.path().join("bad.env");
+    std::fs::write(&env_file, "HOOK_TOKEN=from-file\n").unwrap();
     let jobs = format!(
         "[[job]]\nname = \"good\"\nschedule = \"* * * * * *\"\ncommand = \"echo good >> {}\"\n\
          [[job]]\nname = \"bad\"\nschedule = \"* * * * * *\"\ncommand = \"false\"\n\
-         on_failure = {{ command = \"echo failed >> {a}\" }}\n\
+         env_file = \"{}\"\n\
+         on_failure = {{ command = \"echo failed $HOOK_TOKEN >> {a}\" }}\n\
          [[job]]\nname = \"silent\"\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\nenabled = false\n\
          alert_after = \"3s\"\non_missed = {{ command = \"echo missed >> {a}\" }}\n",
         out.display(),
+        env_file.display(),
         a = alerts.display()
     );
     let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", &jobs));
@@ -130,7 +137,7 @@ async fn numbers_a_writer_set_to_their_limit_stop_no_claim_and_no_alert(dialect:
         "the failure's and the silence's alerts",
         || async {
             std::fs::read_to_string(&alerts)
-                .is_ok_and(|a| a.contains("failed") && a.contains("missed"))
+                .is_ok_and(|a| a.contains("failed from-file") && a.contains("missed"))
                 .then_some(())
         },
     )
@@ -199,6 +206,14 @@ async fn sql_insert_runs_and_garbage_rows_are_isolated(dialect: Dialect) {
         .execute_raw("INSERT INTO cron_table (name, schedule, command, timezone, retries) VALUES ('zone', '* * * * *', 'true', 'Mars/Base', 1)")
         .await
         .unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, argv) VALUES ('both', '* * * * * *', \
+             'pg_dump app', '[\"sh\", \"-c\", \"echo argv >> {}\"]')",
+            out.display()
+        ))
+        .await
+        .unwrap();
     // Picked up within a poll interval of its first slot.
     eventually(Duration::from_secs(4), "the SQL job to run", || async {
         std::fs::read_to_string(&out).ok().filter(|t| !t.is_empty())
@@ -213,6 +228,12 @@ async fn sql_insert_runs_and_garbage_rows_are_isolated(dialect: Dialect) {
     assert_eq!(empty, "command: is empty");
     let zone = store.job("zone").await.unwrap().unwrap().error.unwrap();
     assert!(zone.contains("unknown time zone \"Mars/Base\""), "{zone}");
+    // A command and an argv both: argv ran while the dashboard and status showed the command.
+    let both = eventually(Duration::from_secs(5), "a row with both marked", || async {
+        store.job("both").await.unwrap().and_then(|j| j.error)
+    })
+    .await;
+    assert_eq!(both, "argv: give one of command, argv or http, not both");
     // One log line per bad row, not one per poll.
     let good_runs_before = std::fs::read_to_string(&out).unwrap().lines().count();
     eventually(Duration::from_secs(5), "more good runs", || async {
@@ -221,7 +242,8 @@ async fn sql_insert_runs_and_garbage_rows_are_isolated(dialect: Dialect) {
     })
     .await;
     let log = node.log_text();
-    assert_eq!(log.matches("job row is invalid").count(), 3, "{log}");
+    assert_eq!(log.matches("job row is invalid").count(), 4, "{log}");
+    assert!(!std::fs::read_to_string(&out).unwrap().contains("argv"));
     // Fixing the row with SQL brings it back.
     let fixed = dir.path().join("fixed.txt");
     store

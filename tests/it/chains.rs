@@ -294,7 +294,15 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("down");
-    let jobs = up_and_down(&file);
+    // `down` reads an env_file outside [security] file_dirs: its chained rows
+    // (`down#after-RUN`) read it as the TOML job named in this node's file.
+    let env_file = dir.path().join("down.env");
+    std::fs::write(&env_file, "FROM_FILE=read\n").unwrap();
+    let jobs = up_and_down(&file).replace(
+        "$SQLCRON_UPSTREAM_RUN_ID\\\"",
+        "$SQLCRON_UPSTREAM_RUN_ID $FROM_FILE\\\"",
+    ) + &format!("env_file = \"{}\"\n", env_file.display());
+    assert!(jobs.contains("$FROM_FILE"), "{jobs}");
     let node = DaemonProcess::start(dir.path(), "n1", &node_config(&db.url, "n1", &jobs));
     let conf = dir.path().join("n1.toml");
     eventually(Duration::from_secs(30), "the chain's cursor", || async {
@@ -345,7 +353,7 @@ async fn a_row_holding_a_triggers_name_lets_the_chain_go_on(dialect: Dialect) {
         (!l.is_empty()).then_some(l)
     })
     .await;
-    assert_eq!(ran, vec![second.to_string()]);
+    assert_eq!(ran, vec![format!("{second} read")]);
     // No trigger was made for the first run since: its name is free, and nothing holds it.
     assert!(store.job(&taken).await.unwrap().is_none());
     let log = node.log_text();

@@ -1373,11 +1373,14 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         own_headers = own_headers.display(),
         defaults_headers = defaults_headers.display(),
     );
+    // The node's own configuration lies in a file_dirs directory: never read for a row.
     let node = DaemonProcess::start(
-        dir.path(),
+        &allowed,
         "n",
         &crate::util::node_config(&db.url, "n", &extra),
     );
+    let config_file = allowed.join("n.toml");
+    assert!(config_file.exists());
     eventually(Duration::from_secs(15), "the TOML jobs applied", || async {
         store.job("own-http").await.unwrap().map(|_| ())
     })
@@ -1467,6 +1470,16 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
                 ca_link.display()
             ),
         ),
+        // A row sending the node's own configuration (its database URL) as headers.
+        (
+            "config-thief",
+            "NULL".to_string(),
+            "NULL".to_string(),
+            format!(
+                "'{{\"url\":\"{base}/thief\",\"headers_file\":\"{}\"}}'",
+                config_file.display()
+            ),
+        ),
         // A row's request borrowing the [defaults] webhook's token file.
         (
             "defaults-thief",
@@ -1531,6 +1544,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         );
     }
     for (job, why) in [
+        ("config-thief", "is one of this node's own files"),
         ("ca-fifo", "is not a regular file"),
         ("ca-large", "is larger than 4 MiB"),
         ("ca-link", "is a symbolic link"),
@@ -1538,7 +1552,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");
         let m = r.message.clone().unwrap_or_default();
-        assert!(m.contains("ca_file") && m.contains(why), "{job}: {m}");
+        assert!(m.contains("_file") && m.contains(why), "{job}: {m}");
     }
     assert!(!out("thief").exists());
     assert!(!out("borrower").exists());

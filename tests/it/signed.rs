@@ -58,7 +58,9 @@ async fn only_signed_rows_run(dialect: Dialect) {
         &format!(
             "[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n\
              [[job]]\nname = \"from-toml\"\nschedule = \"* * * * * *\"\ncommand = \"false\"\n\
-             on_failure = \"true\"\n"
+             on_failure = \"true\"\n\
+             [[job]]\nname = \"after-toml\"\nafter = [{{ job = \"from-toml\", on = \"done\" }}]\n\
+             command = \"echo chained\"\n"
         ),
     );
     let cfg = dir.path().join("node.toml");
@@ -82,7 +84,8 @@ async fn only_signed_rows_run(dialect: Dialect) {
             ", alerts",
             &format!(", '{{\"on_failure\": \"touch {}\"}}'", marker.display()),
         ),
-        insert("to-sign", "", ""),
+        // run_on 'any', a column the rows a job makes of itself do not copy.
+        insert("to-sign", ", run_on", ", 'any'"),
         insert("forged-toml", ", source", ", 'toml'"),
         insert("tmpl", ", run_on", ", 'every_node'"),
         // A copy nobody made, claiming the template's trust for another command.
@@ -112,14 +115,87 @@ async fn only_signed_rows_run(dialect: Dialect) {
     assert!(e.starts_with("signature:"), "{e}");
     parked(&store, "to-sign").await;
 
+    // Reviewed first (`--dry-run` prints the definition and its digest, and signs nothing);
+    // signed only as reviewed: a digest that is not the stored definition's signs nothing.
+    let review = cli(&cfg, &["sign", "--dry-run", "to-sign"]);
+    assert!(review.status.success(), "{}", stderr(&review));
+    let text = stdout(&review);
+    assert!(text.contains("echo to-sign"), "{text}");
+    let digest = text
+        .split("digest ")
+        .nth(1)
+        .and_then(|t| t.split(':').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(digest.len(), 64, "{text}");
+    let key_arg = key.to_str().unwrap();
+    let stale = "0".repeat(64);
+    let out = cli(
+        &cfg,
+        &["sign", "--key", key_arg, "--expect", &stale, "to-sign"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not the one reviewed"),
+        "{}",
+        stderr(&out)
+    );
+    let row = store.job("to-sign").await.unwrap().unwrap();
+    assert_eq!(row.signature, None);
     // Signing unparks the row, and it runs.
-    let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), "to-sign"]);
+    let out = cli(
+        &cfg,
+        &["sign", "--key", key_arg, "--expect", &digest, "to-sign"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("echo to-sign"), "{}", stdout(&out));
     let run = ran_ok(&store, "to-sign").await;
     assert_eq!(run.output.as_deref().map(str::trim), Some("to-sign"));
     let audit = store.audit_log(Some("to-sign"), 10).await.unwrap();
     assert!(audit.iter().any(|a| a.action == "sign"), "{audit:?}");
+    // Its backfill row runs under the job's signature (its run_on NULL, the job's 'any').
+    let from = (chrono::Utc::now() - chrono::Duration::seconds(6)).to_rfc3339();
+    let to = (chrono::Utc::now() - chrono::Duration::seconds(3)).to_rfc3339();
+    let out = cli(
+        &cfg,
+        &[
+            "backfill", "to-sign", "--from", &from, "--to", &to, "--max", "1",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (filled, refused) = eventually(Duration::from_secs(30), "the backfill", || async {
+        let rows = store.jobs().await.unwrap();
+        let refused = rows
+            .iter()
+            .find(|j| j.name.starts_with("to-sign#backfill-") && j.error.is_some())
+            .cloned();
+        let history = store.history(None, 200).await.unwrap();
+        let ran = history
+            .into_iter()
+            .find(|r| r.job.starts_with("to-sign#backfill-"));
+        (ran.is_some() || refused.is_some()).then_some((ran, refused))
+    })
+    .await;
+    assert_eq!(refused.map(|j| j.error), None);
+    assert_eq!(filled.map(|r| r.outcome), Some("ok".to_string()));
+    // A TOML job's chained rows run as the file says (they were judged by a signature no
+    // TOML job has, and parked: the chain never went on in signed mode).
+    let chained = eventually(Duration::from_secs(30), "a chained run", || async {
+        let history = store.history(None, 200).await.unwrap();
+        history
+            .into_iter()
+            .find(|r| r.job.starts_with("after-toml#after-"))
+    })
+    .await;
+    assert_eq!(chained.outcome, "ok", "{chained:?}");
+    let parked_chains: Vec<_> = store
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|j| j.name.starts_with("after-toml#after-") && j.error.is_some())
+        .collect();
+    assert!(parked_chains.is_empty(), "{parked_chains:?}");
 
     // Changed after signing: refused at its next claim.
     store
@@ -785,5 +861,60 @@ async fn a_node_that_cannot_read_its_generations_does_not_start() {
     )
     .await;
     let log = node.log_text();
+    assert!(node.stop().success(), "{log}");
+}
+
+/// A signed every_node template's copy carries the template's signature, made for the
+/// template's name: once read, the signed rows are not read again with each heartbeat (the copy
+/// was verified under its own name, never passed, and every node read and verified every
+/// signed row every 5 s for good). The node's side alone: one database is enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_copy_is_not_read_again_at_each_heartbeat() {
+    let db = TestDb::new(Dialect::Sqlite).await;
+    let store = db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path());
+    let config = node_config(
+        &db.url,
+        "n",
+        &format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n"),
+    );
+    let cfg = dir.path().join("cli.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, run_on) \
+             VALUES ('tmpl', '* * * * * *', 'echo tmpl', 'every_node')",
+        )
+        .await
+        .unwrap();
+    let out = cli(&cfg, &["sign", "--key", key.to_str().unwrap(), "tmpl"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let node = DaemonProcess::start(dir.path(), "n", &config);
+    ran_ok(&store, "tmpl@n").await;
+    // Heartbeats, as the node records them.
+    let heartbeats = |after: usize| {
+        let store = &store;
+        async move {
+            let seen = std::cell::RefCell::new(std::collections::BTreeSet::new());
+            eventually(Duration::from_secs(30), "heartbeats", || async {
+                let at = store
+                    .scalar_i64("SELECT last_seen FROM cron_nodes WHERE name = 'n'")
+                    .await
+                    .ok()??;
+                seen.borrow_mut().insert(at);
+                (seen.borrow().len() > after).then_some(())
+            })
+            .await
+        }
+    };
+    let reads = || node.log_text().matches("signed generations read").count();
+    // Two heartbeats for the copy made and judged, then two with nothing new.
+    heartbeats(2).await;
+    let settled = reads();
+    assert!(settled >= 1, "{}", node.log_text());
+    heartbeats(2).await;
+    let log = node.log_text();
+    assert_eq!(reads(), settled, "{log}");
     assert!(node.stop().success(), "{log}");
 }

@@ -1078,7 +1078,8 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     store.close().await;
 }
 
-/// A listener beyond this host needs a users file; `check` says which key to set.
+/// A listener beyond this host needs a users file; `check` says which key to set. An anonymous
+/// visitor may only read.
 #[test]
 fn a_dashboard_beyond_this_host_needs_users() {
     let dir = tempfile::tempdir().unwrap();
@@ -1098,6 +1099,26 @@ fn a_dashboard_beyond_this_host_needs_users() {
         err.contains("[web] listen") && err.contains("users_file"),
         "{err}"
     );
+    // Nor may an anonymous visitor on loopback act: every account on the host, and every job
+    // running on it, is one (a job running as nobody created a job that ran as root).
+    for role in ["operator", "admin"] {
+        std::fs::write(
+            &path,
+            format!(
+                "[database]\nurl = \"sqlite://{}/x.db\"\n[web]\nlisten = \"127.0.0.1:8080\"\n\
+                 anonymous_role = \"{role}\"\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let out = sqlcron(&["--config", path.to_str().unwrap(), "check"]);
+        let err = crate::util::stderr(&out) + &crate::util::stdout(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("[web] anonymous_role") && err.contains("every account on this host"),
+            "{err}"
+        );
+    }
 }
 
 /// Each path of docs/openapi.json answers what its schema says: every required property, none

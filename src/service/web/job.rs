@@ -145,7 +145,7 @@ pub(crate) async fn job(
             dt { "Schedule" } dd { code { (row.schedule) } " in " (row.timezone.as_deref().unwrap_or("UTC"))
                 @if let Some(words) = resolved.as_ref().ok().and_then(|(s, _)| crate::schedule::describe(s)) { br; small { (words) } } }
             dt { "Next" } dd { (next_cell(&row, now, who.shown, &web.node.defaults)) }
-            dt { "Runs" } dd { @if let Some(h) = &row.http { "HTTP " code { (http_url(h)) } } @else { code { (row.command.as_deref().or(row.argv.as_deref()).unwrap_or("-")) } } }
+            dt { "Runs" } dd { @if let Some(h) = &row.http { "HTTP " code { (http_url(h)) } } @else { code { (row.argv.as_deref().or(row.command.as_deref()).unwrap_or("-")) } } }
             dt { "As" } dd { (row.run_user.as_deref().unwrap_or("the default user")) }
             @if let Some(c) = resolved.as_ref().ok().and_then(|(_, p)| p.calendars.describe()) {
                 dt { "Calendars" } dd { (c) }
