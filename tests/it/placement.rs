@@ -1105,7 +1105,7 @@ async fn a_placement_that_is_not_utf8_text_parks_its_row(dialect: Dialect) {
     let dir = tempfile::tempdir().unwrap();
     let store = db.store().await;
     // And the same bytes with a trailing space: MariaDB's key of the values in use keeps one
-    // of the two (its collation pads), and the other row was left waiting.
+    // of the two (its collation pads); the other row is parked too.
     let (garbled, spaced) = match dialect {
         Dialect::Sqlite => ("CAST(X'7BFF7D' AS TEXT)", "CAST(X'7BFF7D20' AS TEXT)"),
         _ => (

@@ -1500,6 +1500,16 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
             .await
             .unwrap();
     }
+    // A row's own failure hook borrowing the [defaults] webhook's token file.
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_table (name, schedule, command, alerts) \
+             VALUES ('hook-thief', '* * * * * *', 'false', \
+             '{{\"on_failure\":{{\"url\":\"{base}/thief\",\"headers_file\":\"{}\"}}}}')",
+            defaults_headers.display()
+        ))
+        .await
+        .unwrap();
     // The node's own jobs read their files wherever they are.
     let own = first_run(&store, "own").await;
     assert_eq!(own.outcome, "ok", "{own:?}");
@@ -1554,6 +1564,16 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         let m = r.message.clone().unwrap_or_default();
         assert!(m.contains("_file") && m.contains(why), "{job}: {m}");
     }
+    let refused = eventually(Duration::from_secs(30), "hook-thief's hook", || async {
+        let events = store.events(Some("hook-thief"), 10).await.unwrap();
+        events.into_iter().find(|e| e.error.is_some())
+    })
+    .await;
+    let m = refused.error.unwrap_or_default();
+    assert!(
+        m.contains("headers_file") && m.contains("is not a file this node reads for this job"),
+        "{m}"
+    );
     assert!(!out("thief").exists());
     assert!(!out("borrower").exists());
     assert!(server.requests("/thief").is_empty());
