@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("sqlcron: {}", failure.message);
+            eprintln!("sqlcron: {}", cli::printable(&failure.message));
             ExitCode::from(failure.code)
         }
     }

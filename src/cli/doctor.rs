@@ -109,7 +109,7 @@ pub(super) async fn run(config: &Config, json: bool) -> Result<u8, Failure> {
         Some(p) => found.push(bad("database", Level::Error, p.message, &p.fix)),
         None => found.extend(database_checks(config).await),
     }
-    found.push(listener(config).await);
+    found.push(super::doctor_node::listener(config).await);
     if let Some(warning) = crate::config::long_lease_warning(config) {
         found.push(bad(
             "configuration",
@@ -373,6 +373,11 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
             format!("\"{}\" is this host's only", config.node_name),
         )),
     }
+    found.push(super::doctor_node::this_node(
+        &nodes,
+        &config.node_name,
+        db_now,
+    ));
     let versions: std::collections::BTreeSet<&str> =
         alive.iter().filter_map(|n| n.version.as_deref()).collect();
     if alive.is_empty() {
@@ -491,39 +496,6 @@ async fn database(store: &Store, config: &Config) -> Vec<Finding> {
         ));
     }
     found
-}
-
-/// `[metrics] listen`: free, or served by a running sqlcron.
-async fn listener(config: &Config) -> Finding {
-    let Some(addr) = config.metrics_listen else {
-        return ok("metrics", "[metrics] listen not set");
-    };
-    if std::net::TcpListener::bind(addr).is_ok() {
-        return ok("metrics", format!("{addr} is free"));
-    }
-    let served = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await.ok()?;
-        let mut answer = vec![0u8; 512];
-        let n = s.read(&mut answer).await.ok()?;
-        Some(String::from_utf8_lossy(&answer[..n]).to_string())
-    })
-    .await
-    .ok()
-    .flatten();
-    match served {
-        Some(a) if a.starts_with("HTTP/1") && a.contains("200") => ok(
-            "metrics",
-            format!("{addr} answers /healthz (a running daemon)"),
-        ),
-        _ => bad(
-            "metrics",
-            Level::Error,
-            format!("{addr} is in use by another program"),
-            "choose another [metrics] listen address, or stop what holds it",
-        ),
-    }
 }
 
 /// Under systemd: the unit's watchdog leaves the poll loop and the database retry room.

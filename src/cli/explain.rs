@@ -138,25 +138,28 @@ pub async fn run(
         );
         return Ok(0);
     }
+    // A row's text (its schedule, a reason, a node's name) is shown with its control
+    // characters escaped: it cannot move the cursor or overwrite a line.
+    use super::terminal::shown;
     println!(
         "{job}: \"{}\" in {}, from {} to {}",
-        row.schedule,
+        shown(&row.schedule),
         schedule.tz(),
         crate::model::explain::local(&schedule, from),
         crate::model::explain::local(&schedule, to)
     );
     match (nothing, &placement) {
-        (Some(why), _) => println!("{job}: will not run: {why}"),
-        (None, Some(why)) => println!("{job}: will not run until a node matches: {why}"),
+        (Some(why), _) => println!("{job}: will not run: {}", shown(why)),
+        (None, Some(why)) => println!("{job}: will not run until a node matches: {}", shown(why)),
         (None, None) => {}
     }
     if left_out > 0 {
         println!("... {left_out} earlier slots left out (narrow the range with --from and --to)");
     }
     for s in &slots {
-        println!("{}  {:<9}  {}", s.local, s.state, s.text);
+        println!("{}  {:<9}  {}", s.local, s.state, shown(&s.text));
         if let Some(note) = &s.note {
-            println!("{:25}  {:<9}  note: {note}", "", "");
+            println!("{:25}  {:<9}  note: {}", "", "", shown(note));
         }
     }
     chained(store, job, &schedule, (from, to)).await

@@ -9,6 +9,7 @@ mod dashboard_access;
 mod database_file;
 mod doctor;
 mod doctor_certificate;
+mod doctor_node;
 mod drain;
 mod events;
 mod explain;
@@ -85,6 +86,12 @@ impl Failure {
 /// Exit status of a command (the daemon, `migrate`, `apply`) refused because the database's
 /// schema needs a newer sqlcron (docs/upgrades.md). The unit does not restart on it.
 pub const SCHEMA_TOO_NEW: u8 = 3;
+
+/// A failure's message as the terminal shows it: it may quote a row's text (a schedule that
+/// does not parse), whose control characters are escaped, lines and tabs aside.
+pub fn printable(message: &str) -> String {
+    terminal::shown_lines(message)
+}
 
 pub fn run(cli: Cli) -> Result<u8, Failure> {
     // A command whose output goes to a pipe that closes (`sqlcron history | head`) ends quietly,

@@ -117,7 +117,7 @@ pub async fn pause(config: &Config, job: &str, reason: Option<&str>) -> Result<u
 pub async fn stop(config: &Config, job: &str) -> Result<u8, Failure> {
     let store = super::connect(config).await?;
     let asked = store
-        .request_stop(job, &crate::exec::account::this_process(None))
+        .request_stop(job, None, &crate::exec::account::this_process(None))
         .await
         .map_err(Failure::runtime)?;
     if !asked {

@@ -38,8 +38,11 @@ pub(super) async fn run_now(
             )));
         }
     }
-    // The newest record before the request: the run asked for is the first one after it.
-    let before = newest_record(&store, job).await?;
+    // The database's time at the request: the run asked for is the first attempt of a slot
+    // from then on (a manual run's slot is its claim's time). A record made after the request
+    // for an older slot (a scheduled run held by the start rate, a lost run's line, its rerun)
+    // is not it.
+    let asked_at = store.now().await.map_err(Failure::runtime)?;
     if !store
         .request_run(job, &crate::exec::account::this_process(None))
         .await
@@ -53,16 +56,24 @@ pub(super) async fn run_now(
     }
     eprintln!("{job}: asked for a run; waiting for it to end (Ctrl-C stops waiting, not the run)");
     loop {
+        // Without their output (a poll reads only what it needs); the one found is read whole.
         let runs = store
-            .history(Some(job), 50)
+            .runs_between(job, asked_at, i64::MAX)
             .await
             .map_err(Failure::runtime)?;
-        if let Some(done) = runs
+        let first = runs
             .into_iter()
-            .filter(|r| r.id > before && r.job == job)
-            .filter(|r| Outcome::parse(&r.outcome).is_ok_and(|o| o != Outcome::Running))
-            .min_by_key(|r| r.id)
+            .filter(|r| r.job == job && r.slot >= asked_at && r.attempt == 1)
+            .filter(|r| r.outcome != "skipped")
+            .min_by_key(|r| r.id);
+        if let Some(first) =
+            first.filter(|r| Outcome::parse(&r.outcome).is_ok_and(|o| o != Outcome::Running))
         {
+            let done = store
+                .run_record(first.id)
+                .await
+                .map_err(Failure::runtime)?
+                .unwrap_or(first);
             print_run(&done);
             return Ok(exit_code(&done));
         }

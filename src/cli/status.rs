@@ -10,6 +10,7 @@ use crate::model::job::Outcome;
 use crate::model::placement::{NodeOffer, Placement, unplaceable};
 use crate::store::{JobRow, Store};
 
+use super::terminal::shown;
 use super::{Failure, fmt_ms};
 
 #[derive(Serialize)]
@@ -136,8 +137,8 @@ fn chain_tree(links: &[ChainLink]) -> String {
             out.push_str(&format!(
                 "{}└─ {} ({})\n",
                 "   ".repeat(depth),
-                l.job,
-                l.how
+                shown(&l.job),
+                shown(&l.how)
             ));
             branch(links, &l.job, depth + 1, out);
         }
@@ -151,7 +152,7 @@ fn chain_tree(links: &[ChainLink]) -> String {
     roots.dedup();
     let mut out = String::new();
     for root in roots {
-        out.push_str(&format!("{root}\n"));
+        out.push_str(&format!("{}\n", shown(root)));
         branch(links, root, 0, &mut out);
     }
     out
@@ -396,8 +397,11 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
             };
             let from = if c.from_toml { "toml" } else { "sql" };
             out.push_str(&format!(
-                "{:<24} {:<8} {:<6} {next}\n",
-                c.name, c.entries, from
+                "{:<24} {:<8} {:<6} {}\n",
+                shown(&c.name),
+                c.entries,
+                from,
+                shown(&next)
             ));
         }
     }
@@ -408,11 +412,16 @@ pub async fn run(store: &Store, config: &Config, json: bool) -> Result<u8, Failu
     if !status.drift.is_empty() {
         out.push_str("\nCONFIGURATION DRIFT (alive nodes whose TOML files disagree)\n");
         for d in &status.drift {
-            let parts: Vec<String> = d.nodes.iter().map(|(n, h)| format!("{n}={h}")).collect();
-            out.push_str(&format!("{:<24} {}\n", d.job, parts.join(" ")));
+            let parts: Vec<String> = d
+                .nodes
+                .iter()
+                .map(|(n, h)| format!("{}={}", shown(n), shown(h)))
+                .collect();
+            out.push_str(&format!("{:<24} {}\n", shown(&d.job), parts.join(" ")));
         }
     }
-    print!("{out}");
+    // And whatever else came from a row, the lines aside.
+    print!("{}", super::terminal::shown_lines(&out));
     Ok(0)
 }
 

@@ -39,8 +39,14 @@ pub(super) fn shown_lines(text: &str) -> String {
 
 /// A table as `systemctl list-timers` prints one: every column but the last as wide as its
 /// widest cell (or its heading), two spaces apart, so that no value runs into the next column.
-/// Widths count characters.
+/// Widths count characters. Every cell is [`shown`]: a row's text (a name, a schedule, an
+/// error) cannot move the cursor, overwrite a line or start one.
 pub(super) fn table(headings: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c).into_owned()).collect())
+        .collect();
+    let rows = rows.as_slice();
     let columns = headings.len();
     let mut widths: Vec<usize> = headings.iter().map(|h| h.chars().count()).collect();
     for row in rows {

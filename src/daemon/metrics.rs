@@ -75,6 +75,8 @@ pub struct Metrics {
     release_seconds: Histogram,
     /// Database errors by kind (`timeout`, `deadlock`, `unreachable`, `refused`, `other`).
     db_errors: Family<KindLabel, Counter>,
+    /// The `job` label values this node has series for (at most [`JOB_LABELS_MAX`]).
+    job_labels: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Runs this node recorded that the database no longer held after an outage (see
     /// `daemon/recorded.rs`).
     lost_records: Counter,
@@ -149,6 +151,7 @@ impl Metrics {
             claims_empty: Counter::default(),
             release_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             db_errors: Family::default(),
+            job_labels: Default::default(),
             lost_records: Counter::default(),
             last_success: Family::default(),
             nodes_alive: Gauge::default(),
@@ -304,13 +307,13 @@ impl Metrics {
     pub fn run_ended(&self, job: &str, outcome: &str, ended_ms: i64) {
         self.runs
             .get_or_create(&RunLabels {
-                job: job_label(job).job,
+                job: self.job_label(job).job,
                 outcome: outcome.to_string(),
             })
             .inc();
         if outcome == "ok" {
             self.last_success
-                .get_or_create(&job_label(job))
+                .get_or_create(&self.job_label(job))
                 .set(ended_ms as f64 / 1000.0);
         }
     }
@@ -320,12 +323,14 @@ impl Metrics {
     }
 
     pub fn missed(&self, job: &str, slots: u64) {
-        self.missed.get_or_create(&job_label(job)).inc_by(slots);
+        self.missed
+            .get_or_create(&self.job_label(job))
+            .inc_by(slots);
     }
 
     pub fn calendar_skipped(&self, job: &str, slots: u64) {
         self.calendar_skipped
-            .get_or_create(&job_label(job))
+            .get_or_create(&self.job_label(job))
             .inc_by(slots);
     }
 
@@ -338,15 +343,15 @@ impl Metrics {
     }
 
     pub fn lease_lost(&self, job: &str) {
-        self.lease_losses.get_or_create(&job_label(job)).inc();
+        self.lease_losses.get_or_create(&self.job_label(job)).inc();
     }
 
     pub fn takeover(&self, job: &str) {
-        self.takeovers.get_or_create(&job_label(job)).inc();
+        self.takeovers.get_or_create(&self.job_label(job)).inc();
     }
 
     pub fn retry(&self, job: &str) {
-        self.retries.get_or_create(&job_label(job)).inc();
+        self.retries.get_or_create(&self.job_label(job)).inc();
     }
 
     pub fn claim_took(&self, d: Duration, rows: usize) {
@@ -502,11 +507,32 @@ impl Metrics {
     }
 }
 
-/// A chained row's runs count as its job's (`load#after-12` → `load`): one series per job.
-fn job_label(job: &str) -> JobLabel {
-    let job = crate::model::chains::triggered_job(job).unwrap_or(job);
-    JobLabel {
-        job: escape_label(job),
+/// The most `job` label values one node keeps series for; the runs of jobs beyond are counted
+/// under [`OTHER_JOBS`]. Rows written with SQL name jobs: without a bound, each name a writer
+/// makes (and each one-off) would add series kept for the process's life.
+pub const JOB_LABELS_MAX: usize = 20_000;
+
+/// The `job` label of the runs of jobs beyond [`JOB_LABELS_MAX`].
+pub const OTHER_JOBS: &str = "(other)";
+
+impl Metrics {
+    /// A chained or backfill row's runs count as its job's (`load#after-12`,
+    /// `load#backfill-1700000000000` → `load`): one series per job, at most
+    /// [`JOB_LABELS_MAX`] of them.
+    fn job_label(&self, job: &str) -> JobLabel {
+        let job = crate::model::signing::signed_name(job);
+        let mut seen = self.job_labels.lock().unwrap_or_else(|e| e.into_inner());
+        if !seen.contains(job) {
+            if seen.len() >= JOB_LABELS_MAX {
+                return JobLabel {
+                    job: OTHER_JOBS.into(),
+                };
+            }
+            seen.insert(job.to_string());
+        }
+        JobLabel {
+            job: escape_label(job),
+        }
     }
 }
 
@@ -622,6 +648,40 @@ mod tests {
                 "{line} missing in:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn backfill_rows_count_as_their_job_and_job_labels_are_bounded() {
+        let m = Metrics::new("n", Duration::from_secs(10));
+        m.run_ended("etl#backfill-1700000000000", "ok", 1_700_000_000_000);
+        m.run_ended("etl#after-12", "ok", 1_700_000_000_000);
+        let text = m.encode();
+        assert!(
+            text.lines()
+                .any(|l| l == "sqlcron_runs_total{node=\"n\",job=\"etl\",outcome=\"ok\"} 2"),
+            "{text}"
+        );
+        assert!(!text.contains("#backfill-"), "{text}");
+        for i in 0..JOB_LABELS_MAX + 5 {
+            m.missed(&format!("job-{i}"), 1);
+        }
+        let text = m.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("sqlcron_missed_slots_total{"))
+            .count();
+        // etl's label was kept first: JOB_LABELS_MAX - 1 more, then one for all the others.
+        assert_eq!(series, JOB_LABELS_MAX);
+        assert!(
+            text.lines()
+                .any(|l| l
+                    == format!("sqlcron_missed_slots_total{{node=\"n\",job=\"{OTHER_JOBS}\"}} 6")),
+            "{}",
+            text.lines()
+                .filter(|l| l.contains(OTHER_JOBS))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
 
     #[test]

@@ -98,12 +98,14 @@ pub fn fingerprint(row: &JobRow) -> String {
         row.template,
         row.signature
     );
-    // FNV-1a, 64 bits: a change detector, not a secret.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    // SHA-256, its first 128 bits: the editor who may change the row also chooses the row the
+    // operator reviews, so two rows with one fingerprint must not be within reach (a 64-bit
+    // FNV hash let them be made for each other).
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes())[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -131,20 +131,27 @@ impl Store {
     }
 
     /// Asks the node holding `name`'s claim to stop its run (`sqlcron stop`, the dashboard):
-    /// the claim's token goes to `stop_token`, audited as `stop`. False when the job does not
-    /// exist or nothing holds it.
-    pub async fn request_stop(&self, name: &str, actor: &Actor) -> Result<bool> {
+    /// the claim's token goes to `stop_token`, audited as `stop`. With `seen`, only the claim
+    /// of that token (the run a confirmation page showed: the next slot's run, started since,
+    /// is not stopped for it). False when the job does not exist or nothing (or another claim)
+    /// holds it.
+    pub async fn request_stop(&self, name: &str, seen: Option<i64>, actor: &Actor) -> Result<bool> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         let mark = self.mark(&mut tx, actor, "stop", None).await?;
-        let done = sqlx::query(AssertSqlSafe(self.dialect.render(
+        let fence = if seen.is_some() { " AND token = ?" } else { "" };
+        let mut q = sqlx::query(AssertSqlSafe(self.dialect.render(&format!(
             "UPDATE cron_table SET stop_token = token, changed_by = ? \
-             WHERE name = ? AND exec_by IS NOT NULL AND lease_until > {now}",
-        )))
+             WHERE name = ? AND exec_by IS NOT NULL AND lease_until > {{now}}{fence}",
+        ))))
         .bind(mark.clone())
-        .bind(name.to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(sql_err!(self, "request a stop"))?;
+        .bind(name.to_string());
+        if let Some(token) = seen {
+            q = q.bind(token);
+        }
+        let done = q
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_err!(self, "request a stop"))?;
         if done.rows_affected() != 1 {
             return Ok(false);
         }

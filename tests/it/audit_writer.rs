@@ -453,5 +453,29 @@ async fn the_cli_shows_control_characters_as_escapes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
     assert!(text.contains("paused\\u{1b}[8m\\u{d}hidden"), "{text}");
+    // `status` and `explain` too: a row named or scheduled with an escape that erases the line
+    // above and a carriage return (a failing job shown idle and ok, overwritten).
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES \
+             ('zz' || char(27) || '[1A' || char(27) || '[2K', '* * * * *', 'true'), \
+             ('sched', '* * * * *' || char(13) || 'ok idle', 'true')",
+        )
+        .await
+        .unwrap();
+    for args in [vec!["status"], vec!["explain", "sched"]] {
+        let mut all = vec!["--config", cfg.to_str().unwrap()];
+        all.extend(args.iter().copied());
+        let out = crate::util::sqlcron(&all);
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\r'),
+            "{args:?}: {text:?}"
+        );
+        if args[0] == "status" {
+            assert!(text.contains("\\u{d}ok idle"), "{text}");
+            assert!(text.contains("zz\\u{1b}[1A\\u{1b}[2K"), "{text}");
+        }
+    }
     store.close().await;
 }

@@ -43,6 +43,7 @@ async fn doctor_names_each_problem(dialect: Dialect) {
         "schema",
         "clock",
         "node name",
+        "this node",
         "parked jobs",
         "placement",
     ] {
@@ -134,6 +135,25 @@ async fn doctor_names_each_problem(dialect: Dialect) {
             .filter(|l| !l.starts_with("ok "))
             .all(|l| l.contains("(fix: ")),
         "a problem without its fix:\n{text}"
+    );
+    // This node's own daemon killed (seen a minute ago, never stopped) is an error, though
+    // other nodes run: every other check passed on such a host.
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_nodes (name, host, pid, version, started, last_seen) \
+             VALUES ('n5', 'h', 3, '0.0.1', {now} - 120000, {now} - 60000)"
+        ))
+        .await
+        .unwrap();
+    let n5 = dir.path().join("n5.toml");
+    std::fs::write(&n5, node_config(&db.url, "n5", "")).unwrap();
+    let (code, text, err) = doctor(n5.to_str().unwrap());
+    assert_eq!(code, Some(2), "{text}{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ERROR")
+                && l.contains("this node's daemon (\"n5\") is not running")),
+        "{text}"
     );
     let json = sqlcron(&["--config", n2.to_str().unwrap(), "doctor", "--json"]);
     let found: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();

@@ -456,9 +456,20 @@ async fn a_node_that_cannot_open_its_lease_connection_claims_nothing(dialect: Di
         default_user()
     );
     let node = DaemonProcess::start(dir.path(), "a", &config);
-    eventually(Duration::from_secs(20), "the node registered", || async {
-        (!store.nodes().await.unwrap().is_empty()).then_some(())
-    })
+    // Past its start: the pool's connections its loops use are open (new ones are refused
+    // from here on; one opened for the first pass after the refusal was an outage logged).
+    eventually(
+        Duration::from_secs(20),
+        "the node's first passes",
+        || async {
+            // Its prepare pass computed the job's first slot.
+            let prepared = store.job("s").await.unwrap()?.next_exec.is_some();
+            (prepared
+                && !store.nodes().await.unwrap().is_empty()
+                && node.log_text().contains("history pruning round done"))
+            .then_some(())
+        },
+    )
     .await;
     proxy.refuse(true);
     make_due(&store, "s").await;

@@ -19,6 +19,10 @@ command = '''printf 'line1\ttab\n\033[2Jline2\n'; exit 3'''
 name = "fine"
 schedule = "0 0 1 1 *"
 command = "echo all well"
+[[job]]
+name = "slow-fail"
+schedule = "0 0 1 1 *"
+command = "sleep 2; exit 4"
 "#;
     let node = DaemonProcess::start(dir.path(), "n", &node_config(&db.url, "n", jobs));
     let store = db.store().await;
@@ -73,6 +77,39 @@ command = "echo all well"
         "{}",
         stderr(&r)
     );
+
+    // A record made after the request for an older slot (here planted; a scheduled run held
+    // by the start rate, a lost run's line) is not the run asked for: `--wait` reported it,
+    // exit 0, while the run asked for failed.
+    let waiting = std::process::Command::new(crate::util::sqlcron_bin())
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "run",
+            "--wait",
+            "slow-fail",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(20), "slow-fail running", || async {
+        let h = store.history(Some("slow-fail"), 5).await.ok()?;
+        h.iter().any(|r| r.outcome == "running").then_some(())
+    })
+    .await;
+    store
+        .execute_raw(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, started, ended, outcome, \
+             exit_code) VALUES ('slow-fail', 1000, 1, 'n', 1000, 2000, 'ok', 0)",
+        )
+        .await
+        .unwrap();
+    let r = tokio::task::spawn_blocking(move || waiting.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(4), "{}", stderr(&r));
 
     let log = node.log_text();
     assert!(node.stop().success(), "{log}");

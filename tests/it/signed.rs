@@ -18,6 +18,13 @@ async fn parked(store: &Store, job: &str) -> String {
     .await
 }
 
+/// A signing key made in `dir`, and the configuration of a node `n` that trusts it alone.
+fn signed_node(db: &TestDb, dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let (key, public) = keygen(dir);
+    let security = format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n");
+    (key, node_config(&db.url, "n", &security))
+}
+
 /// A signing key made by `sqlcron keygen` in `dir`, and its public half.
 fn keygen(dir: &std::path::Path) -> (std::path::PathBuf, String) {
     let key = dir.join("signing.key");
@@ -586,12 +593,7 @@ async fn an_old_signed_version_written_back_is_refused(dialect: Dialect) {
     let db = TestDb::new(dialect).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let (key, public) = keygen(dir.path());
-    let config = node_config(
-        &db.url,
-        "n",
-        &format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n"),
-    );
+    let (key, config) = signed_node(&db, dir.path());
     let cfg = dir.path().join("node.toml");
     std::fs::write(&cfg, &config).unwrap();
     let node = DaemonProcess::start(dir.path(), "n", &config);
@@ -873,12 +875,7 @@ async fn a_signed_copy_is_not_read_again_at_each_heartbeat() {
     let db = TestDb::new(Dialect::Sqlite).await;
     let store = db.store().await;
     let dir = tempfile::tempdir().unwrap();
-    let (key, public) = keygen(dir.path());
-    let config = node_config(
-        &db.url,
-        "n",
-        &format!("[security]\nsql_jobs = \"signed\"\ntrusted_keys = [\"{public}\"]\n"),
-    );
+    let (key, config) = signed_node(&db, dir.path());
     let cfg = dir.path().join("cli.toml");
     std::fs::write(&cfg, &config).unwrap();
     store

@@ -113,7 +113,7 @@ async fn a_stopped_run_is_recorded_once_and_not_retried(dialect: Dialect) {
     );
     running.await;
     assert!(alive(pid));
-    assert!(store.request_stop("long", &actor()).await.unwrap());
+    assert!(store.request_stop("long", None, &actor()).await.unwrap());
     assert_eq!(
         ended(&store, slot).await,
         vec![(1, "n1".to_string(), "stopped".to_string())]
@@ -143,7 +143,7 @@ async fn a_stop_asked_while_its_node_is_frozen_lands_when_it_resumes(dialect: Di
     assert_eq!(holder.as_deref(), Some("n1"));
     // Frozen for 2 s (its lease is 9 s): the stop is asked meanwhile.
     n1.signal(libc::SIGSTOP);
-    assert!(store.request_stop("long", &actor()).await.unwrap());
+    assert!(store.request_stop("long", None, &actor()).await.unwrap());
     tokio::time::sleep(Duration::from_secs(2)).await;
     n1.signal(libc::SIGCONT);
     let runs = ended(&store, slot).await;

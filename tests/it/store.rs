@@ -767,8 +767,17 @@ async fn extend_reports_lost_claims(dialect: Dialect) {
         host: None,
         pid: None,
     };
-    assert!(store.request_stop("e1", &actor).await.unwrap());
-    assert!(!store.request_stop("e2-gone", &actor).await.unwrap());
+    // With the token of a claim that is not the one holding it (the stop page's run ended and
+    // the next slot's began), nothing is asked.
+    let token = store.job("e1").await.unwrap().unwrap().token;
+    assert!(
+        !store
+            .request_stop("e1", Some(token + 1), &actor)
+            .await
+            .unwrap()
+    );
+    assert!(store.request_stop("e1", Some(token), &actor).await.unwrap());
+    assert!(!store.request_stop("e2-gone", None, &actor).await.unwrap());
     let before = store.job("e1").await.unwrap().unwrap().lease_until.unwrap();
     let e1_held = *held.iter().find(|(id, _)| *id == e1).unwrap();
     let found = store

@@ -609,8 +609,48 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
             .status(),
         StatusCode::BAD_REQUEST
     );
+    // The plan page's button names the job as planned and the runs it showed: a job changed
+    // since (another fingerprint), or a plan of another size, queues nothing.
+    let hidden = |name: &str| {
+        page.split(&format!("name=\"{name}\" value=\""))
+            .nth(1)
+            .and_then(|t| t.split('"').next())
+            .unwrap_or_else(|| panic!("no {name} in the plan page: {page}"))
+            .to_string()
+    };
+    let (seen, count) = (hidden("seen"), hidden("count"));
+    let other = "0".repeat(seen.len());
+    let more = (count.parse::<usize>().unwrap() + 1).to_string();
+    for (s, c) in [
+        (other.as_str(), count.as_str()),
+        (seen.as_str(), more.as_str()),
+    ] {
+        let stale = [form[0], form[1], form[2], ("seen", s), ("count", c)];
+        assert_eq!(
+            ada.post("/jobs/tick/backfill", &stale, None).await.status(),
+            StatusCode::CONFLICT
+        );
+    }
+    assert!(
+        !store
+            .jobs()
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.name.starts_with("tick#backfill-")),
+        "nothing queued by a stale plan"
+    );
+    let planned = [
+        form[0],
+        form[1],
+        form[2],
+        ("seen", seen.as_str()),
+        ("count", count.as_str()),
+    ];
     assert_eq!(
-        ada.post("/jobs/tick/backfill", &form, None).await.status(),
+        ada.post("/jobs/tick/backfill", &planned, None)
+            .await
+            .status(),
         StatusCode::SEE_OTHER
     );
     let queued = store
@@ -662,9 +702,39 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
         alice.post("/jobs/slow/stop", &[], None).await.status(),
         StatusCode::BAD_REQUEST
     );
+    // The page's button names the run it showed (its fencing token): a post for another
+    // claim (that run ended, the next slot's began) stops nothing.
+    let seen: i64 = confirm
+        .split("name=\"seen\" value=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .and_then(|t| t.parse().ok())
+        .expect("the run's token in the stop page");
+    let stale = (seen + 1).to_string();
     assert_eq!(
         alice
-            .post("/jobs/slow/stop", &[("confirm", "yes")], None)
+            .post(
+                "/jobs/slow/stop",
+                &[("confirm", "yes"), ("seen", &stale)],
+                None
+            )
+            .await
+            .status(),
+        StatusCode::CONFLICT
+    );
+    let asked = store
+        .scalars::<Option<i64>>("SELECT stop_token FROM cron_table WHERE name = 'slow'")
+        .await
+        .unwrap();
+    assert_eq!(asked, [None]);
+    let seen = seen.to_string();
+    assert_eq!(
+        alice
+            .post(
+                "/jobs/slow/stop",
+                &[("confirm", "yes"), ("seen", &seen)],
+                None
+            )
             .await
             .status(),
         StatusCode::SEE_OTHER
@@ -1078,23 +1148,26 @@ async fn the_dashboard_signs_in_shows_the_cluster_and_acts_by_role(dialect: Dial
     store.close().await;
 }
 
+/// `sqlcron check` of a configuration with this `[web]` section: its exit code and what it said.
+fn check_web(dir: &std::path::Path, web: &str) -> (Option<i32>, String) {
+    let path = dir.join("c.toml");
+    let text = format!(
+        "[database]\nurl = \"sqlite://{}/x.db\"\n[web]\n{web}",
+        dir.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    let out = sqlcron(&["--config", path.to_str().unwrap(), "check"]);
+    let said = crate::util::stderr(&out) + &crate::util::stdout(&out);
+    (out.status.code(), said)
+}
+
 /// A listener beyond this host needs a users file; `check` says which key to set. An anonymous
 /// visitor may only read.
 #[test]
 fn a_dashboard_beyond_this_host_needs_users() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[database]\nurl = \"sqlite://{}/x.db\"\n[web]\nlisten = \"0.0.0.0:8080\"\n",
-            dir.path().display()
-        ),
-    )
-    .unwrap();
-    let out = sqlcron(&["--config", path.to_str().unwrap(), "check"]);
-    let err = crate::util::stderr(&out) + &crate::util::stdout(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, err) = check_web(dir.path(), "listen = \"0.0.0.0:8080\"\n");
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("[web] listen") && err.contains("users_file"),
         "{err}"
@@ -1102,18 +1175,9 @@ fn a_dashboard_beyond_this_host_needs_users() {
     // Nor may an anonymous visitor on loopback act: every account on the host, and every job
     // running on it, is one (a job running as nobody created a job that ran as root).
     for role in ["operator", "admin"] {
-        std::fs::write(
-            &path,
-            format!(
-                "[database]\nurl = \"sqlite://{}/x.db\"\n[web]\nlisten = \"127.0.0.1:8080\"\n\
-                 anonymous_role = \"{role}\"\n",
-                dir.path().display()
-            ),
-        )
-        .unwrap();
-        let out = sqlcron(&["--config", path.to_str().unwrap(), "check"]);
-        let err = crate::util::stderr(&out) + &crate::util::stdout(&out);
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        let web = format!("listen = \"127.0.0.1:8080\"\nanonymous_role = \"{role}\"\n");
+        let (code, err) = check_web(dir.path(), &web);
+        assert_eq!(code, Some(2), "{err}");
         assert!(
             err.contains("[web] anonymous_role") && err.contains("every account on this host"),
             "{err}"
@@ -1335,19 +1399,12 @@ async fn live_stream_sends_runs_and_resumes(b: &Browser) {
 #[test]
 fn single_sign_on_needs_users_and_proxies_are_addresses() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[database]\nurl = \"sqlite://{}/x.db\"\n[web]\nlisten = \"127.0.0.1:8080\"\n\
-             sso_header = \"X-Remote-User\"\ntrusted_proxies = [\"proxy.example\"]\n",
-            dir.path().display()
-        ),
-    )
-    .unwrap();
-    let out = sqlcron(&["--config", path.to_str().unwrap(), "check"]);
-    let err = crate::util::stderr(&out) + &crate::util::stdout(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, err) = check_web(
+        dir.path(),
+        "listen = \"127.0.0.1:8080\"\nsso_header = \"X-Remote-User\"\n\
+         trusted_proxies = [\"proxy.example\"]\n",
+    );
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("[web] sso_header") && err.contains("users_file"),
         "{err}"

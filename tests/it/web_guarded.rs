@@ -261,6 +261,65 @@ async fn bulk_and_resume_are_confirmed_and_fenced(dialect: Dialect) {
         "{page}"
     );
     assert_eq!(victor.get("/jobs/tick/run").await.0, StatusCode::FORBIDDEN);
+    // A paused job: its page says nothing runs it until the resume (it said an extra run
+    // still ran, and nothing did); a post without the page's queue=yes (a page drawn before
+    // the pause) adds nothing; bulk Run now leaves it alone rather than report it done.
+    store
+        .set_enabled("batch-01", false, &tester())
+        .await
+        .unwrap();
+    let (_, page, _) = alice.get("/jobs/batch-01/run").await;
+    assert!(
+        page.contains("nothing runs it until it is resumed") && page.contains("name=\"queue\""),
+        "{page}"
+    );
+    let seen = hidden_fields(&page, "name=\"seen\"")
+        .into_iter()
+        .find(|(k, _)| k == "seen")
+        .unwrap()
+        .1;
+    let asked = || async { store.job("batch-01").await.unwrap().unwrap().run_now };
+    assert_eq!(
+        alice
+            .post("/jobs/batch-01/run", &[("seen", seen.as_str())], None)
+            .await
+            .status(),
+        StatusCode::CONFLICT
+    );
+    assert!(!asked().await);
+    let r = alice
+        .post(
+            "/jobs/bulk",
+            &[("action", "run"), ("job", "batch-01"), ("job", "batch-02")],
+            None,
+        )
+        .await;
+    let confirm = r.text().await.unwrap();
+    assert!(
+        confirm.contains("1 will change") && confirm.contains("left alone: paused"),
+        "{confirm}"
+    );
+    let r = post_fields(
+        &alice,
+        "/jobs/bulk",
+        &hidden_fields(&confirm, "name=\"confirm\""),
+    )
+    .await;
+    let done = r.text().await.unwrap();
+    assert!(done.contains("left alone (paused"), "{done}");
+    assert!(!asked().await);
+    assert_eq!(
+        alice
+            .post(
+                "/jobs/batch-01/run",
+                &[("seen", seen.as_str()), ("queue", "yes")],
+                None
+            )
+            .await
+            .status(),
+        StatusCode::SEE_OTHER
+    );
+    assert!(asked().await, "queued for the resume");
 
     // Resume says what the misfire policy will do with what passed, and can skip it all.
     store.set_enabled("tick", false, &tester()).await.unwrap();

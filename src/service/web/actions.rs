@@ -109,7 +109,7 @@ async fn perform(
             .lock_break(target, None, actor)
             .await
             .map(|broken| !broken.is_empty()),
-        Action::StopRun => s.request_stop(target, actor).await,
+        Action::StopRun => s.request_stop(target, None, actor).await,
         Action::RetryEvent => match target.parse::<i64>() {
             Ok(id) => s.event_retry(id, actor).await,
             Err(_) => Ok(false),
@@ -190,6 +190,7 @@ pub(crate) async fn confirm_stop(
             p { "The run in progress on " strong { (node) } " is stopped at the node's next lease extension (within a third of the lease): its process group gets SIGTERM, then SIGKILL after the job's kill grace. It is recorded " code { "stopped" } " and not retried; the next slot runs as scheduled. This cannot be undone." }
             form data-still method="post" action=(format!("{job}/stop")) {
                 input type="hidden" name="confirm" value="yes";
+                input type="hidden" name="seen" value=(row.token);
                 button.danger type="submit" { "Stop the run" }
                 " "
                 a href=(job) { "Cancel" }
@@ -201,15 +202,53 @@ pub(crate) async fn confirm_stop(
     super::pages::page(&web, Some(&who), "Stop a run", body).into_response()
 }
 
-/// `POST /jobs/{name}/stop` with `confirm=yes`.
+/// The stop page's form: the confirmation, and the fencing token of the run it showed.
+#[derive(serde::Deserialize)]
+pub(crate) struct StopForm {
+    #[serde(default)]
+    confirm: String,
+    seen: Option<i64>,
+}
+
+/// `POST /jobs/{name}/stop` with `confirm=yes`. With `seen` (the stop page's own button), only
+/// the run the page showed is stopped: once it has ended, the next slot's run is left alone
+/// (409), not stopped and recorded `stopped` in its place. Without it (a script's post), the
+/// run in progress, as `sqlcron stop` does.
 pub(crate) async fn stop(
     State(web): State<Web>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    axum::Form(form): axum::Form<Confirm>,
+    axum::Form(form): axum::Form<StopForm>,
 ) -> Response {
     let why = "stopping a run cannot be undone: confirm it on the job's stop page\n";
-    act_confirmed(&web, &headers, &form, Action::StopRun, &name, why).await
+    let Some(seen) = form.seen else {
+        let confirm = Confirm {
+            confirm: form.confirm,
+        };
+        return act_confirmed(&web, &headers, &confirm, Action::StopRun, &name, why).await;
+    };
+    let actor = match actor(&web, &headers, Action::StopRun, &name).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    if form.confirm != "yes" {
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
+    match web.store.request_stop(&name, Some(seen), &actor).await {
+        Ok(true) => {
+            tracing::info!(who = %actor.who, action = "StopRun", target = %name, "web: action");
+            back(&web, &headers)
+        }
+        Ok(false) => (
+            StatusCode::CONFLICT,
+            format!(
+                "the run the stop page showed is no longer in progress (another may be): nothing \
+                 stopped; open the stop page again: {name}\n"
+            ),
+        )
+            .into_response(),
+        Err(e) => super::pages::unavailable(e),
+    }
 }
 
 /// `act`, for what cannot be undone: only with `confirm=yes` (the confirmation page's button).
@@ -231,10 +270,13 @@ async fn act_confirmed(
     act(web, headers, action, target).await
 }
 
-/// The `Run now` form: the fencing token the page showed the job at.
+/// The `Run now` form: the fencing token the page showed the job at, and for a paused job
+/// `queue=yes` (the run waits for the resume).
 #[derive(serde::Deserialize)]
 pub(crate) struct RunForm {
     seen: Option<i64>,
+    #[serde(default)]
+    queue: String,
 }
 
 /// `POST /jobs/NAME/run`. With `seen` (the dashboard's own button), one click is one run: a
@@ -247,13 +289,32 @@ pub(crate) async fn run_now(
     form: Result<axum::Form<RunForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     // A post with no form at all (curl -X POST) asks as `sqlcron run` does.
-    let Some(seen) = form.ok().and_then(|f| f.0.seen) else {
+    let Some((seen, queue)) = form
+        .ok()
+        .and_then(|f| Some((f.0.seen?, f.0.queue == "yes")))
+    else {
         return act(&web, &headers, Action::RunNow, &name).await;
     };
     let actor = match actor(&web, &headers, Action::RunNow, &name).await {
         Ok(a) => a,
         Err(r) => return r,
     };
+    // A paused job runs nothing until it is resumed: the page said so and asked to queue the
+    // run (a page drawn before the pause did not: nothing is added, as `sqlcron run` refuses).
+    match web.store.job(&name).await {
+        Ok(Some(row)) if !row.enabled && !queue => {
+            return (
+                StatusCode::CONFLICT,
+                format!(
+                    "{name} is paused: nothing runs it until it is resumed; nothing was added. \
+                     Open its Run now page again to have it run at the resume\n"
+                ),
+            )
+                .into_response();
+        }
+        Ok(_) => {}
+        Err(e) => return super::pages::unavailable(e),
+    }
     use crate::store::RunAsk;
     match web.store.request_run_once(&name, seen, &actor).await {
         Ok(RunAsk::Requested) => {

@@ -25,6 +25,10 @@ pub(crate) struct RangeForm {
     from: Option<String>,
     to: Option<String>,
     confirm: Option<String>,
+    /// The plan page's: the job's fingerprint as planned (`job_edit::fingerprint`), and the
+    /// number of runs it showed.
+    seen: Option<String>,
+    count: Option<usize>,
 }
 
 /// The job and its schedule, or the page to send.
@@ -107,6 +111,8 @@ pub(crate) async fn form(
                         input type="hidden" name="from" value=(form.from.as_deref().unwrap_or(""));
                         input type="hidden" name="to" value=(form.to.as_deref().unwrap_or(""));
                         input type="hidden" name="confirm" value="yes";
+                        input type="hidden" name="seen" value=(crate::model::job_edit::fingerprint(&row));
+                        input type="hidden" name="count" value=(p.todo.len());
                         button.danger type="submit" { "Queue " (p.todo.len()) " run(s)" }
                     }
                 }
@@ -117,7 +123,9 @@ pub(crate) async fn form(
 }
 
 /// `POST /jobs/{name}/backfill` with `from`, `to` and `confirm=yes`: plans again (the range may
-/// have changed since the page was drawn) and queues, then back to the job.
+/// have changed since the page was drawn) and queues, then back to the job. With the plan
+/// page's `seen` and `count`, only what the page showed: a job changed since (its schedule,
+/// its command), or a plan of another size, queues nothing (409).
 pub(crate) async fn queue(
     State(web): State<Web>,
     headers: HeaderMap,
@@ -142,6 +150,21 @@ pub(crate) async fn queue(
         }
         Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
     };
+    let changed = form
+        .seen
+        .as_deref()
+        .is_some_and(|seen| seen != crate::model::job_edit::fingerprint(&row));
+    if changed || form.count.is_some_and(|shown| shown != plan.todo.len()) {
+        return (
+            StatusCode::CONFLICT,
+            format!(
+                "{name} or its plan changed since the page was drawn ({} run(s) now): nothing \
+                 was queued; plan again\n",
+                plan.todo.len()
+            ),
+        )
+            .into_response();
+    }
     match backfill::queue(&web.store, &row, &plan.todo, &actor).await {
         Ok(queued) => {
             let made = queued.iter().filter(|q| q.created).count();

@@ -62,6 +62,8 @@ fn effect(a: Action, j: &JobRow) -> Result<(), &'static str> {
         Action::Pause if !j.enabled => Err("paused already"),
         Action::Resume if j.enabled => Err("not paused"),
         Action::RunNow if j.run_now => Err("a run is asked for already"),
+        // Nothing would run it until the resume: not reported done.
+        Action::RunNow if !j.enabled => Err("paused (resume it first)"),
         _ => Ok(()),
     }
 }
@@ -236,6 +238,11 @@ async fn act(
                     }
                 }),
             _ => match seen.parse::<i64>() {
+                // A paused job: nothing would run it until the resume (the confirmation said
+                // it is left alone).
+                Ok(_) if s.job(name).await.ok().flatten().is_some_and(|j| !j.enabled) => {
+                    Ok("left alone (paused: resume it first)")
+                }
                 Ok(seen) => s
                     .request_run_once_noting(name, seen, &actor, Some(note))
                     .await

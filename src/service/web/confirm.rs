@@ -44,11 +44,16 @@ pub(crate) async fn confirm_run(
         p { "One extra run, outside the schedule, on the first node free to take it (its placement and pool still apply). It runs " code { (what) } @if let Some(u) = &row.run_user { " as " code { (u) } } "." }
         @if row.exec_by.is_some() { p { "A run is in progress on " strong { (row.exec_by.as_deref().unwrap_or("")) } ": this one starts right after it ends." } }
         @if row.run_now { p role="status" { "A run is already asked for and has not started: asking again adds nothing." } }
-        @if !row.enabled { p { "The job is paused: an extra run still runs." } }
+        @if !row.enabled { p role="status" { "The job is paused: nothing runs it until it is resumed. The run asked for here waits, and starts at the resume (as " code { "sqlcron run --queue" } ")." } }
         form data-still method="post" action=(format!("{job}/run")) {
             // The token the job is shown at: one click, one run (actions::run_now).
             input type="hidden" name="seen" value=(row.token);
-            button type="submit" aria-label=(format!("Confirm: run {name} now")) { "Run now" }
+            @if row.enabled {
+                button type="submit" aria-label=(format!("Confirm: run {name} now")) { "Run now" }
+            } @else {
+                input type="hidden" name="queue" value="yes";
+                button type="submit" aria-label=(format!("Confirm: run {name} at the resume")) { "Run at the resume" }
+            }
             " "
             a href=(job) { "Cancel" }
         }
