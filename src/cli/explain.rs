@@ -193,11 +193,14 @@ async fn chained(
                 format!("{name} run {id} ({})", u.outcome)
             },
         );
+        // The run records' text is anybody's who can write them: shown with its escapes.
+        use super::terminal::shown;
         println!(
-            "{}  {:<9}  triggered by {by}: {}",
+            "{}  {:<9}  triggered by {}: {}",
             crate::model::explain::local(schedule, r.slot),
-            r.outcome,
-            crate::model::explain::describe_run(r)
+            shown(&r.outcome),
+            shown(&by),
+            shown(&crate::model::explain::describe_run(r))
         );
     }
     Ok(0)

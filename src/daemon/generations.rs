@@ -166,6 +166,29 @@ pub async fn learn(
             .unwrap_or_else(|e| e.into_inner())
             .judged
             .clone();
+        let signatures: std::collections::HashMap<&str, &str> = rows
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), r.signature.as_deref()?)))
+            .collect();
+        // A copy (`T@NODE`) carries its template's signature, made for the template's name and
+        // placement: the template's own row is judged for it (verified under the copy's name,
+        // it never passed, and every signed row was read again at each heartbeat). Only a row
+        // named as the template's copy and holding the template's very signature: a job's row
+        // given a `template` for a heartbeat would otherwise be set aside unverified, and its
+        // new generation never learnt.
+        let copies: std::collections::HashSet<String> = rows
+            .iter()
+            .filter(|r| {
+                r.template.as_deref().is_some_and(|t| {
+                    r.name
+                        .strip_prefix(t)
+                        .is_some_and(|rest| rest.starts_with('@'))
+                        && r.signature.is_some()
+                        && signatures.get(t).copied() == r.signature.as_deref()
+                })
+            })
+            .map(|r| r.name.clone())
+            .collect();
         for row in rows {
             let Some(sig) = row.signature.clone() else {
                 continue;
@@ -173,11 +196,7 @@ pub async fn learn(
             if known.get(&row.name) == Some(&sig) {
                 continue;
             }
-            // A copy (`T@NODE`) carries its template's signature, made for the template's name
-            // and placement: the template's own row is judged for it (verified under the
-            // copy's name, it never passed, and every signed row was read again at each
-            // heartbeat).
-            if row.template.is_some() {
+            if copies.contains(&row.name) {
                 judged.push((row.name, sig));
                 continue;
             }
