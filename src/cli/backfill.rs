@@ -41,10 +41,10 @@ pub async fn run(store: &Store, config: &Config, req: Request<'_>) -> Result<u8,
         }
     } else {
         let actor = crate::exec::account::this_process(None);
-        for q in backfill::queue(store, &row, &plan.todo, &actor)
+        let queueing = backfill::queue(store, &row, &plan.todo, &actor)
             .await
-            .map_err(Failure::runtime)?
-        {
+            .map_err(Failure::runtime)?;
+        for q in &queueing.queued {
             if q.created {
                 queued += 1;
                 println!("{}  queued as {}", rfc3339(q.slot), q.name);
@@ -52,6 +52,14 @@ pub async fn run(store: &Store, config: &Config, req: Request<'_>) -> Result<u8,
                 already += 1;
                 println!("{}  already queued ({})", rfc3339(q.slot), q.name);
             }
+        }
+        if queueing.changed {
+            return Err(Failure::runtime(format!(
+                "{}: its row changed while the backfill was queued: {queued} slot(s) queued of \
+                 the definition planned, the rest not; run the backfill again to plan with the \
+                 new one",
+                req.job
+            )));
         }
     }
     let verb = if req.dry_run { "would run" } else { "queued" };

@@ -63,12 +63,31 @@ pub async fn review(store: &Store, jobs: &[String]) -> Result<u8, Failure> {
     for name in jobs {
         let definition = stored(store, name).await?.definition();
         println!(
-            "{name}: digest {}: {}",
+            "{}: digest {}: {}",
+            super::terminal::shown(name),
             digest(&definition),
-            definition.canonical()
+            reviewable(&definition.canonical())
         );
     }
     Ok(0)
+}
+
+/// A definition's JSON as a reviewer reads it (`sign --dry-run`, and what `sign` signed): every character that would not show itself (a
+/// C1 control, a bidirectional override that shows a command reversed, a zero-width space) as
+/// JSON's own `\uXXXX` escape, so the text stays the same JSON and shows what is signed.
+fn reviewable(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if super::terminal::hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Signs each job's definition as it is stored now, and prints what was signed. With `expect`
@@ -124,9 +143,37 @@ pub async fn sign(
             return Err(Failure::usage(format!("no job named \"{name}\"")));
         }
         println!(
-            "{name}: signed generation {generation}: {}",
-            definition.canonical()
+            "{}: signed generation {generation}: {}",
+            super::terminal::shown(name),
+            reviewable(&definition.canonical())
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `sign --dry-run` prints is the same JSON with nothing hidden in it: a bidirectional
+    /// override (a command shown reversed), a C1 control or a zero-width space is an escape.
+    #[test]
+    fn a_reviewed_definition_hides_nothing() {
+        let json = serde_json::json!({"command": "echo ok \u{202e}fr- mr\u{2066}\u{85}\u{200b}"})
+            .to_string();
+        let shown = reviewable(&json);
+        assert!(
+            !shown.chars().any(super::super::terminal::hidden),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\\u202e") && shown.contains("\\u0085"),
+            "{shown}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()
+        );
+    }
 }

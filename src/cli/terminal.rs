@@ -7,14 +7,52 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// `text` with every control character (C0, DEL and C1) written as `\u{..}`.
+/// Whether `c` changes how the text around it is shown rather than showing itself: a control
+/// character (C0, DEL and C1), a line or paragraph separator, a format character (a
+/// bidirectional mark, embedding, override or isolate, which reorders what follows: a command
+/// read right to left), or any other character Unicode says to show as nothing (its
+/// Default_Ignorable_Code_Point list: zero-width spaces and joiners, fillers, variation
+/// selectors, tags).
+pub(super) fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{0600}'..='\u{0605}'
+                | '\u{061c}'
+                | '\u{06dd}'
+                | '\u{070f}'
+                | '\u{0890}'..='\u{0891}'
+                | '\u{08e2}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                | '\u{110bd}'
+                | '\u{110cd}'
+                | '\u{13430}'..='\u{1343f}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
+}
+
+/// `text` with every character that is [`hidden`] written as `\u{..}`.
 pub(super) fn shown(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(hidden) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if hidden(c) {
             let _ = write!(out, "\\u{{{:x}}}", c as u32);
         } else {
             out.push(c);
@@ -108,6 +146,15 @@ mod tests {
         assert_eq!(shown("a\u{1b}[8mb"), "a\\u{1b}[8mb");
         assert_eq!(shown("x\ry\tz\u{9b}"), "x\\u{d}y\\u{9}z\\u{9b}");
         assert_eq!(shown("é ✓"), "é ✓");
+        assert_eq!(
+            shown("rm -rf /tmp/x \u{202e}gol.\u{2066}"),
+            "rm -rf /tmp/x \\u{202e}gol.\\u{2066}"
+        );
+        assert_eq!(shown("a\u{200b}b\u{2028}"), "a\\u{200b}b\\u{2028}");
+        assert_eq!(
+            shown("so\u{ad}ft \u{3164}\u{e0041}\u{fe0f}"),
+            "so\\u{ad}ft \\u{3164}\\u{e0041}\\u{fe0f}"
+        );
         assert_eq!(
             shown_lines("a\tb\nc\u{1b}[2J\r\n"),
             "a\tb\nc\\u{1b}[2J\\u{d}\n"

@@ -22,6 +22,9 @@ pub const CREDENTIAL_PASSWORD: &str = "database-password";
 pub struct DatabaseSecrets {
     pub url_file: Option<PathBuf>,
     pub password_file: Option<PathBuf>,
+    /// The `url_file` the TOML names when `$SQLCRON_DATABASE_URL` wins: not read, still one of
+    /// the node's own files (no job reads it).
+    pub unread_url_file: Option<PathBuf>,
 }
 
 impl DatabaseSecrets {
@@ -50,6 +53,11 @@ impl DatabaseSecrets {
                 "give either url or url_file, not both".into(),
             );
         }
+        let unread_url_file = env
+            .database_url
+            .as_ref()
+            .and(raw.url_file.as_deref())
+            .map(place);
         let url_file = if env.database_url.is_some() {
             None
         } else {
@@ -68,6 +76,7 @@ impl DatabaseSecrets {
         DatabaseSecrets {
             url_file,
             password_file,
+            unread_url_file,
         }
     }
 
@@ -223,6 +232,7 @@ mod tests {
         let open = DatabaseSecrets {
             url_file: None,
             password_file: Some(dir.path().join("database-password")),
+            unread_url_file: None,
         };
         let p = open.resolve("postgres://u@h/d").unwrap_err();
         assert!(p.message.contains("is mode 0644"), "{}", p.message);
@@ -252,6 +262,7 @@ mod tests {
         let missing = DatabaseSecrets {
             url_file: None,
             password_file: Some("/nonexistent/pw".into()),
+            unread_url_file: None,
         };
         let p = missing.resolve("postgres://u@h/d").unwrap_err();
         assert_eq!(p.location, "[database] password_file");

@@ -199,6 +199,7 @@ pub fn own_file(config: &super::Config, path: &Path) -> bool {
     let mut own: Vec<std::path::PathBuf> = vec![config.path.clone()];
     own.extend(config.database_secrets.url_file.iter().cloned());
     own.extend(config.database_secrets.password_file.iter().cloned());
+    own.extend(config.database_secrets.unread_url_file.iter().cloned());
     for file in [
         &config.web.users_file,
         &config.metrics_token_file,
@@ -207,7 +208,11 @@ pub fn own_file(config: &super::Config, path: &Path) -> bool {
     .into_iter()
     .flatten()
     {
+        // A relative name is listed both beside the TOML file and as the daemon opens it
+        // (from its working directory).
         own.push(beside(file));
+        let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+        own.push(cwd.join(file));
     }
     // Compared as the files they are: a path through a directory link names the same file.
     let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
@@ -220,6 +225,34 @@ pub fn own_file(config: &super::Config, path: &Path) -> bool {
 mod tests {
     use super::*;
     use crate::model::signing::SecretKey;
+
+    /// A relative `users_file` or metrics `token_file` is the node's own both beside the TOML
+    /// file and where the daemon opens it (its working directory); a `url_file` the TOML names
+    /// stays the node's own when `$SQLCRON_DATABASE_URL` is used instead.
+    #[test]
+    fn the_node_s_own_files_are_known_however_they_are_named() {
+        let text = "[database]\nurl_file = \"/etc/sqlcron/url\"\n[node]\nname = \"n\"\n\
+                    [web]\nlisten = \"127.0.0.1:0\"\nusers_file = \"users\"\n\
+                    [metrics]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n";
+        let env = crate::config::Environment {
+            database_url: Some("sqlite:///tmp/x.db".into()),
+            ..Default::default()
+        };
+        let path = Path::new("/etc/sqlcron/sqlcron.toml");
+        let config = crate::config::parse(text, path, &env).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        for own in [
+            "/etc/sqlcron/sqlcron.toml",
+            "/etc/sqlcron/url",
+            "/etc/sqlcron/users",
+            "/etc/sqlcron/token",
+        ] {
+            assert!(own_file(&config, Path::new(own)), "{own}");
+        }
+        assert!(own_file(&config, &cwd.join("users")));
+        assert!(own_file(&config, &cwd.join("token")));
+        assert!(!own_file(&config, Path::new("/etc/sqlcron/jobs.env")));
+    }
 
     #[test]
     fn a_keys_file_others_may_change_is_refused() {

@@ -226,12 +226,6 @@ pub fn file_allowed(
              never read for a job"
         ));
     }
-    let plain = p.is_absolute()
-        && p.components()
-            .all(|c| !matches!(c, std::path::Component::ParentDir));
-    if plain && config.security.file_dirs.iter().any(|d| p.starts_with(d)) {
-        return Ok(());
-    }
     // The job a backfill row (`JOB#backfill-SLOT`), a chained row (`JOB#after-RUN`) or a
     // host-local copy (`JOB@NODE`, its template named in the row) runs.
     // (A TOML job may itself be named like one of those: its own name counts too.)
@@ -266,6 +260,20 @@ pub fn file_allowed(
     if in_toml || in_defaults {
         return Ok(());
     }
+    // A file the TOML names for one of its jobs or for [defaults] (a webhook's token, a job's
+    // env_file) is that job's, even in a file_dirs directory: a row may not borrow it.
+    if let Some(owner) = toml_owner_of(config, p) {
+        return Err(format!(
+            "{key} \"{path}\" is not a file this node reads for this job: this node's TOML names \
+             it for {owner}, and it is read for that alone (even under [security] file_dirs)"
+        ));
+    }
+    let plain = p.is_absolute()
+        && p.components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir));
+    if plain && config.security.file_dirs.iter().any(|d| p.starts_with(d)) {
+        return Ok(());
+    }
     Err(format!(
         "{key} \"{path}\" is not a file this node reads for this job: name it in the job in this \
          node's TOML file, or list its directory in [security] file_dirs (a directory for jobs' \
@@ -293,6 +301,64 @@ fn this_nodes_copy(row: &JobRow, spec: &crate::model::job::JobSpec, config: &Con
             .placement
             .as_ref()
             .is_none_or(|p| p.matches(&config.node_name, &config.node_tags))
+}
+
+/// What in this node's TOML names `path` as one of its files (an `env_file`, `headers_file` or
+/// `ca_file`): `job "NAME"` or `[defaults]`. The same file however it is reached: the paths
+/// compared with their directories' links resolved (a link as the file itself is never followed
+/// when read), and the files by device and inode (a hard link, a bind mount, a name differing
+/// only in case on a file system that ignores it).
+fn toml_owner_of(config: &Config, path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let real = |p: &std::path::Path| match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| p.to_path_buf()),
+        _ => p.to_path_buf(),
+    };
+    let inode = |p: &std::path::Path| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let (wanted, wanted_inode) = (real(path), inode(path));
+    let names = |v: &serde_json::Value| {
+        let mut files = Vec::new();
+        file_values(v, &mut files);
+        files.iter().any(|f| {
+            let f = std::path::Path::new(f);
+            real(f) == wanted || (wanted_inode.is_some() && inode(f) == wanted_inode)
+        })
+    };
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    let job = config.jobs.iter().find(|spec| {
+        json(&crate::store::apply::definition_of(spec).canonical()).is_some_and(|v| names(&v))
+    });
+    if let Some(spec) = job {
+        return Some(format!("job \"{}\"", spec.name));
+    }
+    let defaults = config.alert_defaults.to_json().and_then(|t| json(&t));
+    defaults
+        .is_some_and(|v| names(&v))
+        .then(|| "[defaults]".to_string())
+}
+
+/// The keys that name a file a job or a hook reads.
+const FILE_KEYS: [&str; 3] = ["env_file", "headers_file", "ca_file"];
+
+/// Every string value of a [`FILE_KEYS`] key anywhere in `v` (not inside `env`, whose keys
+/// are a job's variables).
+fn file_values(v: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => m.iter().for_each(|(k, v)| match v.as_str() {
+            Some(s) if FILE_KEYS.contains(&k.as_str()) => out.push(s.to_string()),
+            _ if k == "env" => {}
+            _ => file_values(v, out),
+        }),
+        Value::Array(a) => a.iter().for_each(|v| file_values(v, out)),
+        _ => {}
+    }
 }
 
 /// Whether `key = path` appears anywhere in `v`.

@@ -85,18 +85,21 @@ pub fn diff(old: &JobRow, new: &JobRow) -> Vec<(&'static str, Option<String>, Op
 }
 
 /// A fingerprint of the row's whole definition as read (every signed column, the editable ones
-/// among them, and its source, template and signature), carried by the confirmation form: the
-/// save happens only if the row still has it, so a column the editor does not show (env, argv)
-/// changed in between is not saved under the operator's name.
+/// among them, every policy column, and its source, template and signature), carried by the
+/// confirmation form: the save happens only if the row still has it, so a column the editor
+/// does not show (env, argv) changed in between is not saved under the operator's name.
 pub fn fingerprint(row: &JobRow) -> String {
     let values: Vec<Option<String>> = EDITABLE.iter().map(|(c, _)| value(row, c)).collect();
     let text = format!(
-        "{}|{:?}|{}|{:?}|{:?}",
+        "{}|{:?}|{}|{:?}|{:?}|{:?}",
         serde_json::to_string(&values).unwrap_or_default(),
         row.definition(),
         row.source,
         row.template,
-        row.signature
+        row.signature,
+        // Every policy column (retry_backoff, kill_grace, on_lease_lost...): a backfill copies
+        // them all.
+        row.policy
     );
     // SHA-256, its first 128 bits: the editor who may change the row also chooses the row the
     // operator reviews, so two rows with one fingerprint must not be within reach (a 64-bit

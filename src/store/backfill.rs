@@ -83,7 +83,10 @@ impl Store {
 
     /// Creates the backfill row of `job`'s `slot`, copying the job's definition; `pool` is the
     /// job's pool, or a pool of one (`backfill:JOB`, created here) so that the backfill runs
-    /// one slot at a time. False when that row exists already (queued or done).
+    /// one slot at a time. `planned` is the job's fingerprint (`job_edit::fingerprint`) as the
+    /// plan was made: the row is copied only if it still has it, read under a lock in the
+    /// insert's own transaction, so a change made while a long backfill is queued is not
+    /// queued under the operator's name.
     pub async fn add_backfill(
         &self,
         job: &str,
@@ -91,7 +94,8 @@ impl Store {
         schedule: &str,
         pool: Option<&str>,
         actor: &Actor,
-    ) -> Result<bool> {
+        planned: &str,
+    ) -> Result<Backfilled> {
         let pool = match pool {
             Some(p) => p.to_string(),
             None => {
@@ -110,6 +114,9 @@ impl Store {
         let name = backfill_name(job, slot);
         let cols = COPIED.join(", ");
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        if !self.still_as_planned(&mut tx, job, planned).await? {
+            return Ok(Backfilled::Changed);
+        }
         let mark = self
             .mark(&mut tx, actor, "backfill", Some(schedule))
             .await?;
@@ -129,11 +136,11 @@ impl Store {
         .map_err(sql_err!(self, "add backfill row"));
         let done = match done {
             Ok(d) => d,
-            Err(e) if e.is_unique_violation() => return Ok(false),
+            Err(e) if e.is_unique_violation() => return Ok(Backfilled::Already),
             Err(e) => return Err(e),
         };
         if done.rows_affected() != 1 {
-            return Ok(false);
+            return Ok(Backfilled::Already);
         }
         self.audited(
             &mut tx,
@@ -145,8 +152,59 @@ impl Store {
         )
         .await?;
         tx.commit().await.map_err(sql_err!(self, "commit"))?;
-        Ok(true)
+        Ok(Backfilled::Added)
     }
+
+    /// Whether `job`'s row, read in `tx` and locked until it ends (SQLite's write transaction
+    /// holds the whole file), still has the fingerprint `planned`. Read as [`Store::job`] reads
+    /// it: a row holding text that is not UTF-8 again as bytes.
+    async fn still_as_planned(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        job: &str,
+        planned: &str,
+    ) -> Result<bool> {
+        let lock = match self.dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres | Dialect::Mysql => " FOR UPDATE",
+        };
+        let read = |bytes: bool| {
+            let cols = dialect::job_columns(self.dialect, bytes);
+            self.dialect.render(&format!(
+                "SELECT {cols} FROM cron_table WHERE name = ?{lock}"
+            ))
+        };
+        let plain = sqlx::query(AssertSqlSafe(read(false)))
+            .bind(job.to_string())
+            .fetch_all(&mut **tx)
+            .await;
+        let (rows, bytes) = match plain {
+            Ok(rows) => (rows, false),
+            Err(sqlx::Error::Decode(_)) if self.dialect != Dialect::Postgres => {
+                let rows = sqlx::query(AssertSqlSafe(read(true)))
+                    .bind(job.to_string())
+                    .fetch_all(&mut **tx)
+                    .await
+                    .map_err(sql_err!(self, "read the backfilled job"))?;
+                (rows, true)
+            }
+            Err(e) => return Err(sql_err!(self, "read the backfilled job")(e)),
+        };
+        Ok(claim::decode_rows(&rows, bytes)
+            .pop()
+            .is_some_and(|row| crate::model::job_edit::fingerprint(&row) == planned))
+    }
+}
+
+/// What [`Store::add_backfill`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backfilled {
+    /// The slot's row was made.
+    Added,
+    /// It existed already (queued or done).
+    Already,
+    /// The job's row is no longer as planned: nothing was made.
+    Changed,
 }
 
 #[cfg(test)]

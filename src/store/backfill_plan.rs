@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::backfill::backfill_name;
+use super::backfill::{Backfilled, backfill_name};
 use super::{JobRow, Store};
 use crate::model::actor::Actor;
 use crate::schedule::Schedule;
@@ -91,8 +91,16 @@ pub struct Queued {
     pub created: bool,
 }
 
-/// Queues each slot of `todo` as a one-off row, audited as `actor`; a slot queued before is
-/// left as it is.
+/// What [`queue`] did: the slots it went through, and whether it stopped because the job's row
+/// changed since `row` was read (the slots after were not queued).
+pub struct Queueing {
+    pub queued: Vec<Queued>,
+    pub changed: bool,
+}
+
+/// Queues each slot of `todo` as a one-off row of `row`'s definition, audited as `actor`; a
+/// slot queued before is left as it is. Each insert checks that the job's row is still `row`
+/// (its fingerprint): at the first change, nothing more is queued.
 ///
 /// # Errors
 /// The store's error; the slots before it stay queued (queueing again skips them).
@@ -101,25 +109,36 @@ pub async fn queue(
     row: &JobRow,
     todo: &[i64],
     actor: &Actor,
-) -> super::Result<Vec<Queued>> {
-    let mut out = Vec::with_capacity(todo.len());
+) -> super::Result<Queueing> {
+    let planned = crate::model::job_edit::fingerprint(row);
+    let mut queued = Vec::with_capacity(todo.len());
     for &slot in todo {
-        let created = store
+        let done = store
             .add_backfill(
                 &row.name,
                 slot,
                 &format!("@at {}", rfc3339(slot)),
                 row.pool.as_deref(),
                 actor,
+                &planned,
             )
             .await?;
-        out.push(Queued {
+        if done == Backfilled::Changed {
+            return Ok(Queueing {
+                queued,
+                changed: true,
+            });
+        }
+        queued.push(Queued {
             slot,
             name: backfill_name(&row.name, slot),
-            created,
+            created: done == Backfilled::Added,
         });
     }
-    Ok(out)
+    Ok(Queueing {
+        queued,
+        changed: false,
+    })
 }
 
 /// `ms` as RFC 3339 in UTC, to the second.

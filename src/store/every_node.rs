@@ -67,9 +67,9 @@ impl Store {
         Ok(decode_rows(&rows, bytes))
     }
 
-    /// Copies whose template no longer exists, is no longer `every_node` or has a name with an
-    /// `@` (written with SQL; such a template gets no copies), whichever node they belong to:
-    /// (name, template).
+    /// Copies (rows named `TEMPLATE@NODE`) whose template no longer exists, is no longer
+    /// `every_node` or has a name with an `@` (written with SQL; such a template gets no
+    /// copies), whichever node they belong to: (name, template).
     pub async fn orphan_copies(&self) -> Result<Vec<(String, String)>> {
         // Names compared byte for byte: MySQL's default collation ignores case, and a copy
         // of `Backup` is not a copy of `backup`.
@@ -98,7 +98,12 @@ impl Store {
             .iter()
             .filter_map(
                 |r| match (text_column(r, "name"), text_column(r, "template")) {
-                    (Ok(Some(name)), Ok(Some(template))) => Some((name, template)),
+                    // Only a row named as a copy of its template (`T@NODE`): a job's own row
+                    // given a `template` with SQL is not a copy, and is not removed as one.
+                    (Ok(Some(name)), Ok(Some(template))) => name
+                        .strip_prefix(template.as_str())
+                        .is_some_and(|rest| rest.starts_with('@'))
+                        .then_some((name, template)),
                     _ => {
                         let row = super::text_lossy(r, "name").ok().flatten();
                         let row = row.unwrap_or_else(|| "?".into());

@@ -463,7 +463,28 @@ async fn the_cli_shows_control_characters_as_escapes() {
         )
         .await
         .unwrap();
-    for args in [vec!["status"], vec!["explain", "sched"]] {
+    // A chained run of `down` in explain's range, planted with an escape in its outcome and
+    // its node's name, and a bidirectional override that would show the line reversed.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command) VALUES ('down', '0 0 1 1 *', 'true')",
+        )
+        .await
+        .unwrap();
+    let now = store.now().await.unwrap();
+    store
+        .execute_raw(&format!(
+            "INSERT INTO cron_runs (job_name, slot, attempt, node, token, started, ended, outcome) \
+             VALUES ('down#after-5', {now}, 1, 'n' || char(13) || 'ok' || char(8238), 1, {now}, \
+             {now}, 'failed' || char(27) || '[2K')"
+        ))
+        .await
+        .unwrap();
+    for args in [
+        vec!["status"],
+        vec!["explain", "sched"],
+        vec!["explain", "down"],
+    ] {
         let mut all = vec!["--config", cfg.to_str().unwrap()];
         all.extend(args.iter().copied());
         let out = crate::util::sqlcron(&all);
@@ -472,9 +493,13 @@ async fn the_cli_shows_control_characters_as_escapes() {
             !text.contains('\u{1b}') && !text.contains('\r'),
             "{args:?}: {text:?}"
         );
+        assert!(!text.contains('\u{202e}'), "{args:?}: {text:?}");
         if args[0] == "status" {
             assert!(text.contains("\\u{d}ok idle"), "{text}");
             assert!(text.contains("zz\\u{1b}[1A\\u{1b}[2K"), "{text}");
+        } else if args[1] == "down" {
+            assert!(text.contains("triggered by run 5"), "{text}");
+            assert!(text.contains("failed\\u{1b}[2K"), "{text}");
         }
     }
     store.close().await;

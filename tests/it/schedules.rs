@@ -332,6 +332,36 @@ async fn backfill_runs_each_missing_slot_once(dialect: Dialect) {
         "{}",
         stdout(&again)
     );
+    // A backfill queues only the definition it planned: a row changed after the plan was read
+    // (between two of a long backfill's inserts) gets no run of the changed definition.
+    store
+        .execute_raw(
+            "INSERT INTO cron_table (name, schedule, command, enabled) \
+             VALUES ('fenced', '0 * * * *', 'true', 0)",
+        )
+        .await
+        .unwrap();
+    let planned = store.job("fenced").await.unwrap().unwrap();
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo changed' WHERE name = 'fenced'")
+        .await
+        .unwrap();
+    let actor = sqlcron::exec::account::this_process(None);
+    let slots = [first, first + hour];
+    let stopped = sqlcron::store::backfill_plan::queue(&store, &planned, &slots, &actor)
+        .await
+        .unwrap();
+    assert!(stopped.changed && stopped.queued.is_empty());
+    let made = store
+        .scalar_i64("SELECT COUNT(*) FROM cron_table WHERE name LIKE 'fenced#%'")
+        .await
+        .unwrap();
+    assert_eq!(made, Some(0), "a changed row was queued");
+    let fresh = store.job("fenced").await.unwrap().unwrap();
+    let queued = sqlcron::store::backfill_plan::queue(&store, &fresh, &slots[..1], &actor)
+        .await
+        .unwrap();
+    assert!(!queued.changed && queued.queued.len() == 1 && queued.queued[0].created);
     // The wait is the test's subject: nothing more runs.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for n in nodes {

@@ -1337,7 +1337,8 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         std::fs::write(path, text).unwrap();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
     };
-    let (own_env, own_headers) = (other.join("own.env"), other.join("own.headers"));
+    // A TOML job's env_file lies in a file_dirs directory: still read for that job alone.
+    let (own_env, own_headers) = (allowed.join("own.env"), other.join("own.headers"));
     write(&own_env, "TOKEN=own-secret\n");
     write(&own_headers, "Authorization: Bearer own-token\n");
     let shared_env = allowed.join("shared.env");
@@ -1351,11 +1352,14 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
     let ca_large = allowed.join("large.pem");
     std::fs::write(&ca_large, vec![b'#'; 5 << 20]).unwrap();
     // A link in an allowed directory to a file outside it is not followed.
+    std::os::unix::fs::symlink(&allowed, allowed.join("self")).unwrap();
+    std::fs::hard_link(&own_env, allowed.join("hard.env")).unwrap();
     let ca_link = allowed.join("link.pem");
     std::os::unix::fs::symlink(&own_headers, &ca_link).unwrap();
     let out = |job: &str| dir.path().join(format!("{job}.out"));
-    // The node's own [defaults] webhook names a token file: only that hook may read it.
-    let defaults_headers = other.join("defaults.headers");
+    // The node's own [defaults] webhook names a token file: only that hook may read it, even
+    // in a file_dirs directory.
+    let defaults_headers = allowed.join("defaults.headers");
     write(&defaults_headers, "Authorization: Bearer defaults-token\n");
     let extra = format!(
         "[security]\nfile_dirs = [\"{allowed}\"]\n\
@@ -1415,6 +1419,20 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
             "own#backfill-7",
             format!("'{}'", own_env.display()),
             format!("'echo $TOKEN > {}'", out("borrower").display()),
+            "NULL".to_string(),
+        ),
+        // The same file through a directory link in file_dirs.
+        (
+            "link-thief",
+            format!("'{}'", allowed.join("self").join("own.env").display()),
+            format!("'echo $TOKEN > {}'", out("link-thief").display()),
+            "NULL".to_string(),
+        ),
+        // And through a hard link.
+        (
+            "hardlink-thief",
+            format!("'{}'", allowed.join("hard.env").display()),
+            format!("'echo $TOKEN > {}'", out("link-thief").display()),
             "NULL".to_string(),
         ),
         (
@@ -1537,13 +1555,15 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
     // ... and not another job's file elsewhere: failed, saying why, nothing run or sent.
     let local = first_run(&store, "local@n").await;
     assert_eq!(local.outcome, "ok", "{local:?}");
-    for job in [
-        "thief",
-        "thief-http",
-        "own#backfill-7",
-        "defaults-thief",
-        "ca-reader",
-        "stolen",
+    for (job, owner) in [
+        ("thief", Some("job \"own\"")),
+        ("link-thief", Some("job \"own\"")),
+        ("hardlink-thief", Some("job \"own\"")),
+        ("thief-http", None),
+        ("own#backfill-7", Some("job \"own\"")),
+        ("defaults-thief", Some("[defaults]")),
+        ("ca-reader", None),
+        ("stolen", Some("job \"own\"")),
     ] {
         let r = first_run(&store, job).await;
         assert_eq!(r.outcome, "failed", "{r:?}");
@@ -1552,6 +1572,9 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
             m.contains("is not a file this node reads for this job") && m.contains("file_dirs"),
             "{m}"
         );
+        if let Some(owner) = owner {
+            assert!(m.contains(&format!("names it for {owner}")), "{job}: {m}");
+        }
     }
     for (job, why) in [
         ("config-thief", "is one of this node's own files"),
@@ -1575,6 +1598,7 @@ async fn files_a_row_names_are_read_only_where_the_node_allows(dialect: Dialect)
         "{m}"
     );
     assert!(!out("thief").exists());
+    assert!(!out("link-thief").exists());
     assert!(!out("borrower").exists());
     assert!(server.requests("/thief").is_empty());
     drop(node);

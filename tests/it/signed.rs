@@ -758,9 +758,13 @@ async fn a_node_that_never_ran_a_job_refuses_its_old_version(dialect: Dialect) {
 
     // n2 starts with an empty state directory while v2's row does not verify (a column
     // changed with SQL); once the column is back, n2 learns v2's generation from the table.
-    // Before, n2 never looked at that signature again.
+    // Before, n2 never looked at that signature again. The writer also gives the row a
+    // `template` (not signed): a row with one was set aside as a copy, unverified, and its
+    // generation never learnt, so the old version written back ran on n2.
     store
-        .execute_raw("UPDATE cron_table SET env = '{\"X\":\"1\"}' WHERE name = 'rotate'")
+        .execute_raw(
+            "UPDATE cron_table SET env = '{\"X\":\"1\"}', template = 'rotate' WHERE name = 'rotate'",
+        )
         .await
         .unwrap();
     let n2 = DaemonProcess::start(dir2.path(), "n2", &node_config(&db.url, "n2", &security));
@@ -786,6 +790,10 @@ async fn a_node_that_never_ran_a_job_refuses_its_old_version(dialect: Dialect) {
         || async { (floor_in(dir2.path(), "rotate") == Some(v2)).then_some(()) },
     )
     .await;
+    store
+        .execute_raw("UPDATE cron_table SET template = NULL WHERE name = 'rotate'")
+        .await
+        .unwrap();
     drop(n1);
 
     // The editor writes v1 back, with its signature, and asks for a run: only n2 is up.

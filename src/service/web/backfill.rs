@@ -166,8 +166,20 @@ pub(crate) async fn queue(
             .into_response();
     }
     match backfill::queue(&web.store, &row, &plan.todo, &actor).await {
-        Ok(queued) => {
-            let made = queued.iter().filter(|q| q.created).count();
+        Ok(queueing) if queueing.changed => {
+            let made = queueing.queued.iter().filter(|q| q.created).count();
+            tracing::info!(who = %actor.who, job = %name, queued = made, "web: backfill stopped: the job changed");
+            (
+                StatusCode::CONFLICT,
+                format!(
+                    "{name} changed while its backfill was queued: {made} run(s) of the plan \
+                     shown were queued, the rest not; plan again\n"
+                ),
+            )
+                .into_response()
+        }
+        Ok(queueing) => {
+            let made = queueing.queued.iter().filter(|q| q.created).count();
             tracing::info!(who = %actor.who, job = %name, queued = made, "web: backfill");
             Redirect::to(&web.href(&format!("/jobs/{}", encode(&name)))).into_response()
         }
