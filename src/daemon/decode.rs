@@ -260,18 +260,20 @@ pub fn file_allowed(
     if in_toml || in_defaults {
         return Ok(());
     }
-    // A file the TOML names for one of its jobs or for [defaults] (a webhook's token, a job's
-    // env_file) is that job's, even in a file_dirs directory: a row may not borrow it.
-    if let Some(owner) = toml_owner_of(config, p) {
-        return Err(format!(
-            "{key} \"{path}\" is not a file this node reads for this job: this node's TOML names \
-             it for {owner}, and it is read for that alone (even under [security] file_dirs)"
-        ));
-    }
     let plain = p.is_absolute()
         && p.components()
             .all(|c| !matches!(c, std::path::Component::ParentDir));
     if plain && config.security.file_dirs.iter().any(|d| p.starts_with(d)) {
+        // A file the TOML names for one of its jobs or for [defaults] (a webhook's token, a
+        // job's env_file) is that job's, even in a file_dirs directory: a row may not borrow
+        // it. (Looked for only here: a file outside file_dirs is refused anyway.)
+        if let Some(owner) = toml_owner_of(config, p) {
+            return Err(format!(
+                "{key} \"{path}\" is not a file this node reads for this job: this node's TOML \
+                 names it for {owner}, and it is read for that alone (even under [security] \
+                 file_dirs)"
+            ));
+        }
         return Ok(());
     }
     Err(format!(
