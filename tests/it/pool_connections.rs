@@ -112,9 +112,11 @@ async fn trimming_closes_idle_connections_only(dialect: Dialect) {
     let store = Store::connect(&db_url(&db.url), 4).unwrap();
     if dialect == Dialect::Sqlite {
         store.scalar_i64("SELECT 1").await.unwrap();
-        let before = store.pool_size();
+        // The connections the pool holds (idle or not: the statement's connection comes back
+        // to the pool a moment after its answer, so the idle count may move meanwhile).
+        let before = store.pool_size().0;
         assert_eq!(store.trim_idle(0).await, 0, "SQLite's connections are kept");
-        assert_eq!(store.pool_size(), before);
+        assert_eq!(store.pool_size().0, before);
         return;
     }
     let sleep = match dialect {
