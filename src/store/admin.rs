@@ -15,6 +15,8 @@ pub enum RunAsk {
     AlreadyAsked,
     /// The job was claimed since the page was drawn: the click was about a state that is gone.
     RanSince,
+    /// The job's definition is no longer the one the page showed: nothing added.
+    Changed,
     NoSuchJob,
 }
 
@@ -453,8 +455,29 @@ impl Store {
     /// job has not been claimed since the page was drawn (two tabs, a double click, three posts
     /// at once: the first asks, the others are told why not). Audited as `run`, like
     /// [`Store::request_run`], which `sqlcron run` uses unguarded.
-    pub async fn request_run_once(&self, name: &str, seen: i64, actor: &Actor) -> Result<RunAsk> {
-        self.request_run_once_noting(name, seen, actor, None).await
+    ///
+    /// `shown`: the job's fingerprint (`job_edit::fingerprint`) as the page showed it, its
+    /// command among the rest: a job changed since (a writer's new command) gets no run asked
+    /// under the operator's name ([`RunAsk::Changed`]). Read under a lock in the same
+    /// transaction.
+    pub async fn request_run_once(
+        &self,
+        name: &str,
+        seen: i64,
+        shown: Option<&str>,
+        actor: &Actor,
+    ) -> Result<RunAsk> {
+        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        if let Some(shown) = shown
+            && !self.still_as_planned(&mut tx, name, shown).await?
+        {
+            tx.rollback().await.map_err(sql_err!(self, "rollback"))?;
+            return Ok(match self.job(name).await? {
+                None => RunAsk::NoSuchJob,
+                Some(_) => RunAsk::Changed,
+            });
+        }
+        self.request_run_in(tx, name, seen, actor, None).await
     }
 
     /// [`Store::request_run_once`] with the audit row's `detail` (a bulk action's batch).
@@ -465,7 +488,18 @@ impl Store {
         actor: &Actor,
         detail: Option<String>,
     ) -> Result<RunAsk> {
-        let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        let tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
+        self.request_run_in(tx, name, seen, actor, detail).await
+    }
+
+    async fn request_run_in(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Any>,
+        name: &str,
+        seen: i64,
+        actor: &Actor,
+        detail: Option<String>,
+    ) -> Result<RunAsk> {
         let mark = self.mark(&mut tx, actor, "run", detail.as_deref()).await?;
         let done = sqlx::query(AssertSqlSafe(self.dialect.render(
             "UPDATE cron_table SET run_now = 1, changed_by = ?, \

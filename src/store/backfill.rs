@@ -158,7 +158,7 @@ impl Store {
     /// Whether `job`'s row, read in `tx` and locked until it ends (SQLite's write transaction
     /// holds the whole file), still has the fingerprint `planned`. Read as [`Store::job`] reads
     /// it: a row holding text that is not UTF-8 again as bytes.
-    async fn still_as_planned(
+    pub(super) async fn still_as_planned(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
         job: &str,

@@ -259,5 +259,43 @@ async fn sign_in_lands_on_the_page_asked_for_and_one_click_is_one_run() {
         .await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(runs_asked().await, 2);
+    // The page shows what would run: a writer who changes the command after it was drawn gets
+    // no run asked under the operator's name.
+    eventually(
+        Duration::from_secs(30),
+        "the second run released",
+        || async {
+            store
+                .job("once")
+                .await
+                .unwrap()
+                .filter(|j| !j.run_now && j.exec_by.is_none())
+                .map(|_| ())
+        },
+    )
+    .await;
+    let (_, shown, _) = olga.get("/jobs/once/run").await;
+    let definition = {
+        let key = "name=\"definition\" value=\"";
+        let rest = &shown[shown.find(key).expect("the definition shown") + key.len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    };
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo changed' WHERE name = 'once'")
+        .await
+        .unwrap();
+    let r = olga
+        .post(
+            "/jobs/once/run",
+            &[
+                ("seen", seen_token(&shown).as_str()),
+                ("definition", definition.as_str()),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert!(r.text().await.unwrap().contains("has changed since"));
+    assert_eq!(runs_asked().await, 2);
     store.close().await;
 }

@@ -277,6 +277,9 @@ pub(crate) struct RunForm {
     seen: Option<i64>,
     #[serde(default)]
     queue: String,
+    /// The job's fingerprint as the page showed it (`job_edit::fingerprint`): a job changed
+    /// since (another command) gets no run asked.
+    definition: Option<String>,
 }
 
 /// `POST /jobs/NAME/run`. With `seen` (the dashboard's own button), one click is one run: a
@@ -289,9 +292,9 @@ pub(crate) async fn run_now(
     form: Result<axum::Form<RunForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     // A post with no form at all (curl -X POST) asks as `sqlcron run` does.
-    let Some((seen, queue)) = form
+    let Some((seen, queue, shown)) = form
         .ok()
-        .and_then(|f| Some((f.0.seen?, f.0.queue == "yes")))
+        .and_then(|f| Some((f.0.seen?, f.0.queue == "yes", f.0.definition)))
     else {
         return act(&web, &headers, Action::RunNow, &name).await;
     };
@@ -316,7 +319,11 @@ pub(crate) async fn run_now(
         Err(e) => return super::pages::unavailable(e),
     }
     use crate::store::RunAsk;
-    match web.store.request_run_once(&name, seen, &actor).await {
+    match web
+        .store
+        .request_run_once(&name, seen, shown.as_deref(), &actor)
+        .await
+    {
         Ok(RunAsk::Requested) => {
             tracing::info!(who = %actor.who, action = "RunNow", target = %name, "web: action");
             back(&web, &headers)
@@ -332,6 +339,14 @@ pub(crate) async fn run_now(
             StatusCode::CONFLICT,
             format!(
                 "{name} has run since this page was drawn: nothing was added; reload the page to ask for another run\n"
+            ),
+        )
+            .into_response(),
+        Ok(RunAsk::Changed) => (
+            StatusCode::CONFLICT,
+            format!(
+                "{name} has changed since this page was drawn (its command or another column): \
+                 nothing was added; reload the page to see what would run\n"
             ),
         )
             .into_response(),

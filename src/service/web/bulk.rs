@@ -250,6 +250,7 @@ async fn act(
                         RunAsk::Requested => "done",
                         RunAsk::AlreadyAsked => "left alone (a run is asked for already)",
                         RunAsk::RanSince => "left alone (it ran since the confirmation page)",
+                        RunAsk::Changed => "left alone (it changed since the confirmation page)",
                         RunAsk::NoSuchJob => "left alone (gone)",
                     }),
                 Err(_) => Ok("left alone (no seen token)"),

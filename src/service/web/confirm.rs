@@ -48,6 +48,8 @@ pub(crate) async fn confirm_run(
         form data-still method="post" action=(format!("{job}/run")) {
             // The token the job is shown at: one click, one run (actions::run_now).
             input type="hidden" name="seen" value=(row.token);
+            // And the definition it shows: a job changed since runs nothing (actions::run_now).
+            input type="hidden" name="definition" value=(crate::model::job_edit::fingerprint(&row));
             @if row.enabled {
                 button type="submit" aria-label=(format!("Confirm: run {name} now")) { "Run now" }
             } @else {
