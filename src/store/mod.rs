@@ -441,6 +441,7 @@ mod release_rows;
 pub mod resume;
 mod retention;
 mod run_reads;
+mod run_requests;
 pub mod run_search;
 mod server_settings;
 mod sqlite_plans;
@@ -451,7 +452,6 @@ mod watches;
 pub mod web;
 
 use crate::model::actor::Actor;
-pub use admin::RunAsk;
 pub use apply::job_hash;
 pub use audit::AuditRow;
 pub use connect::{IDLE_TIMEOUT, sqlite_heap_bytes};
@@ -462,6 +462,7 @@ pub use locks::{LockRow, LockState};
 pub use placement_values::PlacementValues;
 pub use release::ReleaseOf;
 pub use retention::{Duty, DutyRow, Pruned};
+pub use run_requests::RunAsk;
 pub use watches::WatchRow;
 
 /// Whether to write the warning `key` now: a row a writer left that cannot be read is read again
