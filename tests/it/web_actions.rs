@@ -240,15 +240,17 @@ async fn sign_in_lands_on_the_page_asked_for_and_one_click_is_one_run() {
     assert_eq!(stale.status(), StatusCode::CONFLICT);
     assert!(stale.text().await.unwrap().contains("has run since"));
     // A page drawn now asks for one more.
-    eventually(Duration::from_secs(10), "the run released", || async {
-        store
-            .job("once")
-            .await
-            .unwrap()
-            .filter(|j| !j.run_now && j.exec_by.is_none())
-            .map(|_| ())
-    })
-    .await;
+    let released = |what: &'static str| {
+        eventually(Duration::from_secs(30), what, || async {
+            store
+                .job("once")
+                .await
+                .unwrap()
+                .filter(|j| !j.run_now && j.exec_by.is_none())
+                .map(|_| ())
+        })
+    };
+    released("the run released").await;
     let (_, fresh, _) = olga.get("/jobs/once/run").await;
     let r = olga
         .post(
@@ -261,19 +263,7 @@ async fn sign_in_lands_on_the_page_asked_for_and_one_click_is_one_run() {
     assert_eq!(runs_asked().await, 2);
     // The page shows what would run: a writer who changes the command after it was drawn gets
     // no run asked under the operator's name.
-    eventually(
-        Duration::from_secs(30),
-        "the second run released",
-        || async {
-            store
-                .job("once")
-                .await
-                .unwrap()
-                .filter(|j| !j.run_now && j.exec_by.is_none())
-                .map(|_| ())
-        },
-    )
-    .await;
+    released("the second run released").await;
     let (_, shown, _) = olga.get("/jobs/once/run").await;
     let definition = {
         let key = "name=\"definition\" value=\"";
