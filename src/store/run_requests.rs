@@ -64,6 +64,19 @@ impl Store {
         shown: Option<&str>,
         actor: &Actor,
     ) -> Result<RunAsk> {
+        self.request_run_once_noting(name, seen, shown, actor, None)
+            .await
+    }
+
+    /// [`Store::request_run_once`] with the audit row's `detail` (a bulk action's batch).
+    pub async fn request_run_once_noting(
+        &self,
+        name: &str,
+        seen: i64,
+        shown: Option<&str>,
+        actor: &Actor,
+        detail: Option<String>,
+    ) -> Result<RunAsk> {
         let mut tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         if let Some(shown) = shown
             && !self.still_as_planned(&mut tx, name, shown).await?
@@ -74,18 +87,6 @@ impl Store {
                 Some(_) => RunAsk::Changed,
             });
         }
-        self.request_run_in(tx, name, seen, actor, None).await
-    }
-
-    /// [`Store::request_run_once`] with the audit row's `detail` (a bulk action's batch).
-    pub async fn request_run_once_noting(
-        &self,
-        name: &str,
-        seen: i64,
-        actor: &Actor,
-        detail: Option<String>,
-    ) -> Result<RunAsk> {
-        let tx = self.begin_write().await.map_err(sql_err!(self, "begin"))?;
         self.request_run_in(tx, name, seen, actor, detail).await
     }
 

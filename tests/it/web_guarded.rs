@@ -308,6 +308,53 @@ async fn bulk_and_resume_are_confirmed_and_fenced(dialect: Dialect) {
     let done = r.text().await.unwrap();
     assert!(done.contains("left alone (paused"), "{done}");
     assert!(!asked().await);
+    // A job whose command a writer changed after the confirmation page was drawn is left
+    // alone: no run of a command the operator never saw is asked for under their name.
+    let r = alice
+        .post(
+            "/jobs/bulk",
+            &[("action", "run"), ("job", "batch-03"), ("job", "batch-04")],
+            None,
+        )
+        .await;
+    let confirm = r.text().await.unwrap();
+    let fields = hidden_fields(&confirm, "name=\"confirm\"");
+    assert_eq!(
+        fields.iter().filter(|(k, _)| k == "definition").count(),
+        2,
+        "{confirm}"
+    );
+    store
+        .execute_raw("UPDATE cron_table SET command = 'echo planted' WHERE name = 'batch-03'")
+        .await
+        .unwrap();
+    let done = post_fields(&alice, "/jobs/bulk", &fields)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        done.contains("left alone (it changed since the confirmation page)")
+            && done.contains("1 done, 1 left alone"),
+        "{done}"
+    );
+    let store = &store;
+    let job = |name: &'static str| async move { store.job(name).await.unwrap().unwrap() };
+    assert!(
+        !job("batch-03").await.run_now,
+        "no run of the planted command"
+    );
+    let audited = store
+        .scalar_i64("SELECT count(*) FROM cron_audit WHERE action = 'run' AND job = 'batch-03'")
+        .await
+        .unwrap();
+    assert_eq!(audited, Some(0));
+    // The other job of the batch, unchanged, got its run (it may have run already).
+    eventually(Duration::from_secs(30), "batch-04 asked or run", || async {
+        let j = job("batch-04").await;
+        (j.run_now || j.last_start.is_some()).then_some(())
+    })
+    .await;
     assert_eq!(
         alice
             .post(

@@ -159,7 +159,8 @@ pub(crate) async fn bulk(
                 tbody { @for j in &rows { tr {
                     td { a href=(web.href(&format!("/jobs/{}", encode(&j.name)))) { (j.name) }
                          input type="hidden" name="job" value=(j.name);
-                         input type="hidden" name="seen" value=(j.token); }
+                         input type="hidden" name="seen" value=(j.token);
+                         input type="hidden" name="definition" value=(crate::model::job_edit::fingerprint(j)); }
                     td { span class=(format!("badge {}", state(j))) { (state(j)) } }
                     td { @match effect(action, j) { Ok(()) => { (verb(action).to_lowercase()) } Err(why) => { "left alone: " (why) } } }
                 } } }
@@ -186,10 +187,19 @@ async fn act(
 ) -> Response {
     let names = values(fields, "job");
     let seen = values(fields, "seen");
+    // Each job's fingerprint as the confirmation page showed it: a job changed since (a
+    // writer's new command) gets no run asked under the operator's name. A script's post may
+    // leave them all out, as it may for a single `Run now`.
+    let shown = values(fields, "definition");
     let batch = field(fields, "batch").unwrap_or_default();
-    if names.is_empty() || names.len() > BULK_MAX || seen.len() != names.len() || !batch_ok(batch) {
+    if names.is_empty()
+        || names.len() > BULK_MAX
+        || seen.len() != names.len()
+        || !(shown.is_empty() || shown.len() == names.len())
+        || !batch_ok(batch)
+    {
         return bad(format!(
-            "a confirmed bulk action names 1 to {BULK_MAX} jobs, each with its seen token, and a batch id: use the confirmation page\n"
+            "a confirmed bulk action names 1 to {BULK_MAX} jobs, each with its seen token (and its definition, or none has one), and a batch id: use the confirmation page\n"
         ));
     }
     let reason = field(fields, "reason")
@@ -244,7 +254,7 @@ async fn act(
                     Ok("left alone (paused: resume it first)")
                 }
                 Ok(seen) => s
-                    .request_run_once_noting(name, seen, &actor, Some(note))
+                    .request_run_once_noting(name, seen, shown.get(k).copied(), &actor, Some(note))
                     .await
                     .map(|ask| match ask {
                         RunAsk::Requested => "done",
