@@ -3,7 +3,8 @@
 //! `xargs -P16` alone, then as N jobs due in the same second through sqlcron (three nodes on
 //! PostgreSQL and on MariaDB, one node on SQLite), for N = 1,000, 5,000 and 20,000
 //! (`SQLCRON_BENCH_SIZES=1000,5000` to choose; `SQLCRON_BENCH_POOL_SIZE=3` sets the daemons'
-//! `[database] pool_size`).
+//! `[database] pool_size`; `SQLCRON_BENCH_RUN_AS=nobody` has a root daemon run the bodies as
+//! that account, as a service runs its jobs).
 //!
 //! Each burst through sqlcron meets daemons that have run 300 jobs first
 //! (`SQLCRON_BENCH_WARM_UP`), as a node that has been up a while has: its connections open, its
@@ -308,10 +309,19 @@ async fn through_sqlcron(
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("starts.txt");
     let me = sqlcron::exec::account::current().expect("the bench user's account");
+    // The account the bodies run as: the bench's own, or `SQLCRON_BENCH_RUN_AS` (a root daemon
+    // running its jobs as another user, as a service does), which may then write `out`.
+    let run_as = run_as().unwrap_or(me.name);
+    if run_as_other() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&out, "").unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
     let extra = format!(
         "[daemon]\nmax_parallel = 16\ndefault_user = \"{0}\"\nallowed_users = [\"{0}\"]\n\
          inherit_env = [\"RATIO_OUT\"]\n",
-        me.name
+        run_as
     );
     // SAFETY: set before the daemons start, read by them through inherit_env.
     unsafe { std::env::set_var("RATIO_OUT", &out) };
@@ -511,6 +521,18 @@ async fn top_statements(store: &Store, n: usize) -> Option<String> {
         .flatten()
 }
 
+/// `SQLCRON_BENCH_RUN_AS`: the account the daemons run the bodies as (a root daemon's jobs run
+/// as another user, as under a service; the bench's own account otherwise).
+fn run_as() -> Option<String> {
+    std::env::var("SQLCRON_BENCH_RUN_AS")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+fn run_as_other() -> bool {
+    run_as().is_some()
+}
+
 pub async fn ratio(dialects: &[Dialect]) {
     let sizes: Vec<usize> = std::env::var("SQLCRON_BENCH_SIZES")
         .unwrap_or_else(|_| "1000,5000,20000".into())
@@ -525,6 +547,10 @@ pub async fn ratio(dialects: &[Dialect]) {
         .unwrap_or(3)
         .max(1);
     let dir = tempfile::tempdir().unwrap();
+    if run_as_other() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let body = write_body(dir.path());
     for &n in &sizes {
         // The bodies alone, three times: the median drain is the yardstick (one run of 5,000

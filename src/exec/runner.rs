@@ -5,7 +5,8 @@
 //! must stop all of it, so signals go to the whole group (`killpg`).
 //!
 //! Spawned with `posix_spawn` (no hook between fork and exec), which costs the daemon far less
-//! than a `fork` of its whole address space. What ends a dead daemon's jobs is the unit's control
+//! than a `fork` of its whole address space; a run set up before `exec` (another account,
+//! limits, a control group) is started the same way by `clone_spawn`. What ends a dead daemon's jobs is the unit's control
 //! group under systemd, and the reaper elsewhere (see `reaper.rs`): each job's process group is
 //! registered with it while the job runs.
 
@@ -16,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::exec::run_process::{RunProcess, environment, null_fd, null_stdin};
 use tokio::process::Command;
 use tokio::sync::watch;
 
@@ -168,14 +171,6 @@ fn daemon_dir() -> Option<PathBuf> {
     .clone()
 }
 
-/// A descriptor of `/dev/null` for a run's standard input: a copy of one opened once (a
-/// `dup`, not a path lookup per run). `None` when it cannot be had; the run then opens its own.
-fn null_stdin() -> Option<Stdio> {
-    static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    let null = NULL.get_or_init(|| std::fs::File::open("/dev/null").ok());
-    Some(Stdio::from(null.as_ref()?.try_clone().ok()?))
-}
-
 /// Runs `program` with `spec`; `pwd`: set `PWD` (a command started without its shell).
 async fn run_program(
     spec: &RunSpec,
@@ -199,15 +194,6 @@ async fn run_program(
             (c, argv[0].clone())
         }
     };
-    if spec.inherit_io {
-        cmd.stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit());
-    } else {
-        cmd.stdin(null_stdin().unwrap_or_else(Stdio::null))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-    }
     cmd.process_group(0).kill_on_drop(false);
     if spec.clear_env {
         cmd.env_clear();
@@ -268,17 +254,67 @@ async fn run_program(
     // process is a child subreaper (`setup_child`), so nothing it starts reaches the daemon
     // before it ends (see `orphans.rs`).
     let keeps_orphans = switch.is_some() || !rlimits.is_empty() || cgroup.is_some();
-    if keeps_orphans {
+    let mut child = if crate::exec::clone_spawn::available() {
+        // Started by a child that shares the daemon's memory until its `exec` (no `fork`; and
+        // less to do per run than the standard library's `posix_spawn`, docs/benchmarks.md).
         let procs = cgroup.as_ref().map(|c| c.procs.clone());
-        // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls on data prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                setup_child(procs.as_ref(), &rlimits, switch.as_ref(), workdir.as_ref())
-            });
+        let std = cmd.as_std();
+        let workdir = match (workdir, std.get_current_dir()) {
+            (Some(w), _) => Some(w),
+            (None, Some(dir)) => Some(
+                std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+                    .map_err(|_| spawn_err(&what, invalid("workdir holds a NUL byte".into())))?,
+            ),
+            (None, None) => None,
+        };
+        let setup = || {
+            setup_child(
+                keeps_orphans,
+                procs.as_ref(),
+                &rlimits,
+                switch.as_ref(),
+                workdir.as_ref(),
+            )
+        };
+        let plan = crate::exec::clone_spawn::Plan {
+            program: std.get_program(),
+            args: std.get_args().collect(),
+            env: environment(std, spec.clear_env),
+            piped: !spec.inherit_io,
+            null: null_fd(),
+            setup: &setup,
+        };
+        RunProcess::Cloned(
+            crate::exec::clone_spawn::spawn(&plan).map_err(|source| spawn_err(&what, source))?,
+        )
+    } else {
+        if spec.inherit_io {
+            cmd.stdin(Stdio::inherit())
+                .stdout(Stdio::inherit())
+                .stderr(Stdio::inherit());
+        } else {
+            cmd.stdin(null_stdin().unwrap_or_else(Stdio::null))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
         }
-    }
-    let mut child = cmd.spawn().map_err(|source| spawn_err(&what, source))?;
+        if keeps_orphans {
+            let procs = cgroup.as_ref().map(|c| c.procs.clone());
+            // SAFETY: the closure runs in the child between fork and exec and only makes
+            // async-signal-safe system calls on data prepared before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    setup_child(
+                        true,
+                        procs.as_ref(),
+                        &rlimits,
+                        switch.as_ref(),
+                        workdir.as_ref(),
+                    )
+                });
+            }
+        }
+        RunProcess::Std(cmd.spawn().map_err(|source| spawn_err(&what, source))?)
+    };
     // The command holds the parent's copy of the run's stdin (`null_stdin`): closed now, not at
     // the run's end.
     drop(cmd);
@@ -305,10 +341,11 @@ async fn run_program(
         budget: budget.clone(),
     };
     let mut readers = tokio::task::JoinSet::new();
-    if let Some(out) = child.stdout.take() {
+    let (out, err) = child.output();
+    if let Some(out) = out {
         readers.spawn(pump(out, sink("stdout")));
     }
-    if let Some(err) = child.stderr.take() {
+    if let Some(err) = err {
         readers.spawn(pump(err, sink("stderr")));
     }
 
@@ -406,12 +443,14 @@ impl Drop for Started<'_> {
     }
 }
 
-/// In the child, before `exec`: become the subreaper of what the run starts (kept across
+/// In the child, before `exec`: with `subreaper` (a run that keeps its own orphans, see
+/// `orphans.rs`), become the subreaper of what the run starts (kept across
 /// `exec`: a process of the run whose parent dies is handed to the run's main process, not to
 /// the daemon, as long as the main process lives), join the run's control group, set the
 /// limits, drop to the job's account (groups first, then gid, then uid: after setuid nothing
 /// else may change), then enter the working directory as that account.
 fn setup_child(
+    subreaper: bool,
     cgroup_procs: Option<&std::ffi::CString>,
     rlimits: &[crate::exec::limits::Rlimit],
     account: Option<&crate::exec::account::Account>,
@@ -426,7 +465,9 @@ fn setup_child(
     };
     // SAFETY: plain system calls on pointers that stay valid for the call.
     unsafe {
-        check(libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))?;
+        if subreaper {
+            check(libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))?;
+        }
         if let Some(path) = cgroup_procs {
             let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {
@@ -445,10 +486,18 @@ fn setup_child(
             };
             check(libc::setrlimit(resource, &lim))?;
         }
+        // Raw system calls: the C library's wrappers act on every thread of the process as the
+        // library knows them, and a child sharing the daemon's memory (`clone_spawn`) sees the
+        // daemon's list of threads. The raw calls change this process only, by construction.
         if let Some(a) = account {
-            check(libc::setgroups(a.groups.len(), a.groups.as_ptr()))?;
-            check(libc::setgid(a.gid))?;
-            check(libc::setuid(a.uid))?;
+            let raw = |rc: libc::c_long| check(if rc == 0 { 0 } else { -1 });
+            raw(libc::syscall(
+                libc::SYS_setgroups,
+                a.groups.len(),
+                a.groups.as_ptr(),
+            ))?;
+            raw(libc::syscall(libc::SYS_setgid, a.gid))?;
+            raw(libc::syscall(libc::SYS_setuid, a.uid))?;
         }
         if let Some(dir) = workdir {
             check(libc::chdir(dir.as_ptr()))?;
@@ -459,7 +508,7 @@ fn setup_child(
 
 /// SIGTERM to the group, SIGKILL after the grace, and the main process's status.
 async fn terminate(
-    child: &mut tokio::process::Child,
+    child: &mut RunProcess,
     pgid: i32,
     grace: Duration,
 ) -> std::io::Result<std::process::ExitStatus> {
@@ -737,5 +786,124 @@ mod tests {
             e.to_string()
                 .contains("cannot start /nonexistent/prog for job \"t\"")
         );
+    }
+
+    /// A run with limits (or another account, or a control group) is set up before `exec` and
+    /// started by `clone_spawn`: the same exit code, environment, output, working directory,
+    /// program lookup and errors as a run started by the standard library.
+    #[tokio::test]
+    async fn a_run_set_up_before_exec_is_like_any_other() {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(crate::exec::clone_spawn::available());
+        let limited = |cmd: &str| {
+            let mut s = spec(cmd);
+            s.limits.nofile = Some(256);
+            s.output_tail = 4096;
+            s
+        };
+        let out = run(
+            &limited("echo \"hi $SQLCRON_JOB\"; ulimit -n; exit 3"),
+            no_stop(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, Some(3));
+        assert_eq!(out.output, "hi t\n256\n");
+        // Its own process group, led by its main process.
+        let out = run(&limited("ps -o pid=,pgid= -p $$"), no_stop())
+            .await
+            .unwrap();
+        let ids: Vec<&str> = out.output.split_whitespace().collect();
+        assert_eq!(ids.len(), 2, "{}", out.output);
+        assert_eq!(ids[0], ids[1]);
+        // SIGPIPE is the default again (the daemon ignores it): `yes` ends quietly.
+        let out = run(&limited("yes | head -n 1; echo done"), no_stop())
+            .await
+            .unwrap();
+        assert_eq!(out.output, "y\ndone\n");
+        // The working directory, entered by the child.
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let mut s = limited("pwd");
+        s.workdir = Some(dir.clone());
+        assert_eq!(
+            run(&s, no_stop()).await.unwrap().output,
+            format!("{}\n", dir.display())
+        );
+        // A directory that is not there: the run cannot start, and says why.
+        s.workdir = Some(dir.join("gone"));
+        s.program = Program::Argv(vec!["/bin/true".into()]);
+        let e = run(&s, no_stop()).await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound, "{e}");
+        // A bare name is looked for on the run's own PATH.
+        let tool = dir.join("hello-tool");
+        std::fs::write(&tool, "#!/bin/sh\necho from the path\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut s = limited("");
+        s.program = Program::Argv(vec!["hello-tool".into()]);
+        s.env
+            .push(("PATH".into(), format!("/nonexistent:{}", dir.display())));
+        assert_eq!(run(&s, no_stop()).await.unwrap().output, "from the path\n");
+        // Not found, and not executable: the errors `execvp` gives.
+        s.program = Program::Argv(vec!["/nonexistent/prog".into()]);
+        let e = run(&s, no_stop()).await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound, "{e}");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o644)).unwrap();
+        s.program = Program::Argv(vec![tool.display().to_string()]);
+        let e = run(&s, no_stop()).await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        // A plain command that cannot start is the shell's to report, as without limits.
+        let out = run(&limited(&tool.display().to_string()), no_stop())
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(126), "{}", out.output);
+        // The timeout ends its whole group.
+        let mut s = limited("sleep 30 & sleep 30");
+        s.timeout = Duration::from_millis(300);
+        let out = run(&s, no_stop()).await.unwrap();
+        assert!(out.timed_out);
+    }
+
+    /// Under root, a run as another account has that account's ids and groups, and the daemon
+    /// keeps its own on every thread: the child that switches shares the daemon's memory until
+    /// its `exec`, and nothing of the switch may reach the daemon.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_account_switch_changes_the_run_only() {
+        if !crate::exec::account::is_root() {
+            return;
+        }
+        let nobody = crate::exec::account::lookup("nobody", None).unwrap();
+        let mut s = spec("id -u; id -g; id -G");
+        s.account = Some(nobody.clone());
+        let out = run(&s, no_stop()).await.unwrap();
+        assert!(out.success(), "{}", out.output);
+        let lines: Vec<&str> = out.output.lines().collect();
+        assert_eq!(lines[0], nobody.uid.to_string());
+        assert_eq!(lines[1], nobody.gid.to_string());
+        let groups: Vec<u32> = lines[2]
+            .split_whitespace()
+            .map(|g| g.parse().unwrap())
+            .collect();
+        let mut want = nobody.groups.clone();
+        want.sort();
+        let mut got = groups.clone();
+        got.sort();
+        got.dedup();
+        want.dedup();
+        assert_eq!(got, want);
+        let ids = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with("Uid:") || l.starts_with("Gid:"))
+                .map(str::to_string)
+                .collect()
+        };
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+            assert_eq!(
+                ids(&status),
+                ["Uid:\t0\t0\t0\t0", "Gid:\t0\t0\t0\t0"],
+                "{status}"
+            );
+        }
     }
 }
