@@ -13,7 +13,7 @@
 //! A child that shares the parent's memory may only make system calls on data prepared before
 //! it was started: no allocation, no lock, no C library call that keeps state. Everything it
 //! needs (the program's candidate paths, the arguments, the environment, the descriptors) is
-//! built first; the child sets up the process (`runner::setup_child`, whose account switch is
+//! built first; the child sets up the process (`child_setup::setup_child`, whose account switch is
 //! made with raw system calls, which change the calling process only), resets the signals the
 //! daemon handles, and calls `execve`. If it fails, it writes
 //! the error where the parent reads it and exits with 127.
@@ -26,6 +26,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::process::ExitStatus;
+use std::sync::atomic::Ordering;
 
 use tokio::io::unix::AsyncFd;
 
@@ -46,6 +47,24 @@ pub fn available() -> bool {
             false
         }
     })
+}
+
+/// Whether `fs.suid_dumpable` is 1: a process that switches accounts stays traceable by the
+/// new account until its `exec` (read at most once a second).
+pub fn dumpable_after_setuid() -> bool {
+    static SEEN: std::sync::Mutex<Option<(std::time::Instant, bool)>> = std::sync::Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let now = std::time::Instant::now();
+    match *seen {
+        Some((at, one)) if now.duration_since(at) < std::time::Duration::from_secs(1) => one,
+        _ => {
+            let one = std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
+                .map(|v| v.trim() == "1")
+                .unwrap_or(false);
+            *seen = Some((now, one));
+            one
+        }
+    }
 }
 
 /// What the child does between its start and `exec`, prepared by the caller: runs in the
@@ -71,7 +90,9 @@ pub struct Plan<'a> {
 /// The started process: its PID (and process group), the read ends of its output.
 pub struct Child {
     pid: i32,
-    pidfd: AsyncFd<OwnedFd>,
+    /// Readable once the process has exited; `None` if it could not be registered with the
+    /// runtime (the wait then looks every 50 ms).
+    pidfd: Option<AsyncFd<OwnedFd>>,
     status: Option<ExitStatus>,
     pub stdout: Option<tokio::net::unix::pipe::Receiver>,
     pub stderr: Option<tokio::net::unix::pipe::Receiver>,
@@ -88,9 +109,18 @@ impl Child {
             if let Some(status) = self.status {
                 return Ok(status);
             }
-            let mut ready = self.pidfd.readable().await?;
-            if reap(self.pid, &mut self.status)?.is_none() {
-                ready.clear_ready();
+            match &self.pidfd {
+                Some(fd) => {
+                    let mut ready = fd.readable().await?;
+                    if reap(self.pid, &mut self.status)?.is_none() {
+                        ready.clear_ready();
+                    }
+                }
+                None => {
+                    if reap(self.pid, &mut self.status)?.is_none() {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
             }
         }
     }
@@ -115,8 +145,9 @@ fn reap(pid: i32, status: &mut Option<ExitStatus>) -> io::Result<Option<ExitStat
 
 impl Drop for Child {
     fn drop(&mut self) {
-        // A child dropped before it exited is reaped by the daemon's orphan sweep once it has
-        // (it is then one of the daemon's children it does not know): not left a zombie.
+        // Only if it has exited. One dropped while it runs (an error in the run's supervision)
+        // is one of the daemon's children it did not start, for the orphan sweep to kill and
+        // reap (outside the daemon, `sqlcron lock`, it stays a zombie until the command ends).
         let _ = reap(self.pid, &mut self.status);
     }
 }
@@ -125,6 +156,9 @@ impl Drop for Child {
 struct ChildArgs<'a> {
     candidates: &'a [CString],
     argv: &'a [*const libc::c_char],
+    /// `/bin/sh`, a place for the candidate, then the arguments: for a file the kernel cannot
+    /// run (no `#!`), run by the shell as `execvp` does. The child writes the second place.
+    sh_argv: *mut *const libc::c_char,
     envp: &'a [*const libc::c_char],
     /// stdin, stdout, stderr for the child, or -1: keep the daemon's.
     stdio: [RawFd; 3],
@@ -164,65 +198,78 @@ pub fn spawn(plan: &Plan<'_>) -> io::Result<Child> {
         .map(|s| s.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
+    let mut sh_argv: Vec<*const libc::c_char> = [c"/bin/sh".as_ptr(), std::ptr::null()]
+        .into_iter()
+        .chain(arg_strings[1..].iter().map(|s| s.as_ptr()))
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
     let envp: Vec<*const libc::c_char> = env_strings
         .iter()
         .map(|s| s.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let (out, err) = if plan.piped {
-        (Some(pipe()?), Some(pipe()?))
+    // The read ends are made ready before the process exists: no error after it does.
+    let receiver = |r: OwnedFd| tokio::net::unix::pipe::Receiver::from_owned_fd(r);
+    let (stdout, out_w, stderr, err_w) = if plan.piped {
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        (
+            Some(receiver(out_r)?),
+            Some(out_w),
+            Some(receiver(err_r)?),
+            Some(err_w),
+        )
     } else {
-        (None, None)
+        (None, None, None, None)
     };
     let mut args = ChildArgs {
         candidates: &candidates,
         argv: &argv,
+        sh_argv: sh_argv.as_mut_ptr(),
         envp: &envp,
         stdio: [
             plan.null.filter(|_| plan.piped).unwrap_or(-1),
-            out.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
-            err.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
+            out_w.as_ref().map_or(-1, |w| w.as_raw_fd()),
+            err_w.as_ref().map_or(-1, |w| w.as_raw_fd()),
         ],
         setup: plan.setup,
         error: 0,
     };
-    let pid = clone_vfork(&mut args);
-    let pid = pid?;
+    let start = crate::exec::spawn_watch::begin();
+    let pid = clone_vfork(&mut args, &start);
+    crate::exec::spawn_watch::end(&start);
     // The write ends are the child's now.
-    let out = out.map(|(r, _w)| r);
-    let err = err.map(|(r, _w)| r);
+    drop((out_w, err_w));
+    let pid = pid?;
+    // SAFETY: written by the kernel at the clone (`CLONE_PIDFD`), owned from here on.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(start.pidfd.load(Ordering::SeqCst)) };
     // SAFETY: written by the child, which has exec'd or exited by now.
     let error = unsafe { std::ptr::read_volatile(&args.error) };
-    if error != 0 {
+    drop(sh_argv);
+    if error != 0 || start.killed.load(Ordering::SeqCst) {
         let mut status = 0;
-        // SAFETY: our child, which has exited (it ends with `_exit` when it cannot `exec`).
+        // SAFETY: our child, which has exited (it ends with `_exit` when it cannot `exec`) or
+        // was killed before its `exec`.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        return Err(io::Error::from_raw_os_error(error));
+        return Err(if error != 0 {
+            io::Error::from_raw_os_error(error)
+        } else {
+            io::Error::other(
+                "its process was stopped before it could start (SIGSTOP from another process \
+                 of the job's account?) and was killed",
+            )
+        });
     }
-    // SAFETY: pidfd_open on our child, not reaped yet (so the PID is still its).
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: killing and reaping our own child, which we cannot watch.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
-        return Err(e);
-    }
-    // SAFETY: a descriptor just opened, owned from here on.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    let receiver = |r: OwnedFd| tokio::net::unix::pipe::Receiver::from_owned_fd(r);
     // SAFETY: the pidfd is owned by the `AsyncFd` and stays open as long as it.
-    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)?;
+    let pidfd =
+        unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }.ok();
     Ok(Child {
         pid,
         pidfd,
         status: None,
-        stdout: out.map(receiver).transpose()?,
-        stderr: err.map(receiver).transpose()?,
+        stdout,
+        stderr,
     })
 }
 
@@ -267,8 +314,13 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Starts the child on a stack of its own, with every signal blocked in this thread meanwhile
 /// (a handler of the daemon's must not run in the child), and returns once it has called
-/// `exec` or exited.
-fn clone_vfork(args: &mut ChildArgs<'_>) -> io::Result<i32> {
+/// `exec` or exited. The kernel writes the child's pidfd into `start` (`CLONE_PIDFD`) before
+/// the child runs, for `spawn_watch`. A child that switches accounts changes the "dumpable"
+/// setting of the memory it shares with this process: put back here.
+fn clone_vfork(
+    args: &mut ChildArgs<'_>,
+    start: &crate::exec::spawn_watch::Start,
+) -> io::Result<i32> {
     // SAFETY: an anonymous private mapping, unmapped below.
     let stack = unsafe {
         libc::mmap(
@@ -283,8 +335,9 @@ fn clone_vfork(args: &mut ChildArgs<'_>) -> io::Result<i32> {
     if stack == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: sigset operations on local sets; the mask is put back below.
+    // SAFETY: sigset and prctl calls on this process; the mask and the setting are put back.
     unsafe {
+        let dumpable = libc::prctl(libc::PR_GET_DUMPABLE);
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
@@ -293,10 +346,14 @@ fn clone_vfork(args: &mut ChildArgs<'_>) -> io::Result<i32> {
         let pid = libc::clone(
             child_main,
             top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
             (args as *mut ChildArgs<'_>).cast(),
+            start.pidfd.as_ptr(),
         );
         let e = io::Error::last_os_error();
+        if dumpable >= 0 && libc::prctl(libc::PR_GET_DUMPABLE) != dumpable {
+            libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong);
+        }
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         libc::munmap(stack, CHILD_STACK);
         if pid < 0 { Err(e) } else { Ok(pid) }
@@ -315,7 +372,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             .unwrap_or(libc::EINVAL)
     };
     let fail = |args: &mut ChildArgs<'_>, e: i32| -> libc::c_int {
-        args.error = e;
+        // A failure without an error number (a short write) still reads as one.
+        args.error = if e == 0 { libc::EIO } else { e };
         // SAFETY: ends this process only; nothing of the parent's is touched.
         unsafe { libc::_exit(127) }
     };
@@ -371,6 +429,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         for path in args.candidates {
             libc::execve(path.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
             last = errno();
+            if last == libc::ENOEXEC {
+                // Not a program the kernel runs (a script without `#!`): the shell runs it.
+                *args.sh_argv.add(1) = path.as_ptr();
+                libc::execve(c"/bin/sh".as_ptr(), args.sh_argv, args.envp.as_ptr());
+                last = errno();
+                break;
+            }
             match last {
                 libc::EACCES => denied = true,
                 libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
@@ -389,6 +454,34 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process stopped before its `exec` (here by itself, as another process of the job's
+    /// account could stop it) is found and killed, and the start fails saying so: the thread
+    /// that started it is not held for good.
+    #[tokio::test]
+    async fn a_process_stopped_before_its_exec_is_killed() {
+        let setup = || {
+            // SAFETY: signals this process (the child) only.
+            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+            Ok(())
+        };
+        let plan = Plan {
+            program: OsStr::new("/bin/true"),
+            args: vec![],
+            env: vec![],
+            piped: true,
+            null: None,
+            setup: &setup,
+        };
+        let e = match spawn(&plan) {
+            Ok(_) => panic!("a stopped process was taken for started"),
+            Err(e) => e,
+        };
+        assert!(
+            e.to_string().contains("stopped before it could start"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_bare_name_is_looked_for_on_the_path_in_order() {

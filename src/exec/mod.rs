@@ -9,6 +9,7 @@
 //! Imports only `model`.
 
 pub mod account;
+pub mod child_setup;
 pub mod clone_spawn;
 pub mod envfile;
 pub mod headers_file;
@@ -21,3 +22,4 @@ pub mod plain_command;
 pub mod reaper;
 pub mod run_process;
 pub mod runner;
+pub mod spawn_watch;

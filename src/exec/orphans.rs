@@ -24,7 +24,7 @@
 //!   ended (at once when there were none).
 //!
 //! A run forked for an account switch, limits or a control group makes its main process a child
-//! subreaper before `exec` (`runner::setup_child`; the setting is kept across `exec`): while the
+//! subreaper before `exec` (`child_setup::setup_child`; the setting is kept across `exec`): while the
 //! main process lives, a process of the run whose parent dies is handed to it, not to the
 //! daemon. So under a root daemon, where every run as another user is forked, the variable
 //! decides nothing for those runs: the run's end does, and the account. Only runs started
@@ -53,7 +53,7 @@ struct State {
     next: u64,
     /// Runs going: id -> the PID of the run's main process once spawned (0 before).
     live: HashMap<String, i32>,
-    /// Runs going whose main process is a subreaper of its own (`runner::setup_child`): none
+    /// Runs going whose main process is a subreaper of its own (`child_setup::setup_child`): none
     /// of their processes is handed to the daemon while they go.
     keeping: HashSet<String>,
     /// Orphans without the variable: PID -> the runs going when first seen, still going.

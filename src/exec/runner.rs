@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::exec::child_setup::setup_child;
 use crate::exec::run_process::{RunProcess, environment, null_fd, null_stdin};
 use tokio::process::Command;
 use tokio::sync::watch;
@@ -254,7 +255,12 @@ async fn run_program(
     // process is a child subreaper (`setup_child`), so nothing it starts reaches the daemon
     // before it ends (see `orphans.rs`).
     let keeps_orphans = switch.is_some() || !rlimits.is_empty() || cgroup.is_some();
-    let mut child = if crate::exec::clone_spawn::available() {
+    // Where `fs.suid_dumpable` is 1, a process switched to the job's account could be traced
+    // by that account between its `setuid` and its `exec`, while it shares the daemon's
+    // memory: such a run is forked, as before.
+    let shared = crate::exec::clone_spawn::available()
+        && (switch.is_none() || !crate::exec::clone_spawn::dumpable_after_setuid());
+    let mut child = if shared {
         // Started by a child that shares the daemon's memory until its `exec` (no `fork`; and
         // less to do per run than the standard library's `posix_spawn`, docs/benchmarks.md).
         let procs = cgroup.as_ref().map(|c| c.procs.clone());
@@ -441,69 +447,6 @@ impl Drop for Started<'_> {
     fn drop(&mut self) {
         crate::exec::orphans::forget(self.0);
     }
-}
-
-/// In the child, before `exec`: with `subreaper` (a run that keeps its own orphans, see
-/// `orphans.rs`), become the subreaper of what the run starts (kept across
-/// `exec`: a process of the run whose parent dies is handed to the run's main process, not to
-/// the daemon, as long as the main process lives), join the run's control group, set the
-/// limits, drop to the job's account (groups first, then gid, then uid: after setuid nothing
-/// else may change), then enter the working directory as that account.
-fn setup_child(
-    subreaper: bool,
-    cgroup_procs: Option<&std::ffi::CString>,
-    rlimits: &[crate::exec::limits::Rlimit],
-    account: Option<&crate::exec::account::Account>,
-    workdir: Option<&std::ffi::CString>,
-) -> std::io::Result<()> {
-    let check = |rc: libc::c_int| {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    };
-    // SAFETY: plain system calls on pointers that stay valid for the call.
-    unsafe {
-        if subreaper {
-            check(libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))?;
-        }
-        if let Some(path) = cgroup_procs {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-            if rc != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        for &(resource, soft, hard) in rlimits {
-            let lim = libc::rlimit {
-                rlim_cur: soft,
-                rlim_max: hard,
-            };
-            check(libc::setrlimit(resource, &lim))?;
-        }
-        // Raw system calls: the C library's wrappers act on every thread of the process as the
-        // library knows them, and a child sharing the daemon's memory (`clone_spawn`) sees the
-        // daemon's list of threads. The raw calls change this process only, by construction.
-        if let Some(a) = account {
-            let raw = |rc: libc::c_long| check(if rc == 0 { 0 } else { -1 });
-            raw(libc::syscall(
-                libc::SYS_setgroups,
-                a.groups.len(),
-                a.groups.as_ptr(),
-            ))?;
-            raw(libc::syscall(libc::SYS_setgid, a.gid))?;
-            raw(libc::syscall(libc::SYS_setuid, a.uid))?;
-        }
-        if let Some(dir) = workdir {
-            check(libc::chdir(dir.as_ptr()))?;
-        }
-    }
-    Ok(())
 }
 
 /// SIGTERM to the group, SIGKILL after the grace, and the main process's status.
@@ -857,11 +800,64 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out.exit_code, Some(126), "{}", out.output);
-        // The timeout ends its whole group.
-        let mut s = limited("sleep 30 & sleep 30");
+        // A directory of PATH where the file may not be run is passed over for a later one;
+        // with none later, the error is "permission denied", not "not found".
+        let other = tempfile::tempdir().unwrap();
+        let runnable = other.path().join("hello-tool");
+        std::fs::write(&runnable, "#!/bin/sh\necho the later one\n").unwrap();
+        std::fs::set_permissions(&runnable, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut s = limited("");
+        s.program = Program::Argv(vec!["hello-tool".into()]);
+        s.env.push((
+            "PATH".into(),
+            format!("{}:{}", dir.display(), other.path().display()),
+        ));
+        assert_eq!(run(&s, no_stop()).await.unwrap().output, "the later one\n");
+        s.env.pop();
+        s.env
+            .push(("PATH".into(), format!("{}:/nonexistent", dir.display())));
+        let e = run(&s, no_stop()).await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        // A file without `#!` that may be run: the shell runs it, as `execvp` has it.
+        let script = dir.join("no-shebang");
+        std::fs::write(&script, "echo \"shell ran $0 with $1\"\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        s.program = Program::Argv(vec![script.display().to_string(), "an-arg".into()]);
+        assert_eq!(
+            run(&s, no_stop()).await.unwrap().output,
+            format!("shell ran {} with an-arg\n", script.display())
+        );
+        // The timeout ends its whole group: nothing of it is left.
+        let mut s = limited("sleep 30.4242 & sleep 30.4243");
         s.timeout = Duration::from_millis(300);
         let out = run(&s, no_stop()).await.unwrap();
         assert!(out.timed_out);
+        let left = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .filter(|c| c.windows(7).any(|w| w == b"30.4242" || w == b"30.4243"))
+            .count();
+        assert_eq!(left, 0, "the run's processes outlived it");
+    }
+
+    /// The environment a run gets: this process's less what is removed, plus what is set; or
+    /// only what is set.
+    #[test]
+    fn the_environment_is_the_daemons_with_the_commands_changes() {
+        use std::ffi::OsString;
+        let mut cmd = std::process::Command::new("true");
+        cmd.env_remove("PATH").env("SQLCRON_TEST_SET", "1");
+        let env = environment(&cmd, false);
+        let has = |env: &[(OsString, OsString)], k: &str| env.iter().any(|(n, _)| n == k);
+        assert!(!has(&env, "PATH"));
+        assert!(has(&env, "SQLCRON_TEST_SET"));
+        assert_eq!(env.len(), std::env::vars_os().count());
+        let mut cmd = std::process::Command::new("true");
+        cmd.env_clear().env("ONLY", "this");
+        assert_eq!(
+            environment(&cmd, true),
+            [(OsString::from("ONLY"), OsString::from("this"))]
+        );
     }
 
     /// Under root, a run as another account has that account's ids and groups, and the daemon
@@ -873,9 +869,21 @@ mod tests {
             return;
         }
         let nobody = crate::exec::account::lookup("nobody", None).unwrap();
+        let own_groups = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Groups:"))
+            .unwrap()
+            .to_string();
+        // SAFETY: prctl reads a setting of this process.
+        let dumpable = || unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
+        let before = dumpable();
         let mut s = spec("id -u; id -g; id -G");
         s.account = Some(nobody.clone());
         let out = run(&s, no_stop()).await.unwrap();
+        // The switch changed the "dumpable" setting of the memory it shared with this
+        // process: put back (the daemon keeps it off, against core files of its secrets).
+        assert_eq!(dumpable(), before);
         assert!(out.success(), "{}", out.output);
         let lines: Vec<&str> = out.output.lines().collect();
         assert_eq!(lines[0], nobody.uid.to_string());
@@ -897,6 +905,12 @@ mod tests {
                 .map(str::to_string)
                 .collect()
         };
+        // SAFETY: as above, and the value is put back below.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
+        run(&s, no_stop()).await.unwrap();
+        assert_eq!(dumpable(), 0);
+        // SAFETY: as above.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, before as libc::c_ulong) };
         for task in std::fs::read_dir("/proc/self/task").unwrap() {
             let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
             assert_eq!(
@@ -904,6 +918,8 @@ mod tests {
                 ["Uid:\t0\t0\t0\t0", "Gid:\t0\t0\t0\t0"],
                 "{status}"
             );
+            let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+            assert_eq!(groups, own_groups, "{status}");
         }
     }
 }
