@@ -4,9 +4,10 @@
 //! Why the process group: a job is often a shell running a pipeline; a timeout or a lost lease
 //! must stop all of it, so signals go to the whole group (`killpg`).
 //!
-//! Spawned with `posix_spawn` (no hook between fork and exec), which costs the daemon far less
-//! than a `fork` of its whole address space; a run set up before `exec` (another account,
-//! limits, a control group) is started the same way by `clone_spawn`. What ends a dead daemon's jobs is the unit's control
+//! Started by `clone_spawn`: a child that shares the daemon's memory until its `exec`, which
+//! costs the daemon far less than a `fork` of its whole address space, also for a run set up
+//! before `exec` (another account, limits, a control group); without pidfds, by the standard
+//! library (`posix_spawn`, or `fork` for such a run). What ends a dead daemon's jobs is the unit's control
 //! group under systemd, and the reaper elsewhere (see `reaper.rs`): each job's process group is
 //! registered with it while the job runs.
 
@@ -17,11 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::watch;
 
 use crate::exec::child_setup::setup_child;
 use crate::exec::run_process::{RunProcess, environment, null_fd, null_stdin};
-use tokio::process::Command;
-use tokio::sync::watch;
 
 use crate::exec::output_tail::{OutputTail, SharedTail};
 
