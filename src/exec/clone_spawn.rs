@@ -256,8 +256,9 @@ pub fn spawn(plan: &Plan<'_>) -> io::Result<Child> {
             io::Error::from_raw_os_error(error)
         } else {
             io::Error::other(
-                "its process was stopped before it could start (SIGSTOP from another process \
-                 of the job's account?) and was killed",
+                "its process was stopped or hung before it could start (SIGSTOP from another \
+                 process of the job's account, or a set-up that did not return within 10 s) \
+                 and was killed",
             )
         });
     }
@@ -455,6 +456,34 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 mod tests {
     use super::*;
 
+    /// A set-up that hangs (here it sleeps; a working directory on a mount that does not
+    /// answer would) is killed after ten seconds: the thread that started it is not held.
+    #[tokio::test]
+    async fn a_process_hung_before_its_exec_is_killed() {
+        let setup = || {
+            let t = libc::timespec {
+                tv_sec: 60,
+                tv_nsec: 0,
+            };
+            // SAFETY: a plain system call in the child.
+            unsafe { libc::nanosleep(&t, std::ptr::null_mut()) };
+            Ok(())
+        };
+        let plan = Plan {
+            program: OsStr::new("/bin/true"),
+            args: vec![],
+            env: vec![],
+            piped: true,
+            null: None,
+            setup: &setup,
+        };
+        let e = match spawn(&plan) {
+            Ok(_) => panic!("a hung process was taken for started"),
+            Err(e) => e,
+        };
+        assert!(e.to_string().contains("hung before it could start"), "{e}");
+    }
+
     /// A process stopped before its `exec` (here by itself, as another process of the job's
     /// account could stop it) is found and killed, and the start fails saying so: the thread
     /// that started it is not held for good.
@@ -478,7 +507,8 @@ mod tests {
             Err(e) => e,
         };
         assert!(
-            e.to_string().contains("stopped before it could start"),
+            e.to_string()
+                .contains("stopped or hung before it could start"),
             "{e}"
         );
     }

@@ -7,8 +7,10 @@
 //! long as nobody sends `SIGCONT`: a local user could halt every run of the node. This thread
 //! looks, once a second while a start is under way, at each start older than a second: one
 //! whose process is stopped is killed (by its pidfd, which names no other process), and the
-//! start fails with "stopped before it could start". A process that is merely slow to get a
-//! core is left alone. With nothing under way the thread sleeps until the next start.
+//! start fails with "stopped or hung before it could start". A process that is merely slow to get a
+//! core is left alone for ten seconds; one that has not reached its `exec` by then (its set-up
+//! hangs: a working directory on a mount that does not answer) is killed too. With nothing
+//! under way the thread sleeps until the next start.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -16,6 +18,9 @@ use std::time::{Duration, Instant};
 
 /// How long a start may be under way before its process is looked at.
 const LOOK_AFTER: Duration = Duration::from_secs(1);
+/// How long a start may take whatever its state: a set-up that hangs (a working directory on a
+/// mount that does not answer, a control group file that blocks) is killed after this.
+const HUNG_AFTER: Duration = Duration::from_secs(10);
 
 /// One start under way: the pidfd the kernel writes when the process is created
 /// (`CLONE_PIDFD`, -1 before), and whether this watch killed it.
@@ -103,7 +108,7 @@ fn run(w: &'static Watch) {
                 continue;
             }
             let fd = s.pidfd.load(Ordering::SeqCst);
-            if fd >= 0 && stopped(fd) {
+            if fd >= 0 && (now.duration_since(s.since) >= HUNG_AFTER || stopped(fd)) {
                 // SAFETY: pidfd_send_signal on a pidfd the start still holds open (the
                 // starting thread closes it only after `end`, which needs this lock).
                 let rc = unsafe {
